@@ -1,0 +1,80 @@
+"""Reading and writing audio: WAV/FLAC/OGG through soundfile, raw 16-bit PCM, resampling."""
+
+from __future__ import annotations
+
+import io
+from math import gcd
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from speechrt.errors import SpeechRTError
+
+FORMATS = ("wav", "flac", "pcm")
+
+
+def resample(audio: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
+    """Polyphase resampling (Kaiser-windowed FIR) of a mono float signal (N,)."""
+    if orig_sr == target_sr:
+        return audio
+    if orig_sr <= 0 or target_sr <= 0:
+        raise SpeechRTError(f"invalid sample rate: {orig_sr} -> {target_sr}")
+    from scipy.signal import resample_poly
+
+    g = gcd(orig_sr, target_sr)
+    out = resample_poly(audio.astype(np.float64), target_sr // g, orig_sr // g)
+    return out.astype(np.float32)
+
+
+def to_int16(audio: np.ndarray) -> np.ndarray:
+    """float in [-1, 1] -> int16 with clipping (32767 for +1.0)."""
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2")
+
+
+def encode_audio(audio: np.ndarray, sampling_rate: int, fmt: str = "wav") -> bytes:
+    """audio: (N,) float in [-1, 1] -> file bytes: 16-bit WAV, 16-bit FLAC or raw little-endian PCM."""
+    if fmt == "pcm":
+        return to_int16(audio).tobytes()
+    if fmt not in FORMATS:
+        raise SpeechRTError(f"unknown audio format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, to_int16(audio), sampling_rate, format=fmt.upper(), subtype="PCM_16")
+    return buf.getvalue()
+
+
+def write_audio(path: str | Path, audio: np.ndarray, sampling_rate: int, fmt: str | None = None) -> None:
+    """Write (N,) float audio; the format comes from `fmt` or else the file suffix (.wav/.flac/.pcm/.raw)."""
+    path = Path(path)
+    if fmt is None:
+        suffix = path.suffix.lower().lstrip(".")
+        fmt = {"raw": "pcm"}.get(suffix, suffix) if suffix else "wav"
+    data = encode_audio(audio, sampling_rate, fmt)
+    try:
+        path.write_bytes(data)
+    except OSError as e:
+        raise SpeechRTError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def read_audio(source: str | Path | bytes | BinaryIO, target_sr: int | None = None) -> tuple[np.ndarray, int]:
+    """Decode WAV/FLAC/OGG (anything libsndfile reads) to mono float32 (N,), optionally resampled.
+
+    Multi-channel audio is averaged to mono. Returns (audio, sample_rate).
+    """
+    import soundfile as sf
+
+    name = str(source) if isinstance(source, (str, Path)) else "audio"
+    if isinstance(source, bytes):
+        source = io.BytesIO(source)
+    try:
+        data, sr = sf.read(source, dtype="float32", always_2d=True)
+    except FileNotFoundError:
+        raise SpeechRTError(f"{name}: no such file") from None
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
+        raise SpeechRTError(f"{name}: not a readable audio file ({e})") from None
+    audio = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    if target_sr is not None and sr != target_sr:
+        audio, sr = resample(audio, sr, target_sr), target_sr
+    return np.ascontiguousarray(audio, dtype=np.float32), int(sr)

@@ -1,0 +1,46 @@
+"""The `speechrt` command: one parser, a module per subcommand (imported lazily when run).
+
+Every user-facing failure is a SpeechRTError, printed as one line on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> module defining `add_arguments(parser)` and `run(args) -> int`, and a one-line help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "convert": ("speechrt.cli.convert", "turn a DLE/NGC checkpoint into a model directory"),
+    "synthesize": ("speechrt.cli.synthesize", "text to speech"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from speechrt import __version__
+
+    parser = argparse.ArgumentParser(prog="speechrt", description="Neural speech inference.")
+    parser.add_argument("--version", action="version", version=f"speechrt {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        importlib.import_module(module).add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from speechrt.errors import SpeechRTError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except SpeechRTError as e:
+        print(f"speechrt {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

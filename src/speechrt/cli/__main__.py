@@ -1,0 +1,5 @@
+import sys
+
+from speechrt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,127 @@
+"""The model repository: one directory per component, loadable without the training code.
+
+    <dir>/model.json          kind, dims, mel config, text/labels metadata, source checkpoint + sha256
+    <dir>/model.safetensors   weights in inference form (weight norm / BatchNorm folded)
+    <dir>/model.onnx          written by `speechrt export`
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from speechrt.audio.mel import MelConfig
+from speechrt.errors import SpeechRTError
+
+FORMAT_VERSION = 1
+INFO_FILE = "model.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass
+class ComponentInfo:
+    """What a component *is*: everything in model.json."""
+
+    kind: str  # registry name, e.g. "fastpitch", "hifigan", "quartznet"
+    dims: dict[str, Any]  # the architecture dataclass as a dict
+    mel: MelConfig | None = None  # TTS components: the mel transform they produce/consume
+    meta: dict[str, Any] = field(default_factory=dict)  # text front end, labels, features, ...
+    source: dict[str, Any] = field(default_factory=dict)  # checkpoint file name + sha256
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "kind": self.kind,
+            "dims": self.dims,
+            "mel": self.mel.to_dict() if self.mel else None,
+            "meta": self.meta,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ComponentInfo:
+        if d.get("format_version") != FORMAT_VERSION:
+            raise SpeechRTError(f"unsupported model.json format_version {d.get('format_version')!r}")
+        mel = MelConfig.from_dict(d["mel"]) if d.get("mel") else None
+        return cls(d["kind"], d["dims"], mel, d.get("meta", {}), d.get("source", {}))
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_component(
+    out_dir: str | Path,
+    info: ComponentInfo,
+    state_dict: dict[str, torch.Tensor],
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write model.json + model.safetensors; `dtype` optionally casts floating weights (e.g. fp16)."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for k, v in state_dict.items():
+        v = v.detach().cpu()
+        if dtype is not None and v.is_floating_point():
+            v = v.to(dtype)
+        tensors[k] = v.contiguous()
+    save_file(tensors, str(out / WEIGHTS_FILE))
+    dims = asdict(info.dims) if is_dataclass(info.dims) else info.dims
+    info = ComponentInfo(info.kind, dims, info.mel, info.meta, info.source)
+    (out / INFO_FILE).write_text(json.dumps(info.to_json(), indent=1) + "\n")
+    return out
+
+
+def read_info(model_dir: str | Path) -> ComponentInfo:
+    path = Path(model_dir) / INFO_FILE
+    if not Path(model_dir).is_dir():
+        raise SpeechRTError(f"{model_dir}: not a model directory (run `speechrt convert` first)")
+    try:
+        return ComponentInfo.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise SpeechRTError(f"{model_dir}: no {INFO_FILE} (run `speechrt convert CKPT DIR`)") from None
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise SpeechRTError(f"{path}: corrupt model description ({e})") from None
+
+
+def load_state_dict(model_dir: str | Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(model_dir) / WEIGHTS_FILE
+    if not path.exists():
+        raise SpeechRTError(f"{model_dir}: no {WEIGHTS_FILE}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise SpeechRTError(f"{path}: corrupt weights file ({e})") from None
+
+
+def load_component(
+    model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> tuple[torch.nn.Module, ComponentInfo]:
+    """Build the module described by model.json and load its weights (strict), in eval mode."""
+    from speechrt.models import build_model
+
+    info = read_info(model_dir)
+    model = build_model(info.kind, info.dims)
+    state = load_state_dict(model_dir)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()
+        raise SpeechRTError(
+            f"{model_dir}: weights do not match model.json ({first[1].strip() if len(first) > 1 else e})"
+        ) from None
+    return model.to(device=device, dtype=dtype).eval(), info
