@@ -67,7 +67,7 @@ def fold_weight_norm(sd: StateDict) -> StateDict:
 
 
 def tensors_of(ckpt: dict, *keys: str) -> StateDict:
-    """The state dict inside a training checkpoint: the first of `keys` present, or the dict itself."""
+    """The state dict in a training checkpoint: the first of `keys` present, or the dict itself."""
     for key in keys:
         if isinstance(ckpt.get(key), dict):
             return strip_prefix(ckpt[key])
@@ -114,7 +114,9 @@ def convert_checkpoint(
         model.load_state_dict(conv.state_dict, strict=True)
     except RuntimeError as e:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        raise SpeechRTError(f"{path}: does not match the {kind} layout ({' '.join(lines[1:3])})") from None
+        raise SpeechRTError(
+            f"{path}: does not match the {kind} layout ({' '.join(lines[1:3])})"
+        ) from None
     info = ComponentInfo(
         kind=conv.kind,
         dims=conv.dims,

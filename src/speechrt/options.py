@@ -9,7 +9,9 @@ from speechrt.errors import SpeechRTError
 
 @dataclass(frozen=True)
 class SynthesisOptions:
-    pace: float = 1.0  # speaking rate: > 1 is faster (FastPitch/FastSpeech durations are divided by it)
+    pace: float = (
+        1.0  # speaking rate: > 1 is faster (FastPitch/FastSpeech durations are divided by it)
+    )
     pitch_shift: float = 0.0  # Hz added to the predicted pitch contour (FastPitch)
     pitch_scale: float = 1.0  # multiplies the pitch deviation from the mean ("amplify"; FastPitch)
     pitch_flatten: bool = False  # monotone: every pitch value set to the speaker mean (FastPitch)

@@ -1,8 +1,8 @@
 """The model repository: one directory per component, loadable without the training code.
 
-    <dir>/model.json          kind, dims, mel config, text/labels metadata, source checkpoint + sha256
-    <dir>/model.safetensors   weights in inference form (weight norm / BatchNorm folded)
-    <dir>/model.onnx          written by `speechrt export`
+<dir>/model.json          kind, dims, mel config, text/labels metadata, source checkpoint + sha256
+<dir>/model.safetensors   weights in inference form (weight norm / BatchNorm folded)
+<dir>/model.onnx          written by `speechrt export`
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ class ComponentInfo:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ComponentInfo:
         if d.get("format_version") != FORMAT_VERSION:
-            raise SpeechRTError(f"unsupported model.json format_version {d.get('format_version')!r}")
+            raise SpeechRTError(
+                f"unsupported model.json format_version {d.get('format_version')!r}"
+            )
         mel = MelConfig.from_dict(d["mel"]) if d.get("mel") else None
         return cls(d["kind"], d["dims"], mel, d.get("meta", {}), d.get("source", {}))
 
@@ -65,7 +67,7 @@ def save_component(
     state_dict: dict[str, torch.Tensor],
     dtype: torch.dtype | None = None,
 ) -> Path:
-    """Write model.json + model.safetensors; `dtype` optionally casts floating weights (e.g. fp16)."""
+    """Write model.json + model.safetensors; `dtype` optionally casts float weights (e.g. fp16)."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -90,7 +92,9 @@ def read_info(model_dir: str | Path) -> ComponentInfo:
     try:
         return ComponentInfo.from_json(json.loads(path.read_text()))
     except FileNotFoundError:
-        raise SpeechRTError(f"{model_dir}: no {INFO_FILE} (run `speechrt convert CKPT DIR`)") from None
+        raise SpeechRTError(
+            f"{model_dir}: no {INFO_FILE} (run `speechrt convert CKPT DIR`)"
+        ) from None
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise SpeechRTError(f"{path}: corrupt model description ({e})") from None
 
@@ -120,8 +124,7 @@ def load_component(
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
-        first = str(e).strip().splitlines()
-        raise SpeechRTError(
-            f"{model_dir}: weights do not match model.json ({first[1].strip() if len(first) > 1 else e})"
-        ) from None
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        detail = lines[1] if len(lines) > 1 else str(e)
+        raise SpeechRTError(f"{model_dir}: weights do not match model.json ({detail})") from None
     return model.to(device=device, dtype=dtype).eval(), info

@@ -33,7 +33,7 @@ def to_int16(audio: np.ndarray) -> np.ndarray:
 
 
 def encode_audio(audio: np.ndarray, sampling_rate: int, fmt: str = "wav") -> bytes:
-    """audio: (N,) float in [-1, 1] -> file bytes: 16-bit WAV, 16-bit FLAC or raw little-endian PCM."""
+    """audio: (N,) float in [-1, 1] -> bytes of a 16-bit WAV, 16-bit FLAC or raw LE PCM file."""
     if fmt == "pcm":
         return to_int16(audio).tobytes()
     if fmt not in FORMATS:
@@ -45,8 +45,10 @@ def encode_audio(audio: np.ndarray, sampling_rate: int, fmt: str = "wav") -> byt
     return buf.getvalue()
 
 
-def write_audio(path: str | Path, audio: np.ndarray, sampling_rate: int, fmt: str | None = None) -> None:
-    """Write (N,) float audio; the format comes from `fmt` or else the file suffix (.wav/.flac/.pcm/.raw)."""
+def write_audio(
+    path: str | Path, audio: np.ndarray, sampling_rate: int, fmt: str | None = None
+) -> None:
+    """Write (N,) float audio; format from `fmt`, else the suffix (.wav/.flac/.pcm/.raw)."""
     path = Path(path)
     if fmt is None:
         suffix = path.suffix.lower().lstrip(".")
@@ -58,7 +60,9 @@ def write_audio(path: str | Path, audio: np.ndarray, sampling_rate: int, fmt: st
         raise SpeechRTError(f"cannot write {path}: {e.strerror or e}") from None
 
 
-def read_audio(source: str | Path | bytes | BinaryIO, target_sr: int | None = None) -> tuple[np.ndarray, int]:
+def read_audio(
+    source: str | Path | bytes | BinaryIO, target_sr: int | None = None
+) -> tuple[np.ndarray, int]:
     """Decode WAV/FLAC/OGG (anything libsndfile reads) to mono float32 (N,), optionally resampled.
 
     Multi-channel audio is averaged to mono. Returns (audio, sample_rate).

@@ -43,7 +43,9 @@ def model_class(kind: str) -> type:
     try:
         module, name = KINDS[kind]
     except KeyError:
-        raise SpeechRTError(f"unknown model kind {kind!r}; known: {', '.join(sorted(KINDS))}") from None
+        raise SpeechRTError(
+            f"unknown model kind {kind!r}; known: {', '.join(sorted(KINDS))}"
+        ) from None
     return getattr(importlib.import_module(module), name)
 
 

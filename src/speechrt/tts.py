@@ -1,0 +1,154 @@
+"""Text-to-speech pipeline: text -> ids -> mel -> audio, batched, per-item deterministic.
+
+normalize/split -> text_to_ids -> ids_to_mel (acoustic) -> mel_to_audio (vocoder) -> denoise
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from speechrt.device import resolve_device, resolve_precision
+from speechrt.errors import SpeechRTError
+from speechrt.options import SynthesisOptions
+from speechrt.repo import ComponentInfo, load_component
+
+MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces of at most this
+PAUSE_SECONDS = 0.2  # silence inserted between the pieces of one text
+
+
+@dataclass
+class Piece:
+    """One sentence-sized unit of work: item `item` of the request, piece `index` within it."""
+
+    item: int
+    index: int
+    ids: list[int]
+    seed: int
+
+
+def piece_seed(item_seed: int, index: int) -> int:
+    # Pieces of one text draw independent noise; the same (seed, index) always gives the same draw.
+    return (item_seed * 1_000_003 + index) % (2**63 - 1)
+
+
+class TTS:
+    """A voice: acoustic model + vocoder (+ optional denoiser), loaded from model directories."""
+
+    def __init__(
+        self,
+        acoustic: str | Path,
+        vocoder: str | Path,
+        device: str = "auto",
+        precision: str = "fp32",
+    ) -> None:
+        from speechrt.text import TextProcessor
+
+        self.device = resolve_device(device)
+        self.dtype = resolve_precision(precision)
+        self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic")
+        self.vocoder, self.vocoder_info = self._load(vocoder, "vocoder")
+        if self.acoustic_info.mel is None or self.vocoder_info.mel is None:
+            raise SpeechRTError("acoustic model or vocoder lacks a mel config in its model.json")
+        self.acoustic_info.mel.check_matches(self.vocoder_info.mel)
+        self.mel = self.vocoder_info.mel
+        self.text = TextProcessor.from_meta(self.acoustic_info.meta.get("text", {}))
+        self._denoiser: torch.nn.Module | None = None
+
+    def _load(self, model_dir: str | Path, role: str) -> tuple[torch.nn.Module, ComponentInfo]:
+        model, info = load_component(model_dir, self.device, self.dtype)
+        if getattr(model, "role", None) != role:
+            raise SpeechRTError(f"{model_dir}: a {info.kind} model is not an {role} model")
+        return model, info
+
+    @property
+    def sampling_rate(self) -> int:
+        return self.mel.sampling_rate
+
+    def denoiser(self) -> torch.nn.Module:
+        """Built on first use: its bias spectrum comes from running the vocoder on a zero mel."""
+        if self._denoiser is None:
+            from speechrt.models.denoiser import Denoiser
+
+            self._denoiser = Denoiser.from_vocoder(self.vocoder, self.mel).to(self.device)
+        return self._denoiser
+
+    # -- stages --------------------------------------------------------------------------------
+
+    def text_to_pieces(self, texts: Sequence[str], seeds: Sequence[int]) -> list[Piece]:
+        """Split each text into sentence pieces and encode them to symbol ids."""
+        from speechrt.text import split_sentences
+
+        pieces = []
+        for item, (text, seed) in enumerate(zip(texts, seeds, strict=True)):
+            if not isinstance(text, str) or not text.strip():
+                raise SpeechRTError(f"text {item + 1} is empty")
+            parts = [p for p in split_sentences(text, MAX_PIECE_CHARS) if p.strip()]
+            encoded = [ids for ids in (self.text.encode(p) for p in parts) if self._speakable(ids)]
+            if not encoded:
+                raise SpeechRTError(f"text {item + 1} has nothing to speak: {text[:40]!r}")
+            pieces += [Piece(item, j, ids, piece_seed(seed, j)) for j, ids in enumerate(encoded)]
+        return pieces
+
+    def _speakable(self, ids: list[int]) -> bool:
+        return any(i in self.text.speakable_ids for i in ids)
+
+    @torch.inference_mode()
+    def ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
+        """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item."""
+        lengths = torch.tensor([len(p.ids) for p in batch], dtype=torch.long)
+        ids = torch.zeros(len(batch), int(lengths.max()), dtype=torch.long)
+        for i, p in enumerate(batch):
+            ids[i, : len(p.ids)] = torch.tensor(p.ids)
+        seeds = torch.tensor([p.seed for p in batch], dtype=torch.long)
+        ids, lengths = ids.to(self.device), lengths.to(self.device)
+        mel, mel_lengths = self.acoustic.generate_mel(ids, lengths, options, seeds)
+        audio, audio_lengths = self.vocoder.mel_to_audio(
+            mel.to(self.dtype), mel_lengths, options, seeds
+        )
+        audio = audio.float()
+        if options.denoise > 0:
+            # Zero each item's tail so the denoiser's STFT sees only its own samples.
+            keep = torch.arange(audio.shape[1], device=audio.device)[None] < audio_lengths[:, None]
+            audio = self.denoiser()(audio * keep, options.denoise)
+        audio = audio.clamp(-1.0, 1.0).cpu().numpy()
+        return [audio[i, : int(n)].copy() for i, n in enumerate(audio_lengths.tolist())]
+
+    def synthesize(
+        self,
+        texts: Sequence[str],
+        options: SynthesisOptions | None = None,
+        batch_size: int = 8,
+        seeds: Sequence[int] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[np.ndarray]:
+        """texts -> one float32 waveform in [-1, 1] per text, at `self.sampling_rate`.
+
+        Item i draws its randomness from seeds[i] (default options.seed + i), so its audio does not
+        depend on the other items. `progress(n)` is called with the number of pieces done per batch.
+        """
+        options = options or SynthesisOptions()
+        if batch_size < 1:
+            raise SpeechRTError(f"batch size must be >= 1, got {batch_size}")
+        seeds = list(seeds) if seeds is not None else [options.seed + i for i in range(len(texts))]
+        pieces = self.text_to_pieces(texts, seeds)
+        # Length-sorted batches keep padding small; results are put back in order below.
+        order = sorted(range(len(pieces)), key=lambda k: len(pieces[k].ids), reverse=True)
+        audio: dict[int, np.ndarray] = {}
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            for k, wav in zip(
+                idx, self.ids_to_audio([pieces[k] for k in idx], options), strict=True
+            ):
+                audio[k] = wav
+            if progress:
+                progress(len(idx))
+        pause = np.zeros(int(PAUSE_SECONDS * self.sampling_rate), dtype=np.float32)
+        out: list[list[np.ndarray]] = [[] for _ in texts]
+        for k, p in enumerate(pieces):
+            out[p.item] += [pause, audio[k]] if out[p.item] else [audio[k]]
+        return [np.concatenate(parts) for parts in out]
