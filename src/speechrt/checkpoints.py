@@ -28,10 +28,12 @@ def load_checkpoint(path: str | Path) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        msg = str(e).splitlines()[0] if str(e) else "unsupported object"
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if found is None:
+            raise SpeechRTError(f"{path}: not a readable PyTorch checkpoint") from None
         raise SpeechRTError(
-            f"{path}: checkpoint holds objects other than tensors and plain values; "
-            f"refusing to unpickle it ({msg})"
+            f"{path}: checkpoint holds a pickled {found.group(1)} object; refusing to unpickle "
+            "anything but tensors and plain values"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
         raise SpeechRTError(f"{path}: not a readable PyTorch checkpoint ({e})") from None
@@ -53,14 +55,15 @@ def fold_weight_norm(sd: StateDict) -> StateDict:
     """
     out: StateDict = {}
     for k, v in sd.items():
-        if k.endswith(".weight_g"):
+        leaf = k.rsplit(".", 1)[-1]
+        if leaf == "weight_g":
             continue
-        if k.endswith(".weight_v"):
-            base = k[: -len(".weight_v")]
-            g = sd[base + ".weight_g"].float()
+        if leaf == "weight_v":
+            base = k[: -len("_v")]  # "<name>.weight"
+            g = sd[base + "_g"].float()
             vf = v.float()
             norm = vf.flatten(1).norm(dim=1).view(-1, *([1] * (vf.dim() - 1)))
-            out[base + ".weight"] = (g * vf / norm).to(v.dtype)
+            out[base] = (g * vf / norm).to(v.dtype)
         else:
             out[k] = v
     return out

@@ -70,14 +70,15 @@ def read_audio(
     import soundfile as sf
 
     name = str(source) if isinstance(source, (str, Path)) else "audio"
+    if isinstance(source, (str, Path)) and not Path(source).is_file():
+        raise SpeechRTError(f"{name}: no such file")
     if isinstance(source, bytes):
         source = io.BytesIO(source)
     try:
         data, sr = sf.read(source, dtype="float32", always_2d=True)
-    except FileNotFoundError:
-        raise SpeechRTError(f"{name}: no such file") from None
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
-        raise SpeechRTError(f"{name}: not a readable audio file ({e})") from None
+        reason = str(e).split(": ", 1)[-1] if str(e) else type(e).__name__
+        raise SpeechRTError(f"{name}: not a readable audio file ({reason})") from None
     audio = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     if target_sr is not None and sr != target_sr:
         audio, sr = resample(audio, sr, target_sr), target_sr
