@@ -131,9 +131,7 @@ class TTS:
         self, audio: torch.Tensor, audio_lengths: torch.Tensor, strength: float
     ) -> torch.Tensor:
         """audio (B, S) -> audio (B, S) with the vocoder's bias spectrum subtracted."""
-        # Zero each item's tail so the denoiser's STFT sees only its own samples.
-        keep = torch.arange(audio.shape[1], device=audio.device)[None] < audio_lengths[:, None]
-        return self.denoiser()(audio * keep, strength)
+        return self.denoiser()(audio, strength, audio_lengths)
 
     @staticmethod
     def to_numpy(audio: torch.Tensor, audio_lengths: torch.Tensor) -> list[np.ndarray]:
