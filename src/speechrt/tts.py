@@ -16,6 +16,8 @@ from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo, load_component
+from speechrt.runtime.buckets import Buckets
+from speechrt.runtime.stages import TTSStages
 
 MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces of at most this
 PAUSE_SECONDS = 0.2  # silence inserted between the pieces of one text
@@ -45,22 +47,41 @@ class TTS:
         vocoder: str | Path,
         device: str = "auto",
         precision: str = "fp32",
+        backend: str = "eager",
+        buckets: Buckets | None = None,
     ) -> None:
+        """`backend`: eager (the modules themselves), cuda, onnx or auto (speechrt.runtime)."""
+        from speechrt.runtime import resolve_backend
         from speechrt.text import TextProcessor
 
         self.device = resolve_device(device)
         self.dtype = resolve_precision(precision)
-        self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic")
-        self.vocoder, self.vocoder_info = self._load(vocoder, "vocoder")
+        self.backend = resolve_backend(backend, self.device.type, [acoustic, vocoder])
+        # Runners start from float32 weights (cuda casts what it runs in half; onnx is float32).
+        load_dtype = self.dtype if self.backend == "eager" else torch.float32
+        self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic", load_dtype)
+        self.vocoder, self.vocoder_info = self._load(vocoder, "vocoder", load_dtype)
         if self.acoustic_info.mel is None or self.vocoder_info.mel is None:
             raise SpeechRTError("acoustic model or vocoder lacks a mel config in its model.json")
         self.acoustic_info.mel.check_matches(self.vocoder_info.mel)
         self.mel = self.vocoder_info.mel
         self.text = TextProcessor.from_meta(self.acoustic_info.meta.get("text", {}))
         self._denoiser: torch.nn.Module | None = None
+        self.stages: TTSStages | None = None  # None: eager calls the modules directly
+        if self.backend != "eager":
+            self.stages = TTSStages(
+                self.backend,
+                self.device,
+                precision,
+                (self.acoustic, self.acoustic_info, acoustic),
+                (self.vocoder, self.vocoder_info, vocoder),
+                buckets,
+            )
 
-    def _load(self, model_dir: str | Path, role: str) -> tuple[torch.nn.Module, ComponentInfo]:
-        model, info = load_component(model_dir, self.device, self.dtype)
+    def _load(
+        self, model_dir: str | Path, role: str, dtype: torch.dtype
+    ) -> tuple[torch.nn.Module, ComponentInfo]:
+        model, info = load_component(model_dir, self.device, dtype)
         if getattr(model, "role", None) != role:
             raise SpeechRTError(f"{model_dir}: a {info.kind} model is not an {role} model")
         return model, info
@@ -116,12 +137,16 @@ class TTS:
         seeds: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """ids (B, L), lengths (B,) -> mel (B, n_mels, T), mel_lengths (B,)"""
+        if self.stages is not None:
+            return self.stages.acoustic(ids, lengths, options, seeds)
         return self.acoustic.generate_mel(ids, lengths, options, seeds)
 
     def mel_to_audio(
         self, mel: torch.Tensor, mel_lengths: torch.Tensor, options: SynthesisOptions, seeds
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """mel (B, n_mels, T) -> audio (B, S) float32, audio_lengths (B,)"""
+        if self.stages is not None:
+            return self.stages.vocoder(mel, mel_lengths, options, seeds)
         audio, audio_lengths = self.vocoder.mel_to_audio(
             mel.to(self.dtype), mel_lengths, options, seeds
         )
@@ -131,6 +156,8 @@ class TTS:
         self, audio: torch.Tensor, audio_lengths: torch.Tensor, strength: float
     ) -> torch.Tensor:
         """audio (B, S) -> audio (B, S) with the vocoder's bias spectrum subtracted."""
+        if self.stages is not None:
+            return self.stages.denoiser(audio, audio_lengths, strength)
         return self.denoiser()(audio, strength, audio_lengths)
 
     @staticmethod

@@ -14,6 +14,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("speechrt.cli.convert", "turn a DLE/NGC checkpoint into a model directory"),
     "synthesize": ("speechrt.cli.synthesize", "text to speech"),
     "bench": ("speechrt.cli.bench", "benchmark pipelines: latency percentiles, throughput, RTF"),
+    "export": (
+        "speechrt.cli.export",
+        "write a model directory's ONNX graphs (checked by onnxruntime)",
+    ),
+    "verify": ("speechrt.cli.verify", "compare two backends activation by activation"),
 }
 
 

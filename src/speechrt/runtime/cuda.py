@@ -1,0 +1,176 @@
+"""The cuda runner: half-precision weights, length buckets, torch.compile, CUDA graphs.
+
+Every call pads its inputs to bucketed sizes (batch: repeat item 0; lengths: zeros), so a
+compiled, CUDA-graph-captured callable is reused for every call that falls in the same buckets
+(torch.compile with dynamic=False specialises once per bucket shape; mode "reduce-overhead"
+captures and replays a CUDA graph per shape). Outputs are cropped back to the unpadded sizes and
+stay on the GPU. Models mask by lengths, so padding never changes an item's result.
+
+FastPitch runs as two compiled parts: `encode` at (batch, symbols) buckets in float32, because it
+decides how many whole frames each symbol gets and half precision would move frame boundaries,
+and `decode` (length regulator + decoder + projection) at (batch, frames) buckets in half precision
+(the frame bucket is picked from the predicted lengths: one scalar read back per call).
+The denoiser stays in float32 (its DFT sums 1024 products per bin).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speechrt.contracts import Contract
+from speechrt.errors import SpeechRTError
+from speechrt.runtime.buckets import Buckets
+from speechrt.runtime.eager import to_contract
+
+FLOAT32_GRAPHS = {"denoiser"}
+RECOMPILE_LIMIT = 256  # one compiled variant per bucket shape
+
+
+def compile_fn(fn: Callable, mode: str | None) -> Callable:
+    """torch.compile with static shapes; mode None = no compilation (eager, e.g. on the CPU)."""
+    if mode is None:
+        return fn
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if getattr(dynamo_config, name, RECOMPILE_LIMIT) < RECOMPILE_LIMIT:
+            setattr(dynamo_config, name, RECOMPILE_LIMIT)
+    kwargs = {} if mode == "default" else {"mode": mode}
+    return torch.compile(fn, dynamic=False, **kwargs)
+
+
+def pad_axis(x: Tensor, dim: int, size: int, batch: bool) -> Tensor:
+    """Pad dim of x up to size: the batch axis with copies of item 0, others with zeros."""
+    n = x.shape[dim]
+    if n == size:
+        return x
+    if batch:
+        index = torch.cat([torch.arange(n), torch.zeros(size - n, dtype=torch.long)])
+        return x.index_select(dim, index.to(x.device))
+    pad = [0, 0] * (x.dim() - dim - 1) + [0, size - n]
+    return F.pad(x, pad)
+
+
+class CudaRunner:
+    """Runs a graph wrapper at bucketed static shapes, compiled, in `dtype` (see module doc)."""
+
+    backend = "cuda"
+
+    def __init__(
+        self,
+        graph_name: str,
+        wrapper: nn.Module,
+        contract: Contract,
+        device: str | torch.device = "cuda",
+        dtype: torch.dtype = torch.float16,
+        buckets: Buckets | None = None,
+        mode: str | None = "reduce-overhead",
+    ) -> None:
+        self.contract = contract
+        self.device = torch.device(device)
+        self.buckets = buckets if buckets is not None else Buckets()
+        self.dtype = torch.float32 if graph_name in FLOAT32_GRAPHS else dtype
+        self.graph = copy.deepcopy(wrapper).to(self.device, self.dtype).eval()
+        self.mode = mode
+        self.graphs = mode == "reduce-overhead"
+        # name -> callable, compiled and plain (plain: the same math, e.g. for verify's hooks)
+        self.plain: dict[str, Callable] = {"graph": self.graph}
+        self.compiled = {k: compile_fn(f, mode) for k, f in self.plain.items()}
+
+    def modules(self) -> list[nn.Module]:
+        """The modules this runner computes with (verify hooks them)."""
+        return [self.graph]
+
+    def padded_sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        return {a: self.buckets.size(a, n) for a, n in sizes.items()}
+
+    def pad(self, feeds: Mapping[str, Tensor], padded: Mapping[str, int]) -> list[Tensor]:
+        """Contract inputs in order, on the device, padded to the bucket sizes."""
+        args = []
+        for spec in self.contract.inputs:
+            x = feeds[spec.name].to(self.device, non_blocking=True)
+            for dim, axis in spec.dynamic_axes().items():
+                x = pad_axis(x, dim, padded[axis], axis == "batch")
+            args.append(x)
+        return args
+
+    def crop(self, outs: dict[str, Tensor], sizes: Mapping[str, int]) -> dict[str, Tensor]:
+        """Outputs cut back to the unpadded sizes, copied out of CUDA-graph-owned memory."""
+        cropped = {}
+        for name, x in outs.items():
+            for dim, axis in self.contract.spec(name).dynamic_axes().items():
+                if axis in sizes:
+                    x = x.narrow(dim, 0, sizes[axis])
+            cropped[name] = x.clone() if self.graphs else x
+        return cropped
+
+    def output_sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """Sizes of output-only axes that follow from the input sizes (e.g. samples)."""
+        derive = getattr(self.graph, "output_sizes", None)
+        return {**sizes, **(derive(sizes) if derive else {})}
+
+    def _fns(self, compiled: bool) -> dict[str, Callable]:
+        if compiled and self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        return self.compiled if compiled else self.plain
+
+    @torch.inference_mode()
+    def run(self, feeds: Mapping[str, Tensor], compiled: bool = True) -> dict[str, Tensor]:
+        """Inputs -> outputs on the device; compiled=False runs the same modules uncompiled."""
+        sizes = self.contract.check_feeds(feeds)
+        padded = self.padded_sizes(sizes)
+        fn = self._fns(compiled)["graph"]
+        outs = to_contract(self.contract, fn(*self.pad(feeds, padded)))
+        return self.crop(outs, self.output_sizes(sizes))
+
+
+class FastPitchCudaRunner(CudaRunner):
+    """FastPitch: float32 `encode` at (batch, symbols) buckets, half `decode` at frame buckets."""
+
+    def __init__(self, graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> None:
+        super().__init__(graph_name, wrapper, contract, **kw)
+        from speechrt.models.fastpitch import MAX_FRAMES
+
+        self.max_frames = MAX_FRAMES
+        self.encoder = copy.deepcopy(wrapper).to(self.device, torch.float32).eval()
+        self.plain = {"encode": self.encoder.encode, "decode": self._regulate_decode}
+        self.compiled = {k: compile_fn(f, self.mode) for k, f in self.plain.items()}
+
+    def modules(self) -> list[nn.Module]:
+        return [self.encoder, self.graph]
+
+    def _regulate_decode(self, enc: Tensor, reps: Tensor, n_frames: int) -> tuple[Tensor, Tensor]:
+        frames, mel_lengths = self.graph.regulate(enc.to(self.dtype), reps, n_frames)
+        return self.graph.decode(frames, mel_lengths), mel_lengths
+
+    @torch.inference_mode()
+    def run(self, feeds: Mapping[str, Tensor], compiled: bool = True) -> dict[str, Tensor]:
+        sizes = self.contract.check_feeds(feeds)
+        padded = self.padded_sizes(sizes)
+        fns = self._fns(compiled)
+        e = fns["encode"](*self.pad(feeds, padded))
+        longest = int(e.reps.sum(dim=1).max())  # the one scalar read back
+        if longest > self.max_frames:
+            raise SpeechRTError(
+                f"fastpitch: an item would produce {longest} mel frames (limit "
+                f"{self.max_frames}); split the text or raise the pace"
+            )
+        n_frames = self.buckets.size("frames", longest)
+        mel, mel_lengths = fns["decode"](e.enc, e.reps, n_frames)
+        outs = (mel, mel_lengths, e.durations, e.pitch)
+        outs = to_contract(self.contract, outs if e.energy is None else (*outs, e.energy))
+        return self.crop(outs, {**sizes, "frames": longest})
+
+
+# graph name -> runner class, where a graph needs more than the generic one
+RUNNERS: dict[str, type[CudaRunner]] = {"fastpitch": FastPitchCudaRunner}
+
+
+def cuda_runner(graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> CudaRunner:
+    return RUNNERS.get(graph_name, CudaRunner)(graph_name, wrapper, contract, **kw)

@@ -1,0 +1,120 @@
+"""The ONNX runner: onnxruntime on numpy arrays. Imports no torch (a test checks).
+
+Providers are picked from what the installed onnxruntime offers: TensorRT, then CUDA, then CPU
+(`device="cpu"` keeps to the CPU). On a GPU provider the inputs and outputs go through IO binding:
+inputs are copied once to the device, outputs are allocated there by onnxruntime and copied back
+once per call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from speechrt.contracts import Contract, contract, graphs_of
+from speechrt.errors import SpeechRTError
+
+PREFERRED = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+def pick_providers(device: str = "auto", available: Sequence[str] | None = None) -> list[str]:
+    """The execution providers to use, best first: TensorRT, CUDA where installed, else CPU."""
+    import onnxruntime as ort
+
+    have = list(available if available is not None else ort.get_available_providers())
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    picked = [p for p in PREFERRED if p in have]
+    if device.startswith("cuda") and not any(p != "CPUExecutionProvider" for p in picked):
+        raise SpeechRTError(
+            "onnx backend on cuda needs onnxruntime-gpu (installed providers: "
+            + ", ".join(have)
+            + ")"
+        )
+    return picked or ["CPUExecutionProvider"]
+
+
+class OnnxRunner:
+    """One ONNX graph in an onnxruntime session, checked against its contract."""
+
+    backend = "onnx"
+
+    def __init__(
+        self,
+        path: str | Path,
+        contract: Contract,
+        device: str = "auto",
+        extra_outputs: Sequence[str] = (),
+        threads: int = 0,
+    ) -> None:
+        import onnxruntime as ort
+
+        self.contract = contract
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise SpeechRTError(f"{self.path}: no such file (run `speechrt export` first)")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 3
+        self.providers = pick_providers(device)
+        model: Any = str(self.path)
+        if extra_outputs:
+            model = with_extra_outputs(self.path, extra_outputs)
+        try:
+            self.session = ort.InferenceSession(model, options, providers=self.providers)
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise SpeechRTError(f"{self.path}: onnxruntime cannot load it ({e})") from None
+        names = [i.name for i in self.session.get_inputs()]
+        outs = [o.name for o in self.session.get_outputs()]
+        if names != contract.input_names or outs[: len(contract.output_names)] != (
+            contract.output_names
+        ):
+            raise SpeechRTError(
+                f"{self.path}: graph has inputs {names} and outputs {outs}, but the "
+                f"{contract.name} contract says {contract.input_names} -> {contract.output_names}"
+                " (re-export it)"
+            )
+        self.output_names = outs
+        self.on_gpu = self.session.get_providers()[0] != "CPUExecutionProvider"
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, graph: str | None = None, **kw: Any) -> OnnxRunner:
+        """The runner of `graph` (default: the kind's main graph) exported into model_dir."""
+        info = json.loads((Path(model_dir) / "model.json").read_text())
+        files = graphs_of(info["kind"])
+        graph = graph or next(iter(files))
+        if graph not in files:
+            raise SpeechRTError(f"{model_dir}: a {info['kind']} has no {graph!r} graph")
+        return cls(Path(model_dir) / files[graph], contract(graph, info["dims"]), **kw)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """{input name: array} -> {output name: array} (extra outputs included)."""
+        self.contract.check_feeds(feeds)
+        arrays = {n: np.ascontiguousarray(feeds[n]) for n in self.contract.input_names}
+        if not self.on_gpu:
+            values = self.session.run(self.output_names, arrays)
+        else:
+            binding = self.session.io_binding()
+            for name, value in arrays.items():
+                binding.bind_cpu_input(name, value)
+            for name in self.output_names:
+                binding.bind_output(name, "cuda")
+            self.session.run_with_iobinding(binding)
+            values = binding.copy_outputs_to_cpu()
+        return dict(zip(self.output_names, values, strict=True))
+
+
+def with_extra_outputs(path: Path, names: Sequence[str]) -> bytes:
+    """The serialized model at `path` with the named intermediate values added as outputs."""
+    import onnx
+
+    model = onnx.load(str(path))
+    have = {o.name for o in model.graph.output}
+    for name in names:
+        if name not in have:
+            model.graph.output.append(onnx.ValueInfoProto(name=name))
+    return model.SerializeToString()

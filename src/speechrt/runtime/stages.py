@@ -1,0 +1,191 @@
+"""Pipeline stages on top of runners: (ids, options) -> mel -> audio -> denoised audio.
+
+A stage turns what a pipeline has (padded tensors, lengths, SynthesisOptions, per-item seeds) into
+a graph's named inputs, runs its runner and returns torch tensors on the pipeline's device. The
+onnx runner works on numpy; `TorchOnnx` adapts it (one host copy in, one out, per stage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from speechrt.contracts import contract, graphs_of
+from speechrt.device import PRECISIONS
+from speechrt.errors import SpeechRTError
+from speechrt.options import SynthesisOptions
+from speechrt.repo import ComponentInfo
+from speechrt.runtime.base import Runner
+from speechrt.runtime.buckets import Buckets
+
+
+class TorchOnnx:
+    """An OnnxRunner seen from torch: tensors in, tensors (on `device`) out."""
+
+    backend = "onnx"
+
+    def __init__(self, runner: Any, device: torch.device) -> None:
+        self.runner = runner
+        self.contract = runner.contract
+        self.device = device
+
+    def run(self, feeds: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        arrays = {k: v.detach().cpu().numpy() for k, v in feeds.items()}
+        out = self.runner.run(arrays)
+        return {k: torch.from_numpy(v).to(self.device) for k, v in out.items()}
+
+
+def make_runner(
+    graph: str,
+    model: nn.Module,
+    info: ComponentInfo,
+    backend: str,
+    device: torch.device,
+    precision: str = "fp32",
+    model_dir: str | Path | None = None,
+    buckets: Buckets | None = None,
+    compile_mode: str | None = "reduce-overhead",
+) -> Runner:
+    """A runner for `graph` of a loaded component (float32; eager keeps the model's own dtype)."""
+    from speechrt.runtime.graphs import build_graph
+
+    c = contract(graph, info.dims)
+    if backend == "onnx":
+        from speechrt.runtime.onnx import OnnxRunner
+
+        if precision != "fp32":
+            raise SpeechRTError("the onnx backend runs the exported float32 graphs: use fp32")
+        if model_dir is None:
+            raise SpeechRTError("the onnx backend needs the model directory")
+        path = Path(model_dir) / graphs_of(info.kind)[graph]
+        return TorchOnnx(OnnxRunner(path, c, device=device.type), device)
+    wrapper = build_graph(graph, model, info)
+    if backend == "eager":
+        from speechrt.runtime.eager import EagerRunner
+
+        return EagerRunner(wrapper, c)
+    if backend == "cuda":
+        from speechrt.runtime.cuda import cuda_runner
+
+        dtype = PRECISIONS[precision]
+        return cuda_runner(
+            graph, wrapper, c, device=device, dtype=dtype, buckets=buckets, mode=compile_mode
+        )
+    raise SpeechRTError(f"unknown backend {backend!r}")
+
+
+def acoustic_feeds(
+    names: list[str], ids: Tensor, lengths: Tensor, options: SynthesisOptions, seeds: Tensor
+) -> dict[str, Tensor]:
+    """The acoustic graph's inputs from a padded id batch and the call's options."""
+    B = ids.shape[0]
+    every = {
+        "ids": lambda: ids,
+        "lengths": lambda: lengths,
+        "pace": lambda: torch.full((B,), options.pace),
+        "pitch_shift": lambda: torch.full((B,), options.pitch_shift),
+        "pitch_scale": lambda: torch.full(
+            (B,), 0.0 if options.pitch_flatten else options.pitch_scale
+        ),
+        "speaker": lambda: torch.full((B,), options.speaker, dtype=torch.long),
+    }
+    missing = [n for n in names if n not in every]
+    if missing:
+        raise SpeechRTError(f"no pipeline value for acoustic inputs {missing}")
+    return {n: every[n]().to(ids.device) for n in names}
+
+
+class AcousticStage:
+    """ids (B, L), lengths (B,) -> mel (B, n_mels, T), mel_lengths (B,) through a runner."""
+
+    def __init__(self, runner: Runner, n_speakers: int = 1) -> None:
+        self.runner = runner
+        self.n_speakers = n_speakers
+
+    def __call__(
+        self, ids: Tensor, lengths: Tensor, options: SynthesisOptions, seeds: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        if options.speaker >= self.n_speakers:
+            raise SpeechRTError(f"speaker id {options.speaker} out of range [0, {self.n_speakers})")
+        names = self.runner.contract.input_names
+        out = self.runner.run(acoustic_feeds(names, ids, lengths, options, seeds))
+        return out["mel"], out["mel_lengths"]
+
+
+class VocoderStage:
+    """mel (B, n_mels, T), mel_lengths (B,) -> audio (B, S) float32, audio_lengths (B,)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def __call__(
+        self, mel: Tensor, mel_lengths: Tensor, options: SynthesisOptions, seeds: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        out = self.runner.run({"mel": mel.float(), "mel_lengths": mel_lengths})
+        return out["audio"], out["audio_lengths"]
+
+
+class DenoiserStage:
+    """audio (B, S), audio_lengths (B,), strength -> denoised audio (B, S) float32."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def __call__(self, audio: Tensor, audio_lengths: Tensor, strength: float) -> Tensor:
+        B = audio.shape[0]
+        feeds = {
+            "audio": audio.float(),
+            "audio_lengths": audio_lengths,
+            "strength": torch.full((B,), float(strength), device=audio.device),
+        }
+        return self.runner.run(feeds)["denoised"]
+
+
+class TTSStages:
+    """The acoustic, vocoder and (built on first use) denoiser stages of one voice."""
+
+    def __init__(
+        self,
+        backend: str,
+        device: torch.device,
+        precision: str,
+        acoustic: tuple[nn.Module, ComponentInfo, str | Path],
+        vocoder: tuple[nn.Module, ComponentInfo, str | Path],
+        buckets: Buckets | None = None,
+        compile_mode: str | None = "reduce-overhead",
+    ) -> None:
+        self.backend, self.device, self.precision = backend, device, precision
+        self.buckets, self.compile_mode = buckets, compile_mode
+        self._vocoder = vocoder
+        a_model, a_info, a_dir = acoustic
+        a_graph = next(iter(graphs_of(a_info.kind)))
+        runner = self._runner(a_graph, *acoustic)
+        self.acoustic = AcousticStage(runner, int(a_info.dims.get("n_speakers", 1)))
+        v_graph = next(iter(graphs_of(vocoder[1].kind)))
+        self.vocoder = VocoderStage(self._runner(v_graph, *vocoder))
+        self._denoiser: DenoiserStage | None = None
+
+    def _runner(
+        self, graph: str, model: nn.Module, info: ComponentInfo, model_dir: str | Path
+    ) -> Runner:
+        return make_runner(
+            graph,
+            model,
+            info,
+            self.backend,
+            self.device,
+            self.precision,
+            model_dir,
+            self.buckets,
+            self.compile_mode,
+        )
+
+    @property
+    def denoiser(self) -> DenoiserStage:
+        if self._denoiser is None:
+            self._denoiser = DenoiserStage(self._runner("denoiser", *self._vocoder))
+        return self._denoiser

@@ -1,0 +1,64 @@
+"""Contracts: names, dtypes, dynamic axes, KServe metadata, feed checks; no torch import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from speechrt.contracts import CONTRACTS, GRAPHS, contract, graphs_of
+from speechrt.errors import SpeechRTError
+
+
+def test_fastpitch_contract_follows_dims() -> None:
+    c = contract("fastpitch", {"n_mel_channels": 80, "energy_conditioning": True})
+    assert c.input_names == ["ids", "lengths", "pace", "pitch_shift", "pitch_scale"]
+    assert c.output_names == ["mel", "mel_lengths", "durations", "pitch", "energy"]
+    assert c.spec("mel").shape == ("batch", 80, "frames")
+    assert c.dynamic_axes()["ids"] == {0: "batch", 1: "symbols"}
+    assert c.dynamic_axes()["mel"] == {0: "batch", 2: "frames"}
+    multi = contract("fastpitch", {"n_speakers": 4, "energy_conditioning": False})
+    assert multi.input_names[-1] == "speaker" and "energy" not in multi.output_names
+
+
+def test_kserve_metadata() -> None:
+    meta = contract("hifigan", {"n_mels": 80}).kserve_metadata("hifigan")
+    assert meta["name"] == "hifigan" and meta["versions"] == ["1"]
+    assert meta["inputs"] == [
+        {"name": "mel", "datatype": "FP32", "shape": [-1, 80, -1]},
+        {"name": "mel_lengths", "datatype": "INT64", "shape": [-1]},
+    ]
+    assert meta["outputs"][0] == {"name": "audio", "datatype": "FP32", "shape": [-1, -1]}
+
+
+def test_every_graph_of_every_kind_has_a_contract() -> None:
+    for kind, files in GRAPHS.items():
+        assert graphs_of(kind) == files
+        assert len(set(files.values())) == len(files)
+        for graph in files:
+            c = CONTRACTS[graph]({})
+            names = c.input_names + c.output_names
+            assert len(set(names)) == len(names), graph  # ONNX names must be unique
+
+
+def test_check_feeds() -> None:
+    c = contract("hifigan", {"n_mels": 4})
+    mel, lengths = np.zeros((2, 4, 7), np.float32), np.array([7, 5])
+    assert c.check_feeds({"mel": mel, "mel_lengths": lengths}) == {"batch": 2, "frames": 7}
+    with pytest.raises(SpeechRTError, match="missing \\['mel_lengths'\\]"):
+        c.check_feeds({"mel": mel})
+    with pytest.raises(SpeechRTError, match="must be int64"):
+        c.check_feeds({"mel": mel, "mel_lengths": lengths.astype(np.int32)})
+    with pytest.raises(SpeechRTError, match="shape \\(batch, 4, frames\\)"):
+        c.check_feeds({"mel": np.zeros((2, 5, 7), np.float32), "mel_lengths": lengths})
+    with pytest.raises(SpeechRTError, match="axis 'batch' is 3 here, 2 elsewhere"):
+        c.check_feeds({"mel": mel, "mel_lengths": np.array([1, 2, 3])})
+    with pytest.raises(SpeechRTError, match="no exportable graphs"):
+        graphs_of("nonesuch")
+
+
+def test_contracts_import_no_torch() -> None:
+    code = "import sys, speechrt.contracts; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
