@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 audio += tts.synthesize(chunk, options, batch_size=args.batch_size, seeds=seeds)
                 bar.update(len(chunk))
     for path, wav in zip(outputs, audio, strict=True):
-        write_audio(path, wav, tts.sampling_rate, args.format)
+        write_audio(path, wav, tts.sampling_rate, args.format, args.sample_format)
     if args.file is None:
         print(f"{outputs[0]}: {len(audio[0]) / tts.sampling_rate:.2f} s at {tts.sampling_rate} Hz")
     else:
