@@ -262,7 +262,8 @@ class Tacotron2(nn.Module):
         ids, lengths = _check_inputs(ids, lengths, self.dims.n_symbols)
         b = ids.shape[0]
         seeds = _item_seeds(seeds, options, b)
-        max_steps = options.max_decoder_steps or self.dims.max_decoder_steps
+        max_steps = options.max_decoder_steps
+        max_steps = self.dims.max_decoder_steps if max_steps is None else max_steps
         if max_steps < 1:
             raise SpeechRTError(f"tacotron2: max_decoder_steps must be >= 1, got {max_steps}")
         w = self.encoder.embedding.weight
@@ -319,6 +320,8 @@ class Tacotron2(nn.Module):
 
         'module.1.' / 'module.' are removed anywhere in the keys (DLE's unwrap_distributed);
         'config' gives the dims when present, else the weight shapes do; BatchNorm is folded.
+        Training-only config keys (dropouts, mask_padding) are ignored, and so is
+        decoder_no_early_stopping: DLE's mel lengths do not depend on it.
         """
         from speechrt.checkpoints import strip_prefix
 
