@@ -13,6 +13,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("speechrt.cli.convert", "turn a DLE/NGC checkpoint into a model directory"),
     "synthesize": ("speechrt.cli.synthesize", "text to speech"),
+    "transcribe": ("speechrt.cli.transcribe", "speech to text (Jasper, QuartzNet)"),
+    "eval": ("speechrt.cli.eval", "word/character error rates of a speech recogniser"),
 }
 
 

@@ -25,6 +25,8 @@ from speechrt.errors import SpeechRTError
 KINDS: dict[str, tuple[str, str]] = {
     "fastpitch": ("speechrt.models.fastpitch", "FastPitch"),
     "hifigan": ("speechrt.models.hifigan", "HiFiGAN"),
+    "jasper": ("speechrt.models.jasper", "Jasper"),
+    "quartznet": ("speechrt.models.jasper", "QuartzNet"),
 }
 
 
