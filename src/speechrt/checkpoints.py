@@ -86,6 +86,8 @@ DETECTORS: dict[str, Callable[[set[str]], bool]] = {
     "tacotron2": lambda ks: any(k.endswith("decoder.attention_rnn.weight_ih") for k in ks),
     "waveglow": lambda ks: any(k.endswith("convinv.0.conv.weight") for k in ks),
     "fastspeech": lambda ks: any(k.endswith("phoneme_side.position.weight") for k in ks),
+    "jasper": lambda ks: any(k.endswith(".0.conv.0.weight") for k in ks),  # v1 keys too
+    "quartznet": lambda ks: "encoder.layers.0.mconv.0.weight" in ks,
 }
 
 

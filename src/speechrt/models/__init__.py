@@ -28,6 +28,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "tacotron2": ("speechrt.models.tacotron2", "Tacotron2"),
     "waveglow": ("speechrt.models.waveglow", "WaveGlow"),
     "fastspeech": ("speechrt.models.fastspeech", "FastSpeech"),
+    "jasper": ("speechrt.models.jasper", "Jasper"),
+    "quartznet": ("speechrt.models.jasper", "QuartzNet"),
 }
 
 
