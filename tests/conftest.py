@@ -1,6 +1,11 @@
 import pytest
 import torch
 
+# Tiny models: one intra-op thread is many times faster than two on a 2-core machine, and oneDNN
+# spends seconds building a primitive for every new conv shape.
+torch.set_num_threads(1)
+torch.backends.mkldnn.enabled = False
+
 
 @pytest.fixture(autouse=True)
 def _deterministic():
