@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime_models import fastpitch, save, voice
+from runtime_models import exported, fastpitch, save
 from speechrt.cli import main
-from speechrt.contracts import contract
+from speechrt.contracts import GRAPHS, contract
 from speechrt.errors import SpeechRTError
+from speechrt.models.tacotron2 import DECODER_INPUTS, DECODER_OUTPUTS
 from speechrt.repo import load_component
 from speechrt.runtime.eager import EagerRunner
 from speechrt.runtime.graphs import build_graph, example_feeds
@@ -19,14 +20,7 @@ from speechrt.runtime.onnx import OnnxRunner
 
 LENGTHS = (4, 13, 31)  # none of them the traced example length (11)
 BATCHES = (1, 3)
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    acoustic, vocoder = voice(tmp_path_factory.mktemp("voice"))
-    for d in (acoustic, vocoder):
-        assert main(["export", str(d)]) == 0
-    return acoustic, vocoder
+CASES = [(kind, graph) for kind in exported() for graph in GRAPHS[kind]]
 
 
 def check_against_eager(model_dir: Path, graph: str, tolerance: float = 1e-4) -> None:
@@ -45,22 +39,33 @@ def check_against_eager(model_dir: Path, graph: str, tolerance: float = 1e-4) ->
                 assert err <= tolerance, (graph, name, batch, length, float(err))
 
 
-def test_exported_files_and_names(exported: tuple[Path, Path]) -> None:
-    acoustic, vocoder = exported
-    assert (acoustic / "model.onnx").is_file()
-    assert (vocoder / "model.onnx").is_file() and (vocoder / "denoiser.onnx").is_file()
-    runner = OnnxRunner.from_dir(acoustic, device="cpu")
+@pytest.mark.parametrize("kind, graph", CASES)
+def test_onnx_matches_eager_at_other_sizes(kind: str, graph: str) -> None:
+    check_against_eager(exported()[kind], graph)
+
+
+def test_every_kind_is_exported() -> None:
+    from speechrt.models import KINDS
+
+    assert set(KINDS) - set(GRAPHS) == {"jasper"} - set(GRAPHS)  # quartznet stands for both
+    for kind, d in exported().items():
+        for file in GRAPHS[kind].values():
+            assert (d / file).is_file(), (kind, file)
+
+
+def test_named_dynamic_axes() -> None:
+    runner = OnnxRunner.from_dir(exported()["fastpitch"], device="cpu")
     assert [i.name for i in runner.session.get_inputs()] == runner.contract.input_names
-    dims = [i.shape for i in runner.session.get_inputs()]
-    assert dims[0] == ["batch", "symbols"]  # named dynamic axes, not the example's sizes
+    assert runner.session.get_inputs()[0].shape == ["batch", "symbols"]  # not the example's
     assert runner.session.get_outputs()[0].shape == ["batch", 10, "frames"]
+    lstm = OnnxRunner.from_dir(exported()["tacotron2"], "tacotron2.encoder", device="cpu")
+    assert lstm.session.get_outputs()[0].shape == ["batch", "symbols", 16]
 
 
-@pytest.mark.parametrize("which, graph", [(0, "fastpitch"), (1, "hifigan"), (1, "denoiser")])
-def test_onnx_matches_eager_at_other_sizes(
-    exported: tuple[Path, Path], which: int, graph: str
-) -> None:
-    check_against_eager(exported[which], graph)
+def test_tacotron2_names_are_dles() -> None:
+    c = contract("tacotron2.decoder_step", {})
+    assert tuple(c.input_names) == DECODER_INPUTS
+    assert tuple(c.output_names) == DECODER_OUTPUTS
 
 
 def test_multi_speaker_fastpitch_exports(tmp_path: Path) -> None:
@@ -71,10 +76,10 @@ def test_multi_speaker_fastpitch_exports(tmp_path: Path) -> None:
     check_against_eager(d, "fastpitch")
 
 
-def test_stale_onnx_is_refused(exported: tuple[Path, Path], tmp_path: Path) -> None:
+def test_stale_onnx_is_refused(tmp_path: Path) -> None:
     # the vocoder's graph under a FastPitch model.json: names do not match the contract
     d = save(fastpitch(), tmp_path / "fp")
-    (d / "model.onnx").write_bytes((exported[1] / "model.onnx").read_bytes())
+    (d / "model.onnx").write_bytes((exported()["hifigan"] / "model.onnx").read_bytes())
     with pytest.raises(SpeechRTError, match="re-export"):
         OnnxRunner.from_dir(d, device="cpu")
 

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime_models import MEL, fastpitch, hifigan, voice
+from runtime_models import MEL, exported, fastpitch, hifigan, voice
 from speechrt.audio.mel import MelConfig
-from speechrt.cli import main
-from speechrt.contracts import contract
+from speechrt.contracts import GRAPHS, contract
 from speechrt.errors import SpeechRTError
 from speechrt.models.denoiser import Denoiser
 from speechrt.options import SynthesisOptions
@@ -91,26 +90,19 @@ def runners(model_dir: Path, graph: str) -> dict[str, object]:
     }
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    dirs = voice(tmp_path_factory.mktemp("voice"))
-    for d in dirs:
-        assert main(["export", str(d)]) == 0
-    return dirs
+SINGLE_STEP = [(k, g) for k in exported() for g in GRAPHS[k] if g != "tacotron2.decoder_step"]
 
 
-@pytest.mark.parametrize("which, graph", [(0, "fastpitch"), (1, "hifigan"), (1, "denoiser")])
-def test_batch_independence_and_buckets(
-    exported: tuple[Path, Path], which: int, graph: str
-) -> None:
+@pytest.mark.parametrize("kind, graph", SINGLE_STEP)
+def test_batch_independence_and_buckets(kind: str, graph: str) -> None:
     """Every backend: item i of a batch == item i alone; bucketed (cuda) == unbucketed (eager)."""
-    rs = runners(exported[which], graph)
+    rs = runners(exported()[kind], graph)
     wrapper = rs["eager"].graph
     feeds = example_feeds(graph, wrapper, 3, 19, seed=5)
     c = rs["eager"].contract
     ref = rs["eager"].run(feeds)
     for backend, r in rs.items():
-        batched = r.run(feeds) if backend != "onnx" else r.run(feeds)
+        batched = r.run(feeds)
         for i in range(3):
             alone = {k: v[i : i + 1] for k, v in feeds.items()}
             one = r.run(alone)
@@ -154,9 +146,11 @@ def test_bf16_cuda_runner_stays_close() -> None:
     assert 10 * torch.log10(ref["mel"].pow(2).sum() / noise) > 30
 
 
-def test_resolve_backend(exported: tuple[Path, Path], tmp_path: Path) -> None:
+def test_resolve_backend(tmp_path: Path) -> None:
     assert resolve_backend("auto", "cuda") == "cuda"
-    assert resolve_backend("auto", "cpu", exported) == "onnx"
+    assert (
+        resolve_backend("auto", "cpu", [exported()["fastpitch"], exported()["hifigan"]]) == "onnx"
+    )
     plain = voice(tmp_path)
     assert resolve_backend("auto", "cpu", plain) == "eager"
     assert resolve_backend("onnx", "cpu") == "onnx"
@@ -166,9 +160,10 @@ def test_resolve_backend(exported: tuple[Path, Path], tmp_path: Path) -> None:
         resolve_backend("tensorrt", "cpu")
 
 
-def test_stages_match_the_modules(exported: tuple[Path, Path]) -> None:
+def test_stages_match_the_modules() -> None:
     """ids -> mel -> audio -> denoised through each backend's stages == the eager modules."""
-    (a_model, a_info), (v_model, v_info) = (load_component(d) for d in exported)
+    dirs = exported()["fastpitch"], exported()["hifigan"]
+    (a_model, a_info), (v_model, v_info) = (load_component(d) for d in dirs)
     opts = SynthesisOptions(pace=1.2, pitch_shift=10.0, denoise=0.1)
     seeds = torch.zeros(2, dtype=torch.long)
     mel, mel_lengths = a_model.generate_mel(IDS, LENS, opts)
@@ -180,8 +175,8 @@ def test_stages_match_the_modules(exported: tuple[Path, Path]) -> None:
             backend,
             cpu,
             "fp32",
-            (a_model, a_info, exported[0]),
-            (v_model, v_info, exported[1]),
+            (a_model, a_info, dirs[0]),
+            (v_model, v_info, dirs[1]),
             buckets=SMALL,
             compile_mode=None,
         )
@@ -195,12 +190,12 @@ def test_stages_match_the_modules(exported: tuple[Path, Path]) -> None:
             stages.acoustic(IDS, LENS, SynthesisOptions(speaker=2), seeds)
 
 
-def test_onnx_runner_imports_no_torch(exported: tuple[Path, Path]) -> None:
+def test_onnx_runner_imports_no_torch() -> None:
     code = f"""
 import sys
 import numpy as np
 from speechrt.runtime.onnx import OnnxRunner
-r = OnnxRunner.from_dir({str(exported[1])!r}, device="cpu")
+r = OnnxRunner.from_dir({str(exported()["hifigan"])!r}, device="cpu")
 out = r.run({{"mel": np.zeros((1, 10, 5), np.float32), "mel_lengths": np.array([5])}})
 assert out["audio"].shape == (1, 80) and out["audio_lengths"].tolist() == [80]
 assert "torch" not in sys.modules, "torch was imported"

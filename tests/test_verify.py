@@ -7,20 +7,22 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from runtime_models import voice
+from runtime_models import exported
 from speechrt.cli import main
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    dirs = voice(tmp_path_factory.mktemp("voice"))
-    for d in dirs:
-        assert main(["export", str(d)]) == 0
-    return dirs
+def exported_voice() -> tuple[Path, Path]:
+    return exported()["fastpitch"], exported()["hifigan"]
 
 
-def test_eager_vs_onnx_passes(exported: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
-    assert main(["verify", str(exported[0]), "--a", "eager", "--b", "onnx", "--device", "cpu"]) == 0
+def test_eager_vs_onnx_passes(
+    exported_voice: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
+    assert (
+        main(["verify", str(exported_voice[0]), "--a", "eager", "--b", "onnx", "--device", "cpu"])
+        == 0
+    )
     out = capsys.readouterr().out
     # intermediate activations (from the probe export) and every output, each with a verdict
     assert "model.encoder.layers.0 " in out and "model.decoder.layers.1 " in out
@@ -30,9 +32,9 @@ def test_eager_vs_onnx_passes(exported: tuple[Path, Path], capsys: pytest.Captur
 
 
 def test_perturbed_weight_fails(
-    exported: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+    exported_voice: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    src = exported[1]
+    src = exported_voice[1]
     d = tmp_path / "voc"
     d.mkdir()
     for f in src.iterdir():
@@ -52,16 +54,32 @@ def test_perturbed_weight_fails(
 
 
 def test_eager_vs_cuda_runner_in_half_precision(
-    exported: tuple[Path, Path], capsys: pytest.CaptureFixture
+    exported_voice: tuple[Path, Path], capsys: pytest.CaptureFixture
 ) -> None:
     # on the CPU the cuda runner runs uncompiled: buckets, bf16 weights, float32 encoder
-    args = ["verify", str(exported[0]), "--b", "cuda", "--precision", "bf16", "--device", "cpu"]
+    args = [
+        "verify",
+        str(exported_voice[0]),
+        "--b",
+        "cuda",
+        "--precision",
+        "bf16",
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "uncompiled" in out and "model.decoder.layers.0 " in out
     assert main([*args, "--tolerance", "1e-6"]) == 1  # bf16 is not that close
 
 
-def test_verify_errors(exported: tuple[Path, Path]) -> None:
-    assert main(["verify", str(exported[0]), "--graph", "denoiser", "--device", "cpu"]) == 2
-    assert main(["verify", str(exported[0]), "--batch", "0"]) == 2
+def test_verify_errors(exported_voice: tuple[Path, Path]) -> None:
+    assert main(["verify", str(exported_voice[0]), "--graph", "denoiser", "--device", "cpu"]) == 2
+    assert main(["verify", str(exported_voice[0]), "--batch", "0"]) == 2
+
+
+@pytest.mark.parametrize("kind", ["tacotron2", "waveglow", "fastspeech", "quartznet"])
+def test_every_kind_verifies(kind: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["verify", str(exported()[kind]), "--device", "cpu", "--length", "9"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("PASS") == out.count("== ") >= 1

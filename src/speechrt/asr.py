@@ -96,18 +96,26 @@ class ASR:
         dither: float | None = None,
         seed: int = 0,
         decode_padding: bool = True,
+        backend: str = "eager",
     ) -> None:
         """`dither` overrides the model's (0 = deterministic); noise is drawn per window from
         `seed`. `decode_padding` decodes the zero-padded tail frames too, as DLE inference.py
-        does (at batch size 1); False decodes the valid frames only."""
+        does (at batch size 1); False decodes the valid frames only. `backend`: eager (the
+        module), cuda, onnx or auto (speechrt.runtime) runs the acoustic model; the features
+        are computed in torch on every backend."""
         if window < 1.0:
             raise SpeechRTError(f"window must be >= 1 s, got {window}")
         if not 0 <= overlap < window / 2:
             raise SpeechRTError(f"overlap must be within [0, window / 2), got {overlap}")
+        from speechrt.runtime import resolve_backend
+
         self.device = resolve_device(device)
         self.dtype = resolve_precision(precision)
+        self.backend = resolve_backend(backend, self.device.type, [model_dir])
+        # Runners start from float32 weights (cuda casts what it runs; onnx is float32).
+        load_dtype = self.dtype if self.backend == "eager" else torch.float32
         try:
-            self.model, self.info = load_component(model_dir, self.device, self.dtype)
+            self.model, self.info = load_component(model_dir, self.device, load_dtype)
         except (TypeError, ValueError) as e:
             raise SpeechRTError(f"{model_dir}: corrupt model description ({e})") from None
         if getattr(self.model, "role", None) != "asr":
@@ -128,6 +136,13 @@ class ASR:
             )
         self.window, self.overlap, self.seed = window, overlap, seed
         self.decode_padding = decode_padding
+        self.runner = None  # eager calls the module directly
+        if self.backend != "eager":
+            from speechrt.runtime.stages import make_runner
+
+            self.runner = make_runner(
+                "jasper", self.model, self.info, self.backend, self.device, precision, model_dir
+            )
 
     @property
     def sample_rate(self) -> int:
@@ -195,7 +210,11 @@ class ASR:
         if self.pad_leading:
             feats = torch.nn.functional.pad(feats, (self.pad_leading, 0))
             lengths = lengths + self.pad_leading
-        log_probs, out_lengths = self.model(feats.to(self.dtype), lengths)
+        if self.runner is not None:
+            out = self.runner.run({"features": feats.float(), "feature_lengths": lengths})
+            log_probs, out_lengths = out["log_probs"], out["log_prob_lengths"]
+        else:
+            log_probs, out_lengths = self.model(feats.to(self.dtype), lengths)
         if self.decode_padding:
             padded = [self.features.padded_frames(a.shape[0]) + self.pad_leading for a in audios]
             frames = torch.tensor(padded, dtype=torch.long, device=self.device)

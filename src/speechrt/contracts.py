@@ -14,8 +14,11 @@ Graphs per model kind (a kind's directory holds one ONNX file per graph):
                                                             postnet.onnx
     hifigan      hifigan, denoiser                          model.onnx, denoiser.onnx
     waveglow     waveglow, denoiser                         model.onnx, denoiser.onnx
-    jasper       asr_features, jasper                       features.onnx, model.onnx
-    quartznet    asr_features, quartznet                    features.onnx, model.onnx
+    jasper       jasper                                     model.onnx
+    quartznet    jasper (same architecture)                 model.onnx
+
+ASR features (audio -> log-mel) run in torch for every backend (speechrt.audio.features): their
+FFT-based STFT and per-item normalisation have no exported graph yet.
 """
 
 from __future__ import annotations
@@ -183,17 +186,126 @@ def denoiser(d: Mapping[str, Any]) -> Contract:
     )
 
 
+def tacotron2_encoder(d: Mapping[str, Any]) -> Contract:
+    e = d.get("encoder_embedding_dim", 512)
+    return Contract(
+        "tacotron2.encoder",
+        (_t("sequences", I64, B, "symbols"), _t("sequence_lengths", I64, B)),
+        (
+            _t("memory", F32, B, "symbols", e),
+            _t("processed_memory", F32, B, "symbols", d.get("attention_dim", 128)),
+        ),
+    )
+
+
+def _tacotron2_state(d: Mapping[str, Any], prefix: str = "") -> tuple[TensorSpec, ...]:
+    a, r = d.get("attention_rnn_dim", 1024), d.get("decoder_rnn_dim", 1024)
+    return (
+        _t(prefix + "attention_hidden", F32, B, a),
+        _t(prefix + "attention_cell", F32, B, a),
+        _t(prefix + "decoder_hidden", F32, B, r),
+        _t(prefix + "decoder_cell", F32, B, r),
+        _t(prefix + "attention_weights", F32, B, "symbols"),
+        _t(prefix + "attention_weights_cum", F32, B, "symbols"),
+        _t(prefix + "attention_context", F32, B, d.get("encoder_embedding_dim", 512)),
+    )
+
+
+def tacotron2_decoder_step(d: Mapping[str, Any]) -> Contract:
+    """One decoder step, DLE's decoder_iter.onnx names plus the prenet dropout masks."""
+    n_mels = d.get("n_mel_channels", 80)
+    inputs = (
+        _t("decoder_input", F32, B, n_mels, doc="the previous frame (zeros at step 1)"),
+        *_tacotron2_state(d),
+        _t("memory", F32, B, "symbols", d.get("encoder_embedding_dim", 512)),
+        _t("processed_memory", F32, B, "symbols", d.get("attention_dim", 128)),
+        _t("mask", BOOL, B, "symbols", doc="True at padding"),
+        _t("prenet_masks", F32, B, 2, d.get("prenet_dim", 256), doc="0 or 2: dropout p 0.5"),
+    )
+    outputs = (
+        _t("decoder_output", F32, B, n_mels),
+        _t("gate_prediction", F32, B, 1, doc="stop logit"),
+        *_tacotron2_state(d, "out_"),
+    )
+    return Contract("tacotron2.decoder_step", inputs, outputs)
+
+
+def tacotron2_postnet(d: Mapping[str, Any]) -> Contract:
+    n_mels = d.get("n_mel_channels", 80)
+    return Contract(
+        "tacotron2.postnet",
+        (_t("mel_outputs", F32, B, n_mels, "frames"), _t("mel_lengths", I64, B)),
+        (_t("mel_outputs_postnet", F32, B, n_mels, "frames"),),
+    )
+
+
+def fastspeech(d: Mapping[str, Any]) -> Contract:
+    return Contract(
+        "fastspeech",
+        (
+            _t("ids", I64, B, "symbols"),
+            _t("lengths", I64, B),
+            _t("pace", F32, B, doc="speaking rate, > 1 is faster (DLE's alpha = 1 / pace)"),
+        ),
+        (_t("mel", F32, B, d.get("n_mels", 80), "frames"), _t("mel_lengths", I64, B)),
+    )
+
+
+def waveglow(d: Mapping[str, Any]) -> Contract:
+    return Contract(
+        "waveglow",
+        (
+            _t("mel", F32, B, d.get("n_mel_channels", 80), "frames"),
+            _t("mel_lengths", I64, B),
+            _t(
+                "z", F32, B, d.get("n_group", 8), "groups", doc="latent noise, frames * hop / group"
+            ),
+            _t("sigma", F32, B, doc="scales the first latent channels"),
+        ),
+        (_t("audio", F32, B, "samples"), _t("audio_lengths", I64, B)),
+    )
+
+
+def jasper(d: Mapping[str, Any]) -> Contract:
+    return Contract(
+        "jasper",
+        (
+            _t("features", F32, B, d.get("n_feats", 64), "feature_frames"),
+            _t("feature_lengths", I64, B),
+        ),
+        (
+            _t("log_probs", F32, B, "output_frames", d.get("n_classes", 29), doc="blank last"),
+            _t("log_prob_lengths", I64, B),
+        ),
+    )
+
+
 # graph name -> builder
 CONTRACTS: dict[str, Callable[[Mapping[str, Any]], Contract]] = {
     "fastpitch": fastpitch,
     "hifigan": hifigan,
     "denoiser": denoiser,
+    "tacotron2.encoder": tacotron2_encoder,
+    "tacotron2.decoder_step": tacotron2_decoder_step,
+    "tacotron2.postnet": tacotron2_postnet,
+    "fastspeech": fastspeech,
+    "waveglow": waveglow,
+    "jasper": jasper,
 }
 
 # model kind -> {graph name: ONNX file name in the model directory}; the first is the main graph
 GRAPHS: dict[str, dict[str, str]] = {
     "fastpitch": {"fastpitch": "model.onnx"},
     "hifigan": {"hifigan": "model.onnx", "denoiser": "denoiser.onnx"},
+    "tacotron2": {
+        "tacotron2.encoder": "encoder.onnx",
+        "tacotron2.decoder_step": "decoder_step.onnx",
+        "tacotron2.postnet": "postnet.onnx",
+    },
+    "fastspeech": {"fastspeech": "model.onnx"},
+    "waveglow": {"waveglow": "model.onnx", "denoiser": "denoiser.onnx"},
+    "jasper": {"jasper": "model.onnx"},
+    "quartznet": {"jasper": "model.onnx"},
 }
 
 

@@ -16,7 +16,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--acoustic", help="acoustic model directory (tts)")
     p.add_argument("--vocoder", help="vocoder model directory (tts)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--backends", type=_csv(str), default=["eager"], help="comma list")
+    p.add_argument(
+        "--backends",
+        "--backend",
+        type=_csv(str),
+        default=["eager"],
+        help="comma list of auto, eager, onnx, cuda (default: eager)",
+    )
     p.add_argument("--precisions", type=_csv(str), default=["fp32"], help="comma list")
     p.add_argument("--batch-sizes", type=_csv(int), default=[1, 8], help="comma list")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per case")
@@ -38,14 +44,22 @@ def run(args: argparse.Namespace) -> int:
     if any(b < 1 for b in args.batch_sizes):
         raise SpeechRTError("batch sizes must be >= 1")
     device = resolve_device(args.device)
+    from speechrt.runtime import BACKENDS
+
+    if any(b not in ("auto", *BACKENDS) for b in args.backends):
+        raise SpeechRTError(f"backends must be among auto, {', '.join(BACKENDS)}")
     variants = [Variant(b, p) for b in args.backends for p in args.precisions]
     if args.acoustic is None or args.vocoder is None:
         raise SpeechRTError("bench tts needs --acoustic DIR and --vocoder DIR")
 
     def make(v: Variant) -> TTS:
-        if v.backend != "eager":
-            raise SpeechRTError(f"unknown backend {v.backend!r}")
-        return TTS(args.acoustic, args.vocoder, device=str(device), precision=v.precision)
+        return TTS(
+            args.acoustic,
+            args.vocoder,
+            device=str(device),
+            precision=v.precision,
+            backend=v.backend,
+        )
 
     rows = bench_tts(make, variants, args.batch_sizes, args.warmup, args.iters, args.denoise)
     for r in rows:

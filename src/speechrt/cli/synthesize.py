@@ -21,6 +21,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocoder", help="vocoder model directory (HiFi-GAN, ...)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "eager", "onnx", "cuda"),
+        default="eager",
+        help="eager (default), cuda (compiled, bucketed, CUDA graphs), onnx (after `speechrt "
+        "export`), or auto: cuda on a GPU, else onnx where exported, else eager",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="sentences per batch (default: 8)")
     p.add_argument(
         "--format", choices=("wav", "flac", "pcm"), help="output format (default: suffix)"
@@ -86,7 +93,13 @@ def run(args: argparse.Namespace) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         outputs = [out_dir / f"{i}.{ext}" for i in range(1, len(texts) + 1)]
 
-    tts = TTS(args.acoustic, args.vocoder, device=args.device, precision=args.precision)
+    tts = TTS(
+        args.acoustic,
+        args.vocoder,
+        device=args.device,
+        precision=args.precision,
+        backend=args.backend,
+    )
     if args.file is None:
         audio = tts.synthesize(texts, options, batch_size=args.batch_size)
     else:

@@ -6,11 +6,11 @@ compiled, CUDA-graph-captured callable is reused for every call that falls in th
 captures and replays a CUDA graph per shape). Outputs are cropped back to the unpadded sizes and
 stay on the GPU. Models mask by lengths, so padding never changes an item's result.
 
-FastPitch runs as two compiled parts: `encode` at (batch, symbols) buckets in float32, because it
-decides how many whole frames each symbol gets and half precision would move frame boundaries,
-and `decode` (length regulator + decoder + projection) at (batch, frames) buckets in half precision
-(the frame bucket is picked from the predicted lengths: one scalar read back per call).
-The denoiser stays in float32 (its DFT sums 1024 products per bin).
+FastPitch and FastSpeech run as two compiled parts: `encode` at (batch, symbols) buckets in
+float32, because it decides how many whole frames each symbol gets and half precision would move
+frame boundaries, and `decode` (length regulator + decoder + projection) at (batch, frames)
+buckets in half precision (the frame bucket is picked from the predicted lengths: one scalar read
+back per call). The denoiser stays in float32 (its DFT sums n_fft products per bin).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.eager import to_contract
 
-FLOAT32_GRAPHS = {"denoiser"}
+# graphs kept in float32 whatever the precision: the denoiser's DFT sums n_fft products per bin;
+# Tacotron2's encoder and decoder feed an autoregressive loop whose stop gate amplifies rounding
+FLOAT32_GRAPHS = {"denoiser", "tacotron2.encoder", "tacotron2.decoder_step"}
 RECOMPILE_LIMIT = 256  # one compiled variant per bucket shape
 
 
@@ -88,7 +90,13 @@ class CudaRunner:
         return [self.graph]
 
     def padded_sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
-        return {a: self.buckets.size(a, n) for a, n in sizes.items()}
+        """Bucketed sizes; axes that follow from others (e.g. WaveGlow's z) follow them."""
+        return self.with_derived({a: self.buckets.size(a, n) for a, n in sizes.items()})
+
+    def with_derived(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """Sizes plus the axes the graph derives from them (e.g. samples = frames * hop)."""
+        derive = getattr(self.graph, "derived_sizes", None)
+        return {**sizes, **(derive(sizes) if derive else {})}
 
     def pad(self, feeds: Mapping[str, Tensor], padded: Mapping[str, int]) -> list[Tensor]:
         """Contract inputs in order, on the device, padded to the bucket sizes."""
@@ -110,11 +118,6 @@ class CudaRunner:
             cropped[name] = x.clone() if self.graphs else x
         return cropped
 
-    def output_sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
-        """Sizes of output-only axes that follow from the input sizes (e.g. samples)."""
-        derive = getattr(self.graph, "output_sizes", None)
-        return {**sizes, **(derive(sizes) if derive else {})}
-
     def _fns(self, compiled: bool) -> dict[str, Callable]:
         if compiled and self.graphs:
             torch.compiler.cudagraph_mark_step_begin()
@@ -127,27 +130,26 @@ class CudaRunner:
         padded = self.padded_sizes(sizes)
         fn = self._fns(compiled)["graph"]
         outs = to_contract(self.contract, fn(*self.pad(feeds, padded)))
-        return self.crop(outs, self.output_sizes(sizes))
+        return self.crop(outs, self.with_derived(sizes))
 
 
-class FastPitchCudaRunner(CudaRunner):
-    """FastPitch: float32 `encode` at (batch, symbols) buckets, half `decode` at frame buckets."""
+class RegulatedCudaRunner(CudaRunner):
+    """FastPitch / FastSpeech: float32 `encode` at (batch, symbols) buckets, then `decode`
+    (length regulator + decoder) in half precision at a frame bucket picked from the lengths.
+
+    The graph provides encode(*inputs) -> NamedTuple with .enc and .reps, frame_lengths(reps),
+    decode(enc, reps, n_frames) -> (mel, mel_lengths), assemble(mel, mel_lengths, encoded) and
+    max_frames (None: no limit).
+    """
 
     def __init__(self, graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> None:
         super().__init__(graph_name, wrapper, contract, **kw)
-        from speechrt.models.fastpitch import MAX_FRAMES
-
-        self.max_frames = MAX_FRAMES
         self.encoder = copy.deepcopy(wrapper).to(self.device, torch.float32).eval()
-        self.plain = {"encode": self.encoder.encode, "decode": self._regulate_decode}
+        self.plain = {"encode": self.encoder.encode, "decode": self.graph.decode}
         self.compiled = {k: compile_fn(f, self.mode) for k, f in self.plain.items()}
 
     def modules(self) -> list[nn.Module]:
         return [self.encoder, self.graph]
-
-    def _regulate_decode(self, enc: Tensor, reps: Tensor, n_frames: int) -> tuple[Tensor, Tensor]:
-        frames, mel_lengths = self.graph.regulate(enc.to(self.dtype), reps, n_frames)
-        return self.graph.decode(frames, mel_lengths), mel_lengths
 
     @torch.inference_mode()
     def run(self, feeds: Mapping[str, Tensor], compiled: bool = True) -> dict[str, Tensor]:
@@ -155,21 +157,23 @@ class FastPitchCudaRunner(CudaRunner):
         padded = self.padded_sizes(sizes)
         fns = self._fns(compiled)
         e = fns["encode"](*self.pad(feeds, padded))
-        longest = int(e.reps.sum(dim=1).max())  # the one scalar read back
-        if longest > self.max_frames:
+        longest = int(self.graph.frame_lengths(e.reps).max())  # the one scalar read back
+        limit = self.graph.max_frames
+        if limit is not None and longest > limit:
             raise SpeechRTError(
-                f"fastpitch: an item would produce {longest} mel frames (limit "
-                f"{self.max_frames}); split the text or raise the pace"
+                f"{self.contract.name}: an item would produce {longest} mel frames (limit "
+                f"{limit}); split the text or raise the pace"
             )
-        n_frames = self.buckets.size("frames", longest)
-        mel, mel_lengths = fns["decode"](e.enc, e.reps, n_frames)
-        outs = (mel, mel_lengths, e.durations, e.pitch)
-        outs = to_contract(self.contract, outs if e.energy is None else (*outs, e.energy))
+        mel, mel_lengths = fns["decode"](e.enc, e.reps, self.buckets.size("frames", longest))
+        outs = to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
         return self.crop(outs, {**sizes, "frames": longest})
 
 
 # graph name -> runner class, where a graph needs more than the generic one
-RUNNERS: dict[str, type[CudaRunner]] = {"fastpitch": FastPitchCudaRunner}
+RUNNERS: dict[str, type[CudaRunner]] = {
+    "fastpitch": RegulatedCudaRunner,
+    "fastspeech": RegulatedCudaRunner,
+}
 
 
 def cuda_runner(graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> CudaRunner:

@@ -63,7 +63,29 @@ def export_graph(
             opset_version=opset,
             dynamo=exporter == "dynamo",
         )
+    stamp_shapes(tmp, c)
     tmp.replace(path)
+
+
+def stamp_shapes(path: Path, c: Contract) -> None:
+    """Write the contract's shapes into the graph's inputs and outputs: fixed sizes as values,
+    dynamic axes by name (the exporter leaves some as generated names, e.g. after an LSTM)."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for values, specs in ((model.graph.input, c.inputs), (model.graph.output, c.outputs)):
+        by_name = {v.name: v for v in values}
+        for spec in specs:
+            dims = by_name[spec.name].type.tensor_type.shape.dim
+            if len(dims) != len(spec.shape):  # rank unknown to the exporter
+                del dims[:]
+                dims.extend(onnx.TensorShapeProto.Dimension() for _ in spec.shape)
+            for dim, axis in zip(dims, spec.shape, strict=True):
+                if isinstance(axis, int):
+                    dim.dim_value = axis
+                else:
+                    dim.dim_param = axis
+    onnx.save(model, str(path))
 
 
 def check_graph(

@@ -129,6 +129,27 @@ class VocoderStage:
         return out["audio"], out["audio_lengths"]
 
 
+class WaveGlowStage:
+    """WaveGlow: the latent noise is drawn per item from its seed on the CPU, as
+    WaveGlow.mel_to_audio draws it, and handed to the graph as `z`."""
+
+    def __init__(self, runner: Runner, model: nn.Module) -> None:
+        self.runner, self.model = runner, model
+
+    def __call__(
+        self, mel: Tensor, mel_lengths: Tensor, options: SynthesisOptions, seeds: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        from speechrt.runtime.graphs.waveglow import noise
+
+        B, _, T = mel.shape
+        seed_list = [options.seed + i for i in range(B)] if seeds is None else seeds.tolist()
+        sigma = self.model.default_sigma if options.sigma is None else options.sigma
+        z = noise(self.model, mel_lengths.cpu(), T, seed_list, sigma).to(mel.device)
+        feeds = {"mel": mel.float(), "mel_lengths": mel_lengths, "z": z}
+        out = self.runner.run(feeds | {"sigma": torch.full((B,), sigma, device=mel.device)})
+        return out["audio"], out["audio_lengths"]
+
+
 class DenoiserStage:
     """audio (B, S), audio_lengths (B,), strength -> denoised audio (B, S) float32."""
 
@@ -161,12 +182,26 @@ class TTSStages:
         self.backend, self.device, self.precision = backend, device, precision
         self.buckets, self.compile_mode = buckets, compile_mode
         self._vocoder = vocoder
-        a_model, a_info, a_dir = acoustic
-        a_graph = next(iter(graphs_of(a_info.kind)))
-        runner = self._runner(a_graph, *acoustic)
-        self.acoustic = AcousticStage(runner, int(a_info.dims.get("n_speakers", 1)))
-        v_graph = next(iter(graphs_of(vocoder[1].kind)))
-        self.vocoder = VocoderStage(self._runner(v_graph, *vocoder))
+        a_model, a_info, _ = acoustic
+        a_graphs = list(graphs_of(a_info.kind))
+        if a_info.kind == "tacotron2":
+            from speechrt.runtime.tacotron2 import tacotron2_stage
+
+            on_cuda = backend == "cuda"  # its loop compiles the decoder step itself
+            runners = [None if on_cuda and "decoder" in g else self._runner(g, *acoustic)
+                       for g in a_graphs]  # fmt: skip
+            self.acoustic: Any = tacotron2_stage(
+                a_model.dims, runners, backend, a_model.decoder, device, buckets, compile_mode
+            )
+        else:
+            runner = self._runner(a_graphs[0], *acoustic)
+            self.acoustic = AcousticStage(runner, int(a_info.dims.get("n_speakers", 1)))
+        v_model, v_info, _ = vocoder
+        v_runner = self._runner(next(iter(graphs_of(v_info.kind))), *vocoder)
+        if v_info.kind == "waveglow":
+            self.vocoder: Any = WaveGlowStage(v_runner, v_model)
+        else:
+            self.vocoder = VocoderStage(v_runner)
         self._denoiser: DenoiserStage | None = None
 
     def _runner(

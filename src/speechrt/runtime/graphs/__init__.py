@@ -12,47 +12,49 @@ Each graph module defines `build(model, info) -> nn.Module` and
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from types import ModuleType
+from collections.abc import Callable
 
 from torch import Tensor, nn
 
 from speechrt.errors import SpeechRTError
 from speechrt.repo import ComponentInfo
 
-# graph name -> module defining build() and example()
-MODULES: dict[str, str] = {
-    "fastpitch": "speechrt.runtime.graphs.fastpitch",
-    "hifigan": "speechrt.runtime.graphs.hifigan",
-    "denoiser": "speechrt.runtime.graphs.denoiser",
+# graph name -> (module, suffix): the module defines build<suffix>() and example<suffix>()
+MODULES: dict[str, tuple[str, str]] = {
+    "fastpitch": ("speechrt.runtime.graphs.fastpitch", ""),
+    "hifigan": ("speechrt.runtime.graphs.hifigan", ""),
+    "denoiser": ("speechrt.runtime.graphs.denoiser", ""),
+    "tacotron2.encoder": ("speechrt.runtime.graphs.tacotron2", "_encoder"),
+    "tacotron2.decoder_step": ("speechrt.runtime.graphs.tacotron2", "_decoder_step"),
+    "tacotron2.postnet": ("speechrt.runtime.graphs.tacotron2", "_postnet"),
+    "fastspeech": ("speechrt.runtime.graphs.fastspeech", ""),
+    "waveglow": ("speechrt.runtime.graphs.waveglow", ""),
+    "jasper": ("speechrt.runtime.graphs.jasper", ""),
 }
 
 # "torchscript" = torch.onnx.export(dynamo=False): it keeps data-dependent sizes (the length
 # regulator's frame count) and LSTM time axes dynamic, where the dynamo exporter can specialise
 # them to the example. Every graph is checked after export at lengths other than the example.
-EXPORTERS: dict[str, str] = {
-    "fastpitch": "torchscript",
-    "hifigan": "torchscript",
-    "denoiser": "torchscript",
-}
+EXPORTERS: dict[str, str] = {graph: "torchscript" for graph in MODULES}
 
 
-def _module(graph: str) -> ModuleType:
+def _function(graph: str, what: str) -> Callable:
     try:
-        return importlib.import_module(MODULES[graph])
+        module, suffix = MODULES[graph]
     except KeyError:
         raise SpeechRTError(
             f"no graph wrapper for {graph!r}; known: {', '.join(MODULES)}"
         ) from None
+    return getattr(importlib.import_module(module), what + suffix)
 
 
-def build_graph(graph: str, model: nn.Module, info: ComponentInfo) -> nn.Module:
+def build_graph(graph: str, model: nn.Module, info: ComponentInfo | None) -> nn.Module:
     """The wrapper module computing `graph` from a loaded component, in eval mode."""
-    return _module(graph).build(model, info).eval()
+    return _function(graph, "build")(model, info).eval()
 
 
 def example_feeds(
     graph: str, wrapper: nn.Module, batch: int, length: int, seed: int = 0
-) -> Mapping[str, Tensor]:
+) -> dict[str, Tensor]:
     """Valid random inputs for `wrapper` (built by build_graph) on the CPU."""
-    return _module(graph).example(wrapper, batch, length, seed)
+    return _function(graph, "example")(wrapper, batch, length, seed)

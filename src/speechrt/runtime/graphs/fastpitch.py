@@ -21,7 +21,13 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from speechrt.models.fastpitch import LJ_PITCH_STD, MAX_DURATION, FastPitch, lengths_mask
+from speechrt.models.fastpitch import (
+    LJ_PITCH_STD,
+    MAX_DURATION,
+    MAX_FRAMES,
+    FastPitch,
+    lengths_mask,
+)
 
 
 class Encoded(NamedTuple):
@@ -45,6 +51,8 @@ def positions(length: int | Tensor, inv_freq: Tensor, dtype: torch.dtype) -> Ten
 
 class FastPitchGraph(nn.Module):
     """forward(ids, lengths, pace, pitch_shift, pitch_scale[, speaker]) -> contract outputs."""
+
+    max_frames = MAX_FRAMES  # the cuda runner refuses longer outputs, as FastPitch.infer does
 
     def __init__(self, model: FastPitch) -> None:
         super().__init__()
@@ -110,12 +118,24 @@ class FastPitchGraph(nn.Module):
         keep = t[None, :] < lengths[:, None]
         return frames * keep[:, :, None].to(frames.dtype), lengths
 
-    def decode(self, frames: Tensor, mel_lengths: Tensor) -> Tensor:
-        """frames (B, T, D), mel_lengths (B,) -> mel (B, n_mels, T)."""
+    def decode(self, enc: Tensor, reps: Tensor, n_frames: int | Tensor) -> tuple[Tensor, Tensor]:
+        """enc (B, L, D), reps (B, L) -> mel (B, n_mels, n_frames), mel_lengths (B,)."""
         m = self.model
+        frames, mel_lengths = self.regulate(enc.to(m.proj.weight.dtype), reps, n_frames)
         mask = lengths_mask(mel_lengths, frames.shape[1])
         dec = self.stack(m.decoder, frames, mask, mask)
-        return m.proj(dec).permute(0, 2, 1)
+        return m.proj(dec).permute(0, 2, 1), mel_lengths
+
+    @staticmethod
+    def frame_lengths(reps: Tensor) -> Tensor:
+        """(B, L) frames per symbol -> (B,) frames per item."""
+        return reps.sum(dim=1)
+
+    @staticmethod
+    def assemble(mel: Tensor, mel_lengths: Tensor, e: Encoded) -> tuple[Tensor, ...]:
+        """The contract's outputs, in order."""
+        out = (mel, mel_lengths, e.durations, e.pitch)
+        return out if e.energy is None else (*out, e.energy)
 
     @staticmethod
     def stack(
@@ -139,10 +159,8 @@ class FastPitchGraph(nn.Module):
         speaker: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
         e = self.encode(ids, lengths, pace, pitch_shift, pitch_scale, speaker)
-        frames, mel_lengths = self.regulate(e.enc, e.reps, e.reps.sum(dim=1).max())
-        mel = self.decode(frames, mel_lengths)
-        out = (mel, mel_lengths, e.durations, e.pitch)
-        return out if e.energy is None else (*out, e.energy)
+        mel, mel_lengths = self.decode(e.enc, e.reps, e.reps.sum(dim=1).max())
+        return self.assemble(mel, mel_lengths, e)
 
 
 def build(model: FastPitch, info: object = None) -> FastPitchGraph:

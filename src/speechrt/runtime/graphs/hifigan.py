@@ -20,7 +20,7 @@ class HiFiGANGraph(nn.Module):
         audio = self.model(mel.to(self.model.conv_pre.weight.dtype), mel_lengths).squeeze(1)
         return audio, mel_lengths * self.hop
 
-    def output_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
+    def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         """The output's sample axis for an input of sizes["frames"] frames."""
         return {"samples": sizes["frames"] * self.hop}
 

@@ -1,0 +1,128 @@
+"""Runtimes for Tacotron2, WaveGlow, FastSpeech and QuartzNet: graphs and stages == the models,
+on every backend (cuda: the runner logic, uncompiled on the CPU), and the pipelines end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+
+from runtime_models import MEL, exported, fastspeech, quartznet, tacotron2, waveglow
+from speechrt.options import SynthesisOptions
+from speechrt.repo import ComponentInfo
+from speechrt.runtime.buckets import Buckets
+from speechrt.runtime.graphs.fastspeech import FastSpeechGraph
+from speechrt.runtime.graphs.tacotron2 import EncoderGraph
+from speechrt.runtime.stages import TTSStages
+
+IDS = torch.tensor(
+    [[3, 7, 1, 12, 5, 9, 2, 14, 6], [4, 8, 11, 2, 0, 0, 0, 0, 0], [5, 5, 5] + [0] * 6]
+)
+LENS = torch.tensor([9, 4, 3])
+SEEDS = torch.tensor([11, 12, 13])
+SMALL = Buckets({"batch": (4,), "symbols": (16,), "frames": (16, 32), "samples": (512,)})
+CPU = torch.device("cpu")
+
+
+def info(model: torch.nn.Module) -> ComponentInfo:
+    return ComponentInfo(model.kind, dataclasses.asdict(model.dims), MEL)
+
+
+def stages(backend: str, acoustic: torch.nn.Module, vocoder: torch.nn.Module) -> TTSStages:
+    a = (acoustic, info(acoustic), exported()[acoustic.kind])
+    v = (vocoder, info(vocoder), exported()[vocoder.kind])
+    return TTSStages(backend, CPU, "fp32", a, v, buckets=SMALL, compile_mode=None)
+
+
+def test_encoder_graph_equals_packed_lstm() -> None:
+    model = tacotron2()
+    with torch.no_grad():
+        ref = model.encoder(IDS, LENS)
+        got = EncoderGraph(model)(IDS, LENS)
+    for a, b in zip(ref, got, strict=True):
+        assert a.shape == b.shape and (a - b).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("backend", ["onnx", "cuda"])
+def test_tacotron2_and_waveglow_stages(backend: str) -> None:
+    """Per-item stopping, seeded prenet masks and WaveGlow noise as the modules draw them."""
+    tac, wg = tacotron2(), waveglow()
+    opts = SynthesisOptions(seed=3, sigma=0.8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mel, mel_lengths = tac.generate_mel(IDS, LENS, opts, SEEDS)
+        audio, audio_lengths = wg.mel_to_audio(mel, mel_lengths, opts, SEEDS)
+        s = stages(backend, tac, wg)
+        m, ml = s.acoustic(IDS, LENS, opts, SEEDS)
+        assert len(set(ml.tolist())) == 3 and int(ml.min()) > 8  # distinct, > one k-step block
+        assert torch.equal(ml, mel_lengths) and m.shape == mel.shape
+        assert (m - mel).abs().max() <= 1e-4
+        a, al = s.vocoder(mel, mel_lengths, opts, SEEDS)
+        assert torch.equal(al, audio_lengths) and (a - audio).abs().max() <= 1e-4
+        # item 1 alone (its own seed) == item 1 in the batch
+        m1, ml1 = s.acoustic(IDS[1:2, :4], LENS[1:2], opts, SEEDS[1:2])
+        assert torch.equal(ml1[0], ml[1]) and (m1[0] - m[1, :, : m1.shape[2]]).abs().max() <= 1e-5
+        # max_decoder_steps cuts every item, with a warning
+        short = SynthesisOptions(seed=3, max_decoder_steps=5)
+        with pytest.warns(UserWarning, match="max_decoder_steps"):
+            _, cut = s.acoustic(IDS, LENS, short, SEEDS)
+        assert cut.tolist() == [5, 5, 5]
+
+
+@pytest.mark.parametrize("pace", [1.0, 1.25, 0.7])
+def test_fastspeech_graph_equals_generate_mel(pace: float) -> None:
+    model = fastspeech()
+    mel, lengths = model.generate_mel(IDS, LENS, SynthesisOptions(pace=pace))
+    with torch.no_grad():
+        m, ml = FastSpeechGraph(model)(IDS, LENS, torch.full((3,), pace))
+    assert torch.equal(ml, lengths) and torch.equal(m, mel)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "cuda"])
+def test_fastspeech_stage(backend: str) -> None:
+    model, wg = fastspeech(), waveglow()
+    opts = SynthesisOptions(pace=1.25)
+    mel, lengths = model.generate_mel(IDS, LENS, opts)
+    m, ml = stages(backend, model, wg).acoustic(IDS, LENS, opts, SEEDS)
+    assert torch.equal(ml, lengths) and (m - mel).abs().max() <= 1e-4
+
+
+def test_asr_pipeline_on_each_backend(tmp_path) -> None:
+    """Identical text and word times from eager, onnx and the (uncompiled) cuda runner."""
+    from speechrt.asr import ASR
+    from speechrt.cli import main
+    from speechrt.runtime.cuda import cuda_runner
+    from speechrt.runtime.graphs import build_graph
+    from test_asr_dle import speechlike, talkative_model
+
+    torch.save({"state_dict": talkative_model("quartznet").state_dict()}, tmp_path / "qn.pt")
+    d = tmp_path / "qn"
+    assert main(["convert", str(tmp_path / "qn.pt"), str(d)]) == 0
+    assert main(["export", str(d)]) == 0
+    waves = [speechlike(s, i) for i, s in enumerate((2.5, 1.0, 1.7))]
+    ref = ASR(d).transcribe(waves, batch_size=3)
+    assert sum(len(t.words) for t in ref) >= 5
+    onnx = ASR(d, backend="onnx")
+    assert onnx.backend == "onnx"
+    cuda = ASR(d)  # the cuda runner's logic (buckets, padding) without a GPU: uncompiled
+    c = onnx.runner.contract
+    cuda.runner = cuda_runner(
+        "jasper", build_graph("jasper", cuda.model, cuda.info), c, device="cpu",
+        dtype=torch.float32, mode=None, buckets=Buckets({"batch": (4,), "feature_frames": (512,)}),
+    )  # fmt: skip
+    for asr in (onnx, cuda):
+        got = asr.transcribe(waves, batch_size=3)
+        assert [t.text for t in got] == [t.text for t in ref]
+        assert [t.words for t in got] == [t.words for t in ref]
+
+
+def test_quartznet_graph_equals_module() -> None:
+    model = quartznet()
+    feats, lengths = torch.randn(2, 12, 40), torch.tensor([40, 23])
+    ref = model(feats, lengths)
+    from speechrt.runtime.graphs.jasper import JasperGraph
+
+    got = JasperGraph(model)(feats, lengths)
+    assert torch.equal(ref[0], got[0]) and torch.equal(ref[1], got[1])
