@@ -5,6 +5,7 @@ normalize/split -> text_to_ids -> ids_to_mel (acoustic) -> mel_to_audio (vocoder
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 
 from speechrt.device import resolve_device, resolve_precision
-from speechrt.errors import SpeechRTError
+from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo, load_component
 from speechrt.runtime.buckets import Buckets
@@ -65,7 +66,7 @@ class TTS:
             raise SpeechRTError("acoustic model or vocoder lacks a mel config in its model.json")
         self.acoustic_info.mel.check_matches(self.vocoder_info.mel)
         self.mel = self.vocoder_info.mel
-        self.text = TextProcessor.from_meta(self.acoustic_info.meta.get("text", {}))
+        self.text = TextProcessor.from_meta(self.acoustic_info.meta)
         self._denoiser: torch.nn.Module | None = None
         self.stages: TTSStages | None = None  # None: eager calls the modules directly
         if self.backend != "eager":
@@ -108,15 +109,12 @@ class TTS:
         for item, (text, seed) in enumerate(zip(texts, seeds, strict=True)):
             if not isinstance(text, str) or not text.strip():
                 raise SpeechRTError(f"text {item + 1} is empty")
-            parts = [p for p in split_sentences(text, MAX_PIECE_CHARS) if p.strip()]
-            encoded = [ids for ids in (self.text.encode(p) for p in parts) if self._speakable(ids)]
+            parts = split_sentences(text, MAX_PIECE_CHARS)
+            encoded = [self.text.encode(p) for p in parts if self.text.has_speech(p)]
             if not encoded:
                 raise SpeechRTError(f"text {item + 1} has nothing to speak: {text[:40]!r}")
             pieces += [Piece(item, j, ids, piece_seed(seed, j)) for j, ids in enumerate(encoded)]
         return pieces
-
-    def _speakable(self, ids: list[int]) -> bool:
-        return any(i in self.text.speakable_ids for i in ids)
 
     # Stage functions, each timed separately by the benchmark; tensors stay on the device.
 
@@ -170,7 +168,22 @@ class TTS:
     def ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
         """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item."""
         ids, lengths, seeds = self.batch_to_tensors(batch)
-        mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", MaxDecoderStepsWarning)
+            mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
+        for w in caught:
+            if isinstance(w.message, MaxDecoderStepsWarning) and 0 <= w.message.item < len(batch):
+                p = batch[w.message.item]
+                warnings.warn(
+                    MaxDecoderStepsWarning(
+                        f"text {p.item + 1}, sentence {p.index + 1}: the acoustic model reached "
+                        "its max decoder steps before its stop gate fired; its audio is cut there",
+                        item=p.item,
+                    ),
+                    stacklevel=2,
+                )
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
         if options.denoise > 0:
             audio = self.denoise(audio, audio_lengths, options.denoise)
