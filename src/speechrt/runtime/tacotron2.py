@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from speechrt.contracts import Contract
-from speechrt.errors import SpeechRTError
+from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.models.tacotron2 import MASK_CHUNK, Tacotron2Dims, _PrenetMasks
 from speechrt.options import SynthesisOptions
 from speechrt.runtime.base import Runner
@@ -185,8 +185,11 @@ class Tacotron2Stage:
         for i, f in enumerate(fired):
             if f < 0:
                 warnings.warn(
-                    f"tacotron2: item {i} reached max_decoder_steps ({max_steps}) "
-                    "before its stop gate fired",
+                    MaxDecoderStepsWarning(
+                        f"tacotron2: item {i} reached max_decoder_steps ({max_steps}) "
+                        "before its stop gate fired",
+                        item=i,
+                    ),
                     stacklevel=2,
                 )
         counts = torch.tensor(n_frames, device=device)
