@@ -75,8 +75,8 @@ def hifigan(seed: int = 1) -> HiFiGAN:
     return model
 
 
-def save(model: torch.nn.Module, out: Path, meta: dict | None = None) -> Path:
-    mel = None if model.role == "asr" else MEL
+def save(model: torch.nn.Module, out: Path, meta: dict | None = None, mel: MelConfig = MEL) -> Path:
+    mel = None if model.role == "asr" else mel
     info = ComponentInfo(model.kind, dataclasses.asdict(model.dims), mel, meta or {})
     return save_component(out, info, model.state_dict())
 
@@ -96,10 +96,10 @@ TACOTRON2 = dict(n_mel_channels=10, n_symbols=30, symbols_embedding_dim=16,
                  max_decoder_steps=80)  # fmt: skip
 
 
-def tacotron2(seed: int = 2, rate: float = 0.03) -> Tacotron2:
+def tacotron2(seed: int = 2, rate: float = 0.03, **over: object) -> Tacotron2:
     """Decoder unit 0 integrates a context-dependent rate and the gate reads it: items stop after
     tens of steps, each at its own step (the trick of tests/test_tacotron2.py)."""
-    model = Tacotron2(Tacotron2Dims(**TACOTRON2)).eval()
+    model = Tacotron2(Tacotron2Dims(**{**TACOTRON2, **over})).eval()
     randomize(model, seed, 0.3)
     d, rnn = model.dims, model.decoder.decoder_rnn
     h, a = d.decoder_rnn_dim, d.attention_rnn_dim
@@ -117,22 +117,24 @@ def tacotron2(seed: int = 2, rate: float = 0.03) -> Tacotron2:
     return model
 
 
-def waveglow(seed: int = 3) -> WaveGlow:
+def waveglow(seed: int = 3, **over: object) -> WaveGlow:
     # hop 16 (MEL), n_group 8: two latent positions per mel frame
-    dims = WaveGlowDims(n_mel_channels=10, n_layers=2, n_channels=8, upsample_kernel=64,
-                        hop_length=16)  # fmt: skip
+    over = (
+        dict(n_mel_channels=10, n_layers=2, n_channels=8, upsample_kernel=64, hop_length=16) | over
+    )
+    dims = WaveGlowDims(**over)
     model = WaveGlow(dims).eval()
     randomize(model, seed, 0.05)
     return model
 
 
-def fastspeech(seed: int = 4) -> FastSpeech:
+def fastspeech(seed: int = 4, **over: object) -> FastSpeech:
     dims = FastSpeechDims(n_symbols=30, d_model=16, max_seq_len=256, d_head=4,
                           phoneme_side_n_layer=2, phoneme_side_head=2,
                           phoneme_side_conv1d_filter_size=32, mel_side_n_layer=2, mel_side_head=2,
                           mel_side_conv1d_filter_size=32, duration_predictor_filter_size=8,
                           n_mels=10)  # fmt: skip
-    model = FastSpeech(dims).eval()
+    model = FastSpeech(dataclasses.replace(dims, **over)).eval()
     randomize(model, seed, 0.3)
     with torch.no_grad():
         model.length_regulator.duration_predictor.linear_layer.bias.fill_(1.2)
