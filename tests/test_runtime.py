@@ -90,10 +90,10 @@ def runners(model_dir: Path, graph: str) -> dict[str, object]:
     }
 
 
-SINGLE_STEP = [(k, g) for k in exported() for g in GRAPHS[k] if g != "tacotron2.decoder_step"]
+EVERY_GRAPH = [(kind, graph) for kind in exported() for graph in GRAPHS[kind]]
 
 
-@pytest.mark.parametrize("kind, graph", SINGLE_STEP)
+@pytest.mark.parametrize("kind, graph", EVERY_GRAPH)
 def test_batch_independence_and_buckets(kind: str, graph: str) -> None:
     """Every backend: item i of a batch == item i alone; bucketed (cuda) == unbucketed (eager)."""
     rs = runners(exported()[kind], graph)

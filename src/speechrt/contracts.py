@@ -50,6 +50,7 @@ class TensorSpec:
     dtype: str  # numpy dtype name: "float32", "int64", "bool"
     shape: tuple[Axis, ...]
     doc: str = ""
+    pad: float = 0  # what fills positions added along a length axis (1 = True for masks)
 
     def dynamic_axes(self) -> dict[int, str]:
         """{dim index: axis name} for the dynamic dimensions (torch.onnx.export's format)."""
@@ -133,8 +134,8 @@ class Contract:
         }
 
 
-def _t(name: str, dtype: str, *shape: Axis, doc: str = "") -> TensorSpec:
-    return TensorSpec(name, dtype, tuple(shape), doc)
+def _t(name: str, dtype: str, *shape: Axis, doc: str = "", pad: float = 0) -> TensorSpec:
+    return TensorSpec(name, dtype, tuple(shape), doc, pad)
 
 
 F32, I64, BOOL = "float32", "int64", "bool"
@@ -219,7 +220,7 @@ def tacotron2_decoder_step(d: Mapping[str, Any]) -> Contract:
         *_tacotron2_state(d),
         _t("memory", F32, B, "symbols", d.get("encoder_embedding_dim", 512)),
         _t("processed_memory", F32, B, "symbols", d.get("attention_dim", 128)),
-        _t("mask", BOOL, B, "symbols", doc="True at padding"),
+        _t("mask", BOOL, B, "symbols", doc="True at padding", pad=1),
         _t("prenet_masks", F32, B, 2, d.get("prenet_dim", 256), doc="0 or 2: dropout p 0.5"),
     )
     outputs = (

@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechrt.contracts import Contract
@@ -47,16 +46,17 @@ def compile_fn(fn: Callable, mode: str | None) -> Callable:
     return torch.compile(fn, dynamic=False, **kwargs)
 
 
-def pad_axis(x: Tensor, dim: int, size: int, batch: bool) -> Tensor:
-    """Pad dim of x up to size: the batch axis with copies of item 0, others with zeros."""
+def pad_axis(x: Tensor, dim: int, size: int, batch: bool, value: float = 0) -> Tensor:
+    """Pad dim of x up to size: the batch axis with copies of item 0, others with `value`."""
     n = x.shape[dim]
     if n == size:
         return x
     if batch:
         index = torch.cat([torch.arange(n), torch.zeros(size - n, dtype=torch.long)])
         return x.index_select(dim, index.to(x.device))
-    pad = [0, 0] * (x.dim() - dim - 1) + [0, size - n]
-    return F.pad(x, pad)
+    shape = list(x.shape)
+    shape[dim] = size - n
+    return torch.cat([x, x.new_full(shape, value)], dim)
 
 
 class CudaRunner:
@@ -104,7 +104,7 @@ class CudaRunner:
         for spec in self.contract.inputs:
             x = feeds[spec.name].to(self.device, non_blocking=True)
             for dim, axis in spec.dynamic_axes().items():
-                x = pad_axis(x, dim, padded[axis], axis == "batch")
+                x = pad_axis(x, dim, padded[axis], axis == "batch", spec.pad)
             args.append(x)
         return args
 
