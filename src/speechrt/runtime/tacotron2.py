@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from speechrt.contracts import Contract
 from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.models.tacotron2 import MASK_CHUNK, Tacotron2Dims, _PrenetMasks
 from speechrt.options import SynthesisOptions
@@ -210,7 +209,6 @@ def tacotron2_stage(
     device: torch.device | None = None,
     buckets: Buckets | None = None,
     compile_mode: str | None = "reduce-overhead",
-    contract: Contract | None = None,
 ) -> Tacotron2Stage:
     """The stage from (encoder, decoder step, postnet) runners; cuda replaces the step runner."""
     encoder, step, postnet = runners
