@@ -97,26 +97,57 @@ class TTS:
     def _speakable(self, ids: list[int]) -> bool:
         return any(i in self.text.speakable_ids for i in ids)
 
-    @torch.inference_mode()
-    def ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
-        """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item."""
+    # Stage functions, each timed separately by the benchmark; tensors stay on the device.
+
+    def batch_to_tensors(self, batch: list[Piece]) -> tuple[torch.Tensor, ...]:
+        """Pieces -> ids (B, L) zero-padded, lengths (B,), seeds (B,), on the device."""
         lengths = torch.tensor([len(p.ids) for p in batch], dtype=torch.long)
         ids = torch.zeros(len(batch), int(lengths.max()), dtype=torch.long)
         for i, p in enumerate(batch):
             ids[i, : len(p.ids)] = torch.tensor(p.ids)
         seeds = torch.tensor([p.seed for p in batch], dtype=torch.long)
-        ids, lengths = ids.to(self.device), lengths.to(self.device)
-        mel, mel_lengths = self.acoustic.generate_mel(ids, lengths, options, seeds)
+        return ids.to(self.device), lengths.to(self.device), seeds
+
+    def ids_to_mel(
+        self,
+        ids: torch.Tensor,
+        lengths: torch.Tensor,
+        options: SynthesisOptions,
+        seeds: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids (B, L), lengths (B,) -> mel (B, n_mels, T), mel_lengths (B,)"""
+        return self.acoustic.generate_mel(ids, lengths, options, seeds)
+
+    def mel_to_audio(
+        self, mel: torch.Tensor, mel_lengths: torch.Tensor, options: SynthesisOptions, seeds
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """mel (B, n_mels, T) -> audio (B, S) float32, audio_lengths (B,)"""
         audio, audio_lengths = self.vocoder.mel_to_audio(
             mel.to(self.dtype), mel_lengths, options, seeds
         )
-        audio = audio.float()
+        return audio.float(), audio_lengths
+
+    def denoise(
+        self, audio: torch.Tensor, audio_lengths: torch.Tensor, strength: float
+    ) -> torch.Tensor:
+        """audio (B, S) -> audio (B, S) with the vocoder's bias spectrum subtracted."""
+        return self.denoiser()(audio, strength, audio_lengths)
+
+    @staticmethod
+    def to_numpy(audio: torch.Tensor, audio_lengths: torch.Tensor) -> list[np.ndarray]:
+        """The one device -> host copy: (B, S) -> B waveforms trimmed to their lengths."""
+        host = audio.clamp(-1.0, 1.0).cpu().numpy()
+        return [host[i, : int(n)].copy() for i, n in enumerate(audio_lengths.tolist())]
+
+    @torch.inference_mode()
+    def ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
+        """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item."""
+        ids, lengths, seeds = self.batch_to_tensors(batch)
+        mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
+        audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
         if options.denoise > 0:
-            # Zero each item's tail so the denoiser's STFT sees only its own samples.
-            keep = torch.arange(audio.shape[1], device=audio.device)[None] < audio_lengths[:, None]
-            audio = self.denoiser()(audio * keep, options.denoise)
-        audio = audio.clamp(-1.0, 1.0).cpu().numpy()
-        return [audio[i, : int(n)].copy() for i, n in enumerate(audio_lengths.tolist())]
+            audio = self.denoise(audio, audio_lengths, options.denoise)
+        return self.to_numpy(audio, audio_lengths)
 
     def synthesize(
         self,

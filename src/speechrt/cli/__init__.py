@@ -13,6 +13,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("speechrt.cli.convert", "turn a DLE/NGC checkpoint into a model directory"),
     "synthesize": ("speechrt.cli.synthesize", "text to speech"),
+    "bench": ("speechrt.cli.bench", "benchmark pipelines: latency percentiles, throughput, RTF"),
     "serve": ("speechrt.cli.serve", "HTTP server: OpenAI audio API, KServe v2, metrics"),
 }
 

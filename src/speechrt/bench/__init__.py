@@ -1,0 +1,1 @@
+"""Benchmarks: in-process pipelines (`speechrt bench tts|asr`) and HTTP load (`--url`)."""

@@ -1,0 +1,134 @@
+"""`speechrt bench tts|asr`: pipelines timed in-process, stage by stage, as the seeds measure them.
+
+Latency is host input (padded ids or audio) to host output (audio or text); text processing is
+excluded as in DLE. GPU stages are timed with device synchronisation; warm-up runs are excluded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from speechrt.bench.stats import summarize
+
+# A 128-character LJSpeech sentence, the seeds' TTS benchmark input length.
+TTS_TEXT = (
+    "The forms of printed letters should be beautiful, and that their arrangement on the page "
+    "should be reasonable and a help to the shape"
+)
+ASR_DURATIONS = (2.0, 7.0, 16.7)  # seconds, as in the Jasper/QuartzNet benchmark tables
+
+
+@dataclass(frozen=True)
+class Variant:
+    backend: str
+    precision: str
+
+
+class StageTimer:
+    """Accumulates synchronised wall time per named stage for one iteration."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.times: dict[str, float] = {}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        self._sync()
+        t0 = time.perf_counter()
+        yield
+        self._sync()
+        self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+
+
+def run_iterations(
+    step: Callable[[StageTimer], dict], device: torch.device, warmup: int, iters: int, desc: str
+) -> tuple[list[dict[str, float]], list[dict]]:
+    """Run `step` warmup + iters times; returns the per-iteration stage times and step results."""
+    for _ in range(warmup):
+        step(StageTimer(device))
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times, infos = [], []
+    for _ in tqdm(range(iters), desc=desc, leave=False, unit="it"):
+        timer = StageTimer(device)
+        infos.append(step(timer))
+        times.append(timer.times)
+    return times, infos
+
+
+def row(variant: Variant, batch_size: int, times: list[dict[str, float]], device) -> dict:
+    latencies = [sum(t.values()) for t in times]
+    stages = {name: float(np.mean([t[name] for t in times])) for name in times[0]}
+    out = {
+        "backend": variant.backend,
+        "precision": variant.precision,
+        "batch_size": batch_size,
+        "iterations": len(times),
+        "latency_s": summarize(latencies),
+        "stages_s": stages,
+    }
+    if device.type == "cuda":
+        out["peak_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+def bench_tts(
+    make_tts: Callable[[Variant], object],
+    variants: list[Variant],
+    batch_sizes: list[int],
+    warmup: int,
+    iters: int,
+    denoise: float = 0.0,
+    text: str = TTS_TEXT,
+) -> list[dict]:
+    """One result row per variant x batch size; `make_tts(variant)` builds the pipeline."""
+    from speechrt.options import SynthesisOptions
+
+    options = SynthesisOptions(denoise=denoise)
+    rows = []
+    for variant in variants:
+        tts = make_tts(variant)
+        for bs in batch_sizes:
+            pieces = tts.text_to_pieces([text] * bs, list(range(bs)))
+
+            @torch.inference_mode()
+            def step(timer: StageTimer, tts=tts, pieces=pieces) -> dict:
+                with timer.stage("input"):
+                    ids, lengths, seeds = tts.batch_to_tensors(pieces)
+                with timer.stage("acoustic"):
+                    mel, mel_lengths = tts.ids_to_mel(ids, lengths, options, seeds)
+                with timer.stage("vocoder"):
+                    audio, audio_lengths = tts.mel_to_audio(mel, mel_lengths, options, seeds)
+                if denoise > 0:
+                    with timer.stage("denoiser"):
+                        audio = tts.denoise(audio, audio_lengths, denoise)
+                with timer.stage("output"):
+                    wavs = tts.to_numpy(audio, audio_lengths)
+                return {"frames": int(mel_lengths.sum()), "samples": sum(len(w) for w in wavs)}
+
+            desc = f"tts {variant.backend}/{variant.precision} b{bs}"
+            times, infos = run_iterations(step, tts.device, warmup, iters, desc)
+            r = row(variant, bs, times, tts.device)
+            mean_latency = r["latency_s"]["mean"]
+            samples = float(np.mean([i["samples"] for i in infos]))
+            audio_s = samples / tts.sampling_rate
+            r.update(
+                avg_mel_frames=float(np.mean([i["frames"] for i in infos])) / bs,
+                avg_audio_s=audio_s / bs,
+                throughput_samples_s=samples / mean_latency,
+                inferences_s=bs / mean_latency,
+                rtf=audio_s / mean_latency,  # seconds of audio per second of compute
+            )
+            rows.append(r)
+    return rows

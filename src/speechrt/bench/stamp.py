@@ -1,0 +1,49 @@
+"""What every benchmark result is stamped with: device, GPU, commit, versions, command."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+PACKAGES = ("speechrt", "torch", "numpy", "onnxruntime", "triton", "fastapi", "uvicorn")
+
+
+def git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[3]
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def stamp(device: torch.device) -> dict:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": str(device),
+        "gpu": gpu,
+        "cpu": platform.processor() or platform.machine(),
+        "cuda": torch.version.cuda if device.type == "cuda" else None,
+        "commit": git_commit(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "command": " ".join(["speechrt", *sys.argv[1:]]) if sys.argv else None,
+    }

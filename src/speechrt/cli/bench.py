@@ -1,0 +1,59 @@
+"""`speechrt bench tts --acoustic DIR --vocoder DIR [--backends ...] [--batch-sizes ...]`"""
+
+from __future__ import annotations
+
+import argparse
+
+from speechrt.errors import SpeechRTError
+
+
+def _csv(kind):
+    return lambda s: [kind(x) for x in s.split(",") if x]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("task", choices=("tts",), help="pipeline to benchmark")
+    p.add_argument("--acoustic", help="acoustic model directory (tts)")
+    p.add_argument("--vocoder", help="vocoder model directory (tts)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--backends", type=_csv(str), default=["eager"], help="comma list")
+    p.add_argument("--precisions", type=_csv(str), default=["fp32"], help="comma list")
+    p.add_argument("--batch-sizes", type=_csv(int), default=[1, 8], help="comma list")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs per case")
+    p.add_argument("--iters", type=int, default=50, help="timed runs per case")
+    p.add_argument("--denoise", type=float, default=0.0, help="denoiser strength (0 = off)")
+    p.add_argument("--out-dir", default="bench-results", help="JSON, CSV and PNG go here")
+    p.add_argument("--name", default=None, help="file name stem (default: the task)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from speechrt.bench.inprocess import Variant, bench_tts
+    from speechrt.bench.report import print_table, speedups, write_outputs
+    from speechrt.bench.stamp import stamp
+    from speechrt.device import resolve_device
+    from speechrt.tts import TTS
+
+    if args.warmup < 0 or args.iters < 1:
+        raise SpeechRTError("need --warmup >= 0 and --iters >= 1")
+    if any(b < 1 for b in args.batch_sizes):
+        raise SpeechRTError("batch sizes must be >= 1")
+    device = resolve_device(args.device)
+    variants = [Variant(b, p) for b in args.backends for p in args.precisions]
+    if args.acoustic is None or args.vocoder is None:
+        raise SpeechRTError("bench tts needs --acoustic DIR and --vocoder DIR")
+
+    def make(v: Variant) -> TTS:
+        if v.backend != "eager":
+            raise SpeechRTError(f"unknown backend {v.backend!r}")
+        return TTS(args.acoustic, args.vocoder, device=str(device), precision=v.precision)
+
+    rows = bench_tts(make, variants, args.batch_sizes, args.warmup, args.iters, args.denoise)
+    for r in rows:
+        r["task"] = args.task
+    speedups(rows)
+    result = {"stamp": stamp(device), "config": vars(args) | {"device": str(device)}, "rows": rows}
+    result["config"].pop("_module", None)
+    print_table(rows, f"speechrt bench {args.task} on {result['stamp']['gpu'] or device}")
+    paths = write_outputs(result, args.out_dir, args.name or args.task)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

@@ -1,0 +1,393 @@
+"""HiFi-GAN generator (V1/V2/V3), checkpoint-compatible with NVIDIA DeepLearningExamples.
+
+mel (B, n_mels, T) -> conv_pre -> [lrelu(0.1) -> transposed conv (x rate) -> mean of the
+multi-receptive-field resblocks] per upsampling stage -> lrelu(0.01) -> conv_post -> tanh
+-> audio (B, 1, T * prod(upsample_rates)).
+
+The inference module holds plain conv weights; `from_dle` folds DLE's weight norm. Batched calls
+mask every position beyond an item's (stage-scaled) length before each conv, which reproduces the
+zero padding an unbatched call sees at its right edge: an item's audio never depends on its
+batch-mates, and a full-length item is computed exactly as DLE computes it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from speechrt.audio.mel import MelConfig
+from speechrt.checkpoints import fold_weight_norm, tensors_of
+from speechrt.errors import SpeechRTError
+from speechrt.models import Converted
+from speechrt.options import SynthesisOptions
+
+LRELU_SLOPE = 0.1  # every leaky ReLU except the one before conv_post (torch's default, 0.01)
+FINAL_LRELU_SLOPE = 0.01
+
+# Named presets = the original HiFi-GAN configs (jik876/hifi-gan config_v{1,2,3}.json).
+PRESETS: dict[str, dict[str, Any]] = {
+    "hifigan-v1": dict(
+        upsample_rates=(8, 8, 2, 2),
+        upsample_kernel_sizes=(16, 16, 4, 4),
+        upsample_initial_channel=512,
+        resblock="1",
+        resblock_kernel_sizes=(3, 7, 11),
+        resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)),
+    ),
+    "hifigan-v2": dict(
+        upsample_rates=(8, 8, 2, 2),
+        upsample_kernel_sizes=(16, 16, 4, 4),
+        upsample_initial_channel=128,
+        resblock="1",
+        resblock_kernel_sizes=(3, 7, 11),
+        resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)),
+    ),
+    "hifigan-v3": dict(
+        upsample_rates=(8, 8, 4),
+        upsample_kernel_sizes=(16, 16, 8),
+        upsample_initial_channel=256,
+        resblock="2",
+        resblock_kernel_sizes=(3, 5, 7),
+        resblock_dilation_sizes=((1, 2), (2, 6), (3, 12)),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class HiFiGANDims:
+    """Generator hyper-parameters; field names are DLE's checkpoint `config` keys.
+
+    Defaults are DLE's argparse defaults (= the NGC checkpoints): V1 with resblock kernels
+    (11, 7, 3), which the original V1 config lists in the opposite order.
+    """
+
+    upsample_rates: tuple[int, ...] = (8, 8, 2, 2)  # strides; their product is the hop length
+    upsample_kernel_sizes: tuple[int, ...] = (16, 16, 4, 4)  # one per upsampling stage
+    upsample_initial_channel: int = 512  # channels after conv_pre; halved by every stage
+    resblock: str = "1"  # "1": 3 dilated + 3 plain convs per block; "2": 2 dilated convs
+    resblock_kernel_sizes: tuple[int, ...] = (11, 7, 3)  # one resblock per kernel size, per stage
+    resblock_dilation_sizes: tuple[tuple[int, ...], ...] = ((1, 3, 5), (1, 3, 5), (1, 3, 5))
+    n_mels: int = 80  # input channels (DLE hard-codes 80)
+
+    def __post_init__(self) -> None:
+        if self.resblock not in ("1", "2"):
+            raise SpeechRTError(f"hifigan: resblock must be '1' or '2', got {self.resblock!r}")
+        if len(self.upsample_rates) != len(self.upsample_kernel_sizes):
+            raise SpeechRTError(
+                "hifigan: upsample_rates and upsample_kernel_sizes differ in length"
+            )
+        if len(self.resblock_kernel_sizes) != len(self.resblock_dilation_sizes):
+            raise SpeechRTError(
+                "hifigan: resblock_kernel_sizes and resblock_dilation_sizes differ in length"
+            )
+        n_dil = 3 if self.resblock == "1" else 2
+        if any(len(d) != n_dil for d in self.resblock_dilation_sizes):
+            raise SpeechRTError(f"hifigan: resblock {self.resblock} needs {n_dil} dilations each")
+        for u, k in zip(self.upsample_rates, self.upsample_kernel_sizes, strict=True):
+            # padding (k - u) / 2 gives exactly T * u output samples only for even k - u >= 0.
+            if k < u or (k - u) % 2:
+                raise SpeechRTError(f"hifigan: upsample kernel {k} does not fit rate {u}")
+        if self.upsample_initial_channel % 2 ** len(self.upsample_rates):
+            raise SpeechRTError("hifigan: upsample_initial_channel not divisible by 2^stages")
+
+    @property
+    def hop_length(self) -> int:
+        """Audio samples per mel frame."""
+        return math.prod(self.upsample_rates)
+
+    @classmethod
+    def from_name(cls, name: str, **overrides: Any) -> HiFiGANDims:
+        """A named preset ("hifigan-v1", "hifigan-v2", "hifigan-v3"), optionally overridden."""
+        try:
+            preset = PRESETS[name]
+        except KeyError:
+            raise SpeechRTError(
+                f"unknown HiFi-GAN preset {name!r}; known: {', '.join(PRESETS)}"
+            ) from None
+        return cls(**{**preset, **overrides})
+
+
+def _conv(channels_in: int, channels_out: int, kernel: int, dilation: int = 1) -> nn.Conv1d:
+    # "same" padding for odd kernels: dilation * (kernel - 1) / 2 on both sides.
+    return nn.Conv1d(
+        channels_in, channels_out, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2
+    )
+
+
+def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return x if mask is None else x * mask
+
+
+def _length_mask(
+    mel_lengths: torch.Tensor | None, scale: int, T: int, dtype: torch.dtype
+) -> torch.Tensor | None:
+    """mel_lengths (B,) -> (B, 1, T): 1 where t < length * scale (samples per frame), else 0."""
+    if mel_lengths is None:
+        return None
+    t = torch.arange(T, device=mel_lengths.device)
+    return (t[None, None, :] < (mel_lengths * scale)[:, None, None]).to(dtype)
+
+
+class ResBlock1(nn.Module):
+    """Three (dilated conv, plain conv) pairs, each a residual branch."""
+
+    def __init__(self, channels: int, kernel: int, dilations: tuple[int, ...]) -> None:
+        super().__init__()
+        self.convs1 = nn.ModuleList(_conv(channels, channels, kernel, d) for d in dilations)
+        self.convs2 = nn.ModuleList(_conv(channels, channels, kernel) for _ in dilations)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        # x: (B, C, T), zero beyond each item's length; mask: (B, 1, T) or None.
+        for c1, c2 in zip(self.convs1, self.convs2, strict=True):
+            xt = _masked(c1(F.leaky_relu(x, LRELU_SLOPE)), mask)
+            xt = _masked(c2(F.leaky_relu(xt, LRELU_SLOPE)), mask)
+            x = xt + x
+        return x
+
+
+class ResBlock2(nn.Module):
+    """Two dilated convs, each a residual branch (HiFi-GAN V3)."""
+
+    def __init__(self, channels: int, kernel: int, dilations: tuple[int, ...]) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(_conv(channels, channels, kernel, d) for d in dilations)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        # x: (B, C, T); mask: (B, 1, T) or None. DLE's copy of this block never sets its slope
+        # and cannot run; the original HiFi-GAN uses 0.1, as here.
+        for c in self.convs:
+            x = _masked(c(F.leaky_relu(x, LRELU_SLOPE)), mask) + x
+        return x
+
+
+class HiFiGAN(nn.Module):
+    """HiFi-GAN generator: log-mel (B, n_mels, T) -> audio (B, 1, T * hop) in [-1, 1].
+
+    `weight_norm=True` re-parametrises every conv with weight norm (dim 0) as DLE trains it;
+    `dle_state_dict` then gives DLE's checkpoint layout. Inference uses plain weights.
+    """
+
+    kind = "hifigan"
+    role = "vocoder"
+    Dims = HiFiGANDims
+
+    def __init__(self, dims: HiFiGANDims = HiFiGANDims(), weight_norm: bool = False) -> None:
+        super().__init__()
+        self.dims = dims
+        ch = dims.upsample_initial_channel
+        self.conv_pre = _conv(dims.n_mels, ch, 7)
+        block = ResBlock1 if dims.resblock == "1" else ResBlock2
+        stages = list(zip(dims.upsample_rates, dims.upsample_kernel_sizes, strict=True))
+        blocks = list(zip(dims.resblock_kernel_sizes, dims.resblock_dilation_sizes, strict=True))
+        self.ups = nn.ModuleList()
+        self.resblocks = nn.ModuleList()  # [stage][j]: one block per resblock kernel size
+        for i, (u, k) in enumerate(stages):
+            c_in, c_out = ch // 2**i, ch // 2 ** (i + 1)
+            self.ups.append(nn.ConvTranspose1d(c_in, c_out, k, u, padding=(k - u) // 2))
+            self.resblocks.append(nn.ModuleList(block(c_out, bk, d) for bk, d in blocks))
+        self.conv_post = _conv(ch // 2 ** len(dims.upsample_rates), 1, 7)
+        if weight_norm:
+            for m in self.modules():
+                if isinstance(m, nn.Conv1d | nn.ConvTranspose1d):
+                    nn.utils.parametrizations.weight_norm(m, dim=0)
+
+    def forward(self, mel: torch.Tensor, mel_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """mel: (B, n_mels, T), mel_lengths: (B,) or None (= all T) -> audio (B, 1, T * hop).
+
+        With lengths, everything beyond an item's length is zero (also in the output).
+        """
+        m = _length_mask(mel_lengths, 1, mel.shape[-1], mel.dtype)
+        x = _masked(self.conv_pre(_masked(mel, m)), m)
+        scale = 1  # audio samples per mel frame at this stage
+        stages = zip(self.ups, self.resblocks, self.dims.upsample_rates, strict=True)
+        for up, blocks, rate in stages:
+            scale *= rate
+            x = up(F.leaky_relu(x, LRELU_SLOPE))
+            m = _length_mask(mel_lengths, scale, x.shape[-1], x.dtype)
+            x = _masked(x, m)
+            xs = blocks[0](x, m)
+            for b in blocks[1:]:
+                xs = xs + b(x, m)
+            x = xs / len(blocks)
+        x = self.conv_post(F.leaky_relu(x, FINAL_LRELU_SLOPE))
+        return _masked(torch.tanh(x), m)
+
+    @torch.no_grad()
+    def mel_to_audio(
+        self,
+        mel: torch.Tensor,
+        mel_lengths: torch.Tensor,
+        options: SynthesisOptions | None = None,
+        seeds: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """mel: (B, n_mels, T), mel_lengths: (B,) -> audio (B, T * hop) float32, lengths (B,).
+
+        Deterministic: `options` and `seeds` are accepted for the vocoder interface and unused.
+        """
+        if mel.dim() != 3 or mel.shape[1] != self.dims.n_mels:
+            raise SpeechRTError(
+                f"hifigan: expected mel (B, {self.dims.n_mels}, T), got {tuple(mel.shape)}"
+            )
+        if mel_lengths.shape != (mel.shape[0],):
+            raise SpeechRTError(
+                f"hifigan: mel_lengths must have shape ({mel.shape[0]},), "
+                f"got {tuple(mel_lengths.shape)}"
+            )
+        if mel_lengths.numel() and (mel_lengths.min() < 0 or mel_lengths.max() > mel.shape[2]):
+            raise SpeechRTError(f"hifigan: mel lengths must lie within [0, {mel.shape[2]}]")
+        weight = self.conv_post.weight
+        lengths = mel_lengths.to(device=mel.device, dtype=torch.long)
+        audio = self(mel.to(device=weight.device, dtype=weight.dtype), lengths.to(weight.device))
+        return audio.squeeze(1).float(), lengths * self.dims.hop_length
+
+    @classmethod
+    def from_dle(cls, ckpt: dict) -> Converted:
+        """A DLE `hifigan_gen_checkpoint_*.pt` dict (or a bare generator state dict) -> Converted.
+
+        Reads 'generator', strips 'module.', renumbers the pre-ONNX flat `resblocks.{n}` keys,
+        fixes Conv2d-style trailing singleton dims, folds weight norm; `config` gives the dims
+        (missing keys: read from weight shapes, else DLE defaults); `train_setup` the MelConfig.
+        """
+        sd = tensors_of(ckpt, "generator")
+        config = ckpt.get("config") or {}
+        if not isinstance(config, dict):
+            raise SpeechRTError(f"hifigan: checkpoint 'config' is a {type(config).__name__}")
+        sd = fold_weight_norm(_fix_ranks(_renumber_flat_resblocks(sd, config)))
+        dims = _dims_from(config, sd)
+        mel = _mel_from(ckpt.get("train_setup") or {}, dims)
+        return Converted(kind=cls.kind, dims=dims, state_dict=sd, mel=mel)
+
+
+def dle_state_dict(model: HiFiGAN) -> dict[str, torch.Tensor]:
+    """The state dict of a `weight_norm=True` model in DLE's layout (name.weight_g/weight_v)."""
+    out = {}
+    for k, v in model.state_dict().items():
+        k = k.replace(".parametrizations.weight.original0", ".weight_g")
+        out[k.replace(".parametrizations.weight.original1", ".weight_v")] = v
+    return out
+
+
+# -- checkpoint conversion helpers --------------------------------------------------------------
+
+_FLAT_RESBLOCK = re.compile(r"^resblocks\.(\d+)\.([^.]+\.\d+\.[^.]+)$")  # 5 dot-separated parts
+_UPS = re.compile(r"^ups\.(\d+)\.")
+
+
+def _renumber_flat_resblocks(
+    sd: dict[str, torch.Tensor], config: dict[str, Any]
+) -> dict[str, torch.Tensor]:
+    # Old checkpoints keep one flat list: resblocks.{stage * K + j} -> resblocks.{stage}.{j}.
+    # DLE divides by 3; K (the resblocks per stage) is 3 in every published config, and otherwise
+    # comes from the config or from the number of flat blocks per upsampling stage.
+    flat = {k: _FLAT_RESBLOCK.match(k) for k in sd}
+    if not any(flat.values()):
+        return sd
+    if "resblock_kernel_sizes" in config:
+        per_stage = len(config["resblock_kernel_sizes"])
+    else:
+        stages = 1 + max((int(m.group(1)) for k in sd if (m := _UPS.match(k))), default=-1)
+        n_flat = 1 + max(int(m.group(1)) for m in flat.values() if m)
+        if stages == 0 or n_flat % stages:
+            raise SpeechRTError(f"hifigan: {n_flat} flat resblocks do not fit {stages} stages")
+        per_stage = n_flat // stages
+    out = {}
+    for k, v in sd.items():
+        m = flat[k]
+        if m:
+            n = int(m.group(1))
+            k = f"resblocks.{n // per_stage}.{n % per_stage}.{m.group(2)}"
+        out[k] = v
+    return out
+
+
+def _fix_ranks(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    # Every generator weight is a Conv1d/ConvTranspose1d one (rank 3), every bias rank 1;
+    # Conv2d/NHWC variants differ by a trailing singleton dim (DLE's load_state_dict fix).
+    out = {}
+    for k, v in sd.items():
+        want = 1 if k.endswith(".bias") else 3
+        if v.dim() == want + 1 and v.shape[-1] == 1:
+            v = v.squeeze(-1)
+        elif v.dim() == want - 1:
+            v = v.unsqueeze(-1)
+        out[k] = v
+    return out
+
+
+def _untuple(v: Any) -> Any:
+    return tuple(_untuple(x) for x in v) if isinstance(v, list | tuple) else v
+
+
+def _dims_from(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> HiFiGANDims:
+    """Dims from the checkpoint config; keys it lacks are read off the (folded) weight shapes."""
+    try:
+        pre = sd["conv_pre.weight"]
+        n_stages = 1 + max(int(m.group(1)) for k in sd if (m := _UPS.match(k)))
+        ups_k = tuple(int(sd[f"ups.{i}.weight"].shape[2]) for i in range(n_stages))
+        resblock = "2" if any(k.startswith("resblocks.0.0.convs.") for k in sd) else "1"
+        first = "convs" if resblock == "2" else "convs1"
+        n_blocks = 1 + max(
+            int(k.split(".")[2]) for k in sd if k.startswith("resblocks.0.") and ".0.weight" in k
+        )
+        block_k = tuple(
+            int(sd[f"resblocks.0.{j}.{first}.0.weight"].shape[2]) for j in range(n_blocks)
+        )
+    except (KeyError, ValueError) as e:
+        raise SpeechRTError(f"hifigan: not a HiFi-GAN generator state dict ({e})") from None
+    known = {f.name for f in fields(HiFiGANDims)}
+    given = {k: _untuple(v) for k, v in config.items() if k in known}
+    if "resblock" in given:
+        given["resblock"] = str(given["resblock"])
+    inferred: dict[str, Any] = dict(
+        upsample_kernel_sizes=ups_k,
+        upsample_initial_channel=int(pre.shape[0]),
+        resblock=resblock,
+        resblock_kernel_sizes=block_k,
+        n_mels=int(pre.shape[1]),
+    )
+    if "upsample_rates" not in given:
+        # Not visible in the weights; every published config uses kernel = 2 x rate.
+        inferred["upsample_rates"] = tuple(
+            k // 2 for k in given.get("upsample_kernel_sizes", ups_k)
+        )
+    if "resblock_dilation_sizes" not in given:
+        kind = given.get("resblock", resblock)
+        if kind == "1":
+            inferred["resblock_dilation_sizes"] = ((1, 3, 5),) * len(block_k)
+        elif len(block_k) == 3:
+            inferred["resblock_dilation_sizes"] = PRESETS["hifigan-v3"]["resblock_dilation_sizes"]
+        else:
+            raise SpeechRTError("hifigan: checkpoint has no config giving the resblock dilations")
+    return HiFiGANDims(**{**inferred, **given})
+
+
+def _mel_from(train_setup: dict[str, Any], dims: HiFiGANDims) -> MelConfig:
+    """DLE's train_setup (absent: the DLE TTS defaults) -> MelConfig, checked against the dims."""
+    d = MelConfig(n_mels=dims.n_mels)
+    fmax = train_setup.get("mel_fmax", d.fmax)
+    mel = MelConfig(
+        sampling_rate=int(train_setup.get("sampling_rate", d.sampling_rate)),
+        n_fft=int(train_setup.get("filter_length", d.n_fft)),
+        hop_length=int(train_setup.get("hop_length", d.hop_length)),
+        win_length=int(train_setup.get("win_length", d.win_length)),
+        n_mels=int(train_setup.get("num_mels", d.n_mels)),
+        fmin=float(train_setup.get("mel_fmin", d.fmin)),
+        fmax=None if fmax is None else float(fmax),
+    )
+    if mel.n_mels != dims.n_mels:
+        raise SpeechRTError(
+            f"hifigan: train_setup num_mels {mel.n_mels} but conv_pre takes {dims.n_mels} channels"
+        )
+    if mel.hop_length != dims.hop_length:
+        where = "train_setup" if "hop_length" in train_setup else "no train_setup: default"
+        raise SpeechRTError(
+            f"hifigan: {where} hop_length {mel.hop_length} but the upsample rates multiply "
+            f"to {dims.hop_length}"
+        )
+    return mel
