@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from speechrt.client import parse_metrics
 from speechrt.errors import SpeechRTError
 from speechrt.serving.engine import (
     BatchConfig,
@@ -22,7 +23,7 @@ from speechrt.serving.engine import (
     Overloaded,
     ShuttingDown,
 )
-from speechrt.serving.metrics import Metrics, parse_metrics
+from speechrt.serving.metrics import Metrics
 from speechrt.serving.v2codec import HEADER, InferRequest, encode_response, parse_request
 
 

@@ -83,8 +83,9 @@ class Metrics:
     def record_batch(self, stats: BatchStats) -> None:
         m = stats.engine
         self._inc("nv_inference_exec_count", m)
-        self._inc("nv_inference_queue_duration_us", m, sum(stats.queue_s) * 1e6)
-        self._inc("nv_inference_compute_infer_duration_us", m, stats.compute_s * 1e6 * stats.size)
+        self._inc("nv_inference_queue_duration_us", m, round(sum(stats.queue_s) * 1e6))
+        compute_us = round(stats.compute_s * 1e6) * stats.size
+        self._inc("nv_inference_compute_infer_duration_us", m, compute_us)
         if stats.ok:
             self._inc("nv_inference_count", m, stats.size)
         counts = self._hist.setdefault(m, [0] * (len(BATCH_BUCKETS) + 1))
@@ -102,7 +103,7 @@ class Metrics:
             self._inc("nv_inference_request_success", model)
         else:
             self._inc("nv_inference_request_failure", model, reason=failure)
-        self._inc("nv_inference_request_duration_us", model, seconds * 1e6)
+        self._inc("nv_inference_request_duration_us", model, round(seconds * 1e6))
 
     @asynccontextmanager
     async def track(self, model: str) -> AsyncIterator[None]:
@@ -152,13 +153,3 @@ def failure_reason(e: BaseException) -> str:
     if isinstance(e, (DeadlineExceeded, asyncio.CancelledError)):
         return "CANCELED"
     return "BACKEND"
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {'name{labels}': value}; enough for tests and `speechrt.client`."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out

@@ -3,7 +3,8 @@
 Differences from OpenAI, by design: audio formats are wav, flac and pcm (16-bit, at the voice's
 own sampling rate, given in the X-Sample-Rate header; OpenAI's pcm is 24 kHz); `voice` names a
 speaker only as "N" or "speaker-N" (any other name is the model's speaker 0); an extra `seed`
-field (default 0) picks the noise of stochastic models, so the same request gives the same bytes.
+field (default 0) picks the noise of stochastic models, so the same request gives the same bytes;
+pitch_shift, pitch_scale, pitch_flatten and denoise are the other SynthesisOptions.
 `stream_format: "audio"` streams wav (a header with unknown length, then PCM) or pcm, one
 sentence at a time as each is ready; the stream's bytes equal the non-streamed response's.
 """
@@ -26,6 +27,7 @@ from speechrt.audio.io import encode_audio, to_int16
 from speechrt.options import SynthesisOptions
 from speechrt.serving import transcripts
 from speechrt.serving.errors import ApiError
+from speechrt.serving.metrics import failure_reason
 
 if TYPE_CHECKING:
     from speechrt.serving.server import Server
@@ -66,7 +68,12 @@ class SpeechRequest(BaseModel):
     response_format: str = "wav"
     speed: float = 1.0
     stream_format: str | None = None
-    seed: int = 0  # speechrt extension
+    # speechrt extensions: SynthesisOptions fields (speed is `pace`, voice is `speaker`)
+    seed: int = 0
+    pitch_shift: float = 0.0
+    pitch_scale: float = 1.0
+    pitch_flatten: bool = False
+    denoise: float = 0.0
 
 
 def speaker_of(voice: str | VoiceRef) -> int:
@@ -113,7 +120,15 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         )
     if body.stream_format == "audio" and fmt == "flac":
         raise ApiError(400, "streaming supports wav and pcm", "unsupported_format", "stream_format")
-    options = SynthesisOptions(pace=body.speed, speaker=speaker_of(body.voice), seed=body.seed)
+    options = SynthesisOptions(
+        pace=body.speed,
+        speaker=speaker_of(body.voice),
+        seed=body.seed,
+        pitch_shift=body.pitch_shift,
+        pitch_scale=body.pitch_scale,
+        pitch_flatten=body.pitch_flatten,
+        denoise=body.denoise,
+    )
     sr = srv.tts.sampling_rate
     headers = {"X-Sample-Rate": str(sr)}
     if body.stream_format == "audio":
@@ -131,8 +146,8 @@ async def _stream(
     t0 = time.perf_counter()
     try:
         chunks = await srv.tts.stream(body.input, options, body.seed)
-    except Exception:
-        srv.metrics.record_request("tts", time.perf_counter() - t0, "REJECTED")
+    except Exception as e:
+        srv.metrics.record_request("tts", time.perf_counter() - t0, failure_reason(e))
         raise
 
     async def audio_bytes() -> AsyncIterator[bytes]:

@@ -134,7 +134,7 @@ class ASRAdapter:
         self.asr = asr  # speechrt.asr.ASR
 
     def run_batch(self, items: list[np.ndarray]) -> list[Any]:
-        return list(self.asr.transcribe(items))
+        return list(self.asr.transcribe(items, batch_size=len(items)))
 
     def length(self, item: np.ndarray) -> int:
         return int(item.shape[0])
@@ -153,7 +153,7 @@ class ASRService:
 
     @property
     def sampling_rate(self) -> int:
-        return int(self.asr.sampling_rate)
+        return int(self.asr.sample_rate)
 
     def check_audio(self, audio: np.ndarray, sampling_rate: int | None = None) -> np.ndarray:
         """A (N,) float32 waveform at the model's rate within the limits, or SpeechRTError."""
@@ -172,7 +172,9 @@ class ASRService:
             raise SpeechRTError(
                 f"audio is {seconds:.1f} s long; the limit is {self.limits.max_audio_seconds:g} s"
             )
-        return resample(audio, sr, self.sampling_rate) if sr != self.sampling_rate else audio
+        if sr != self.sampling_rate:
+            audio = resample(audio, sr, self.sampling_rate)
+        return self.asr.load_audio(audio)  # checks the model's minimum length
 
     async def decode(self, data: bytes) -> np.ndarray:
         """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate."""

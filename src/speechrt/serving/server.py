@@ -78,9 +78,9 @@ class Server:
             n_mels = tts.mel.n_mels
             parts.append((tts.acoustic_info.kind, "acoustic", tts.acoustic, tts, n_mels, -1))
             parts.append((tts.vocoder_info.kind, "vocoder", tts.vocoder, tts, n_mels, -1))
-        if asr is not None and hasattr(asr, "model_info"):
+        if asr is not None and hasattr(asr, "info"):
             feats, classes = asr.features.n_mels, len(asr.labels) + 1
-            parts.append((asr.model_info.kind, "asr", asr.model, asr, feats, classes))
+            parts.append((asr.info.kind, "asr", asr.model, asr, feats, classes))
         for name, role, module, owner, channels, classes in parts:
             adapter = ComponentAdapter(role, module, owner.device, owner.dtype)
             model = component_model(name, role, self._engine(name, adapter), channels, classes)
