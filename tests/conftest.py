@@ -3,6 +3,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# Tiny models: one intra-op thread is many times faster than two on a 2-core machine, and oneDNN
+# spends seconds building a primitive for every new conv shape.
+torch.set_num_threads(1)
+torch.backends.mkldnn.enabled = False
+
 
 @pytest.fixture(autouse=True)
 def _deterministic():
@@ -10,7 +15,15 @@ def _deterministic():
     yield
 
 
-# -- tiny random-weight models in model-repository form (serving and client tests) ---------------
+@pytest.fixture(scope="session")
+def tiny_voice(tmp_path_factory):
+    """(acoustic dir, vocoder dir) of a tiny FastPitch + HiFi-GAN converted from DLE checkpoints."""
+    from tiny import make_voice
+
+    return make_voice(tmp_path_factory.mktemp("voice"))
+
+
+# -- a tiny random-weight ASR model in model-repository form (serving and client tests) ----------
 
 
 def _randomize(module: torch.nn.Module, seed: int, scale: float) -> None:
@@ -18,59 +31,6 @@ def _randomize(module: torch.nn.Module, seed: int, scale: float) -> None:
     with torch.no_grad():
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * scale)
-
-
-@pytest.fixture(scope="session")
-def tiny_voice(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """{"acoustic": dir, "vocoder": dir}: a FastPitch + HiFi-GAN pair with random weights, small
-    enough for CPU tests (hop 16 at 22.05 kHz, 10 mel bins), english_basic symbols."""
-    from speechrt.audio.mel import MelConfig
-    from speechrt.models.fastpitch import FastPitch, FastPitchDims
-    from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
-    from speechrt.repo import ComponentInfo, save_component
-
-    root = tmp_path_factory.mktemp("tiny_voice")
-    mel = MelConfig(n_fft=64, hop_length=16, win_length=64, n_mels=10)
-    fp_dims = FastPitchDims(
-        n_mel_channels=10,
-        n_symbols=148,
-        symbols_embedding_dim=16,
-        in_fft_n_layers=1,
-        in_fft_n_heads=2,
-        in_fft_d_head=4,
-        in_fft_conv1d_filter_size=16,
-        in_fft_output_size=16,
-        out_fft_n_layers=1,
-        out_fft_n_heads=2,
-        out_fft_d_head=4,
-        out_fft_conv1d_filter_size=16,
-        out_fft_output_size=16,
-        dur_predictor_filter_size=8,
-        pitch_predictor_filter_size=8,
-        energy_predictor_filter_size=8,
-    )
-    fastpitch = FastPitch(fp_dims).eval()
-    _randomize(fastpitch, 0, 0.3)
-    with torch.no_grad():
-        fastpitch.duration_predictor.fc.bias.fill_(1.5)  # ~3.5 frames per symbol
-        fastpitch.pitch_mean.fill_(200.0)
-        fastpitch.pitch_std.fill_(50.0)
-    text = {"symbol_set": "english_basic", "cleaners": ["english_cleaners_v2"], "p_arpabet": 0.0}
-    info = ComponentInfo("fastpitch", fp_dims, mel, {"text": text})
-    save_component(root / "fastpitch", info, fastpitch.state_dict())
-    hg_dims = HiFiGANDims(
-        upsample_rates=(4, 4),
-        upsample_kernel_sizes=(8, 8),
-        upsample_initial_channel=16,
-        resblock="1",
-        resblock_kernel_sizes=(3,),
-        resblock_dilation_sizes=((1, 3, 5),),
-        n_mels=10,
-    )
-    hifigan = HiFiGAN(hg_dims).eval()
-    _randomize(hifigan, 1, 0.2)
-    save_component(root / "hifigan", ComponentInfo("hifigan", hg_dims, mel), hifigan.state_dict())
-    return {"acoustic": root / "fastpitch", "vocoder": root / "hifigan"}
 
 
 @pytest.fixture(scope="session")
@@ -160,10 +120,10 @@ def start_server(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
-def speech_server(start_server, tiny_voice: dict[str, Path], tiny_asr: Path) -> str:
+def speech_server(start_server, tiny_voice: tuple[Path, Path], tiny_asr: Path) -> str:
     """Base URL of one server with the tiny voice and ASR model, shared by the serving tests."""
     url, _ = start_server(
-        *("--acoustic", str(tiny_voice["acoustic"]), "--vocoder", str(tiny_voice["vocoder"])),
+        *("--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])),
         *("--asr", str(tiny_asr), "--device", "cpu"),
         *("--max-batch-size", "8", "--max-queue-delay-ms", "20", "--max-queue-size", "512"),
         *("--max-text-chars", "2000", "--max-upload-mb", "1", "--max-audio-seconds", "30"),

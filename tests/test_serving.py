@@ -26,7 +26,7 @@ LSB = 2  # batched vs alone: the same samples within 2 int16 steps (see test_con
 
 @pytest.fixture(scope="module")
 def local_tts(tiny_voice) -> TTS:
-    return TTS(tiny_voice["acoustic"], tiny_voice["vocoder"], device="cpu")
+    return TTS(*tiny_voice, device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_health_metadata_and_model_lists(speech_server, oai, trt):
         ("ids", "INT64"),
         ("lengths", "INT64"),
     ]
-    assert meta["outputs"][0] == {"name": "mel", "datatype": "FP32", "shape": [-1, 10, -1]}
+    assert meta["outputs"][0] == {"name": "mel", "datatype": "FP32", "shape": [-1, 80, -1]}
     for name in ("tts", "asr", "fastpitch", "hifigan", "quartznet"):
         assert trt.is_model_ready(name)
     assert trt.get_model_config("tts")["max_batch_size"] == 8
@@ -206,7 +206,7 @@ def test_triton_components(trt, local_tts, local_asr, binary):
         trt, "fastpitch", [("ids", "INT64", padded), ("lengths", "INT64", lengths)],
         ["mel", "mel_lengths"], binary,
     )  # fmt: skip
-    assert mel.shape[:2] == (2, 10) and mel.shape[2] == mel_lengths.max()
+    assert mel.shape[:2] == (2, 80) and mel.shape[2] == mel_lengths.max()
     import torch
 
     with torch.inference_mode():
@@ -220,7 +220,7 @@ def test_triton_components(trt, local_tts, local_asr, binary):
         trt, "hifigan", [("mel", "FP32", mel), ("mel_lengths", "INT64", mel_lengths)],
         ["audio", "audio_lengths"], binary,
     )  # fmt: skip
-    assert list(audio_lengths) == [16 * int(m) for m in mel_lengths]
+    assert list(audio_lengths) == [256 * int(m) for m in mel_lengths]
     from speechrt.audio.features import batch_features
 
     feats, flen = batch_features([torch.from_numpy(speechlike(1.0, 3))], local_asr.features)

@@ -83,6 +83,11 @@ def tensors_of(ckpt: dict, *keys: str) -> StateDict:
 DETECTORS: dict[str, Callable[[set[str]], bool]] = {
     "fastpitch": lambda ks: "encoder.word_emb.weight" in ks and "pitch_emb.weight" in ks,
     "hifigan": lambda ks: any(k.startswith("conv_pre.") for k in ks) and "conv_post.bias" in ks,
+    "tacotron2": lambda ks: any(k.endswith("decoder.attention_rnn.weight_ih") for k in ks),
+    "waveglow": lambda ks: any(k.endswith("convinv.0.conv.weight") for k in ks),
+    "fastspeech": lambda ks: any(k.endswith("phoneme_side.position.weight") for k in ks),
+    "jasper": lambda ks: any(k.endswith(".0.conv.0.weight") for k in ks),  # v1 keys too
+    "quartznet": lambda ks: "encoder.layers.0.mconv.0.weight" in ks,
 }
 
 

@@ -32,5 +32,9 @@ class SynthesisOptions:
             raise SpeechRTError(f"denoise strength must be within [0, 1], got {self.denoise}")
         if self.speaker < 0:
             raise SpeechRTError(f"speaker id must be >= 0, got {self.speaker}")
+        if self.max_decoder_steps is not None and not 1 <= self.max_decoder_steps <= 100_000:
+            raise SpeechRTError(
+                f"max decoder steps must be within [1, 100000], got {self.max_decoder_steps}"
+            )
         if self.sigma is not None and not 0.0 <= self.sigma <= 2.0:
             raise SpeechRTError(f"sigma must be within [0, 2], got {self.sigma}")

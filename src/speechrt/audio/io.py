@@ -32,28 +32,45 @@ def to_int16(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2")
 
 
-def encode_audio(audio: np.ndarray, sampling_rate: int, fmt: str = "wav") -> bytes:
-    """audio: (N,) float in [-1, 1] -> bytes of a 16-bit WAV, 16-bit FLAC or raw LE PCM file."""
-    if fmt == "pcm":
-        return to_int16(audio).tobytes()
+def encode_audio(
+    audio: np.ndarray, sampling_rate: int, fmt: str = "wav", sample_format: str = "int16"
+) -> bytes:
+    """audio: (N,) float in [-1, 1] -> bytes of a WAV, FLAC or raw little-endian PCM file.
+
+    sample_format "int16" (default) or "float32" (WAV and raw PCM only: exact model output).
+    """
     if fmt not in FORMATS:
         raise SpeechRTError(f"unknown audio format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if sample_format not in ("int16", "float32"):
+        raise SpeechRTError(f"unknown sample format {sample_format!r}; use int16 or float32")
+    if sample_format == "float32" and fmt == "flac":
+        raise SpeechRTError("FLAC holds integer samples only; use int16 or WAV")
+    if fmt == "pcm":
+        data = audio.astype("<f4") if sample_format == "float32" else to_int16(audio)
+        return data.tobytes()
     import soundfile as sf
 
     buf = io.BytesIO()
-    sf.write(buf, to_int16(audio), sampling_rate, format=fmt.upper(), subtype="PCM_16")
+    if sample_format == "float32":
+        sf.write(buf, audio.astype(np.float32), sampling_rate, format="WAV", subtype="FLOAT")
+    else:
+        sf.write(buf, to_int16(audio), sampling_rate, format=fmt.upper(), subtype="PCM_16")
     return buf.getvalue()
 
 
 def write_audio(
-    path: str | Path, audio: np.ndarray, sampling_rate: int, fmt: str | None = None
+    path: str | Path,
+    audio: np.ndarray,
+    sampling_rate: int,
+    fmt: str | None = None,
+    sample_format: str = "int16",
 ) -> None:
     """Write (N,) float audio; format from `fmt`, else the suffix (.wav/.flac/.pcm/.raw)."""
     path = Path(path)
     if fmt is None:
         suffix = path.suffix.lower().lstrip(".")
         fmt = {"raw": "pcm"}.get(suffix, suffix) if suffix else "wav"
-    data = encode_audio(audio, sampling_rate, fmt)
+    data = encode_audio(audio, sampling_rate, fmt, sample_format)
     try:
         path.write_bytes(data)
     except OSError as e:

@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pitch-flatten", action="store_true", help="monotone pitch")
     g.add_argument("--speaker", type=int, default=0, help="speaker id (multi-speaker models)")
     g.add_argument("--denoise", type=float, default=0.0, help="denoiser strength, e.g. 0.01")
+    g.add_argument("--sigma", type=float, help="WaveGlow latent scale (default: the model's)")
+    g.add_argument("--max-decoder-steps", type=int, help="Tacotron2 step limit (default: model's)")
     g.add_argument("--seed", type=int, default=0, help="base random seed")
 
 
@@ -68,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         pitch_flatten=args.pitch_flatten,
         speaker=args.speaker,
         denoise=args.denoise,
+        sigma=args.sigma,
+        max_decoder_steps=args.max_decoder_steps,
         seed=args.seed,
     )
     if args.url is None and (args.acoustic is None or args.vocoder is None):
@@ -104,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 audio += tts.synthesize(chunk, options, batch_size=args.batch_size, seeds=seeds)
                 bar.update(len(chunk))
     for path, wav in zip(outputs, audio, strict=True):
-        write_audio(path, wav, tts.sampling_rate, args.format)
+        write_audio(path, wav, tts.sampling_rate, args.format, args.sample_format)
     if args.file is None:
         print(f"{outputs[0]}: {len(audio[0]) / tts.sampling_rate:.2f} s at {tts.sampling_rate} Hz")
     else:

@@ -25,6 +25,11 @@ from speechrt.errors import SpeechRTError
 KINDS: dict[str, tuple[str, str]] = {
     "fastpitch": ("speechrt.models.fastpitch", "FastPitch"),
     "hifigan": ("speechrt.models.hifigan", "HiFiGAN"),
+    "tacotron2": ("speechrt.models.tacotron2", "Tacotron2"),
+    "waveglow": ("speechrt.models.waveglow", "WaveGlow"),
+    "fastspeech": ("speechrt.models.fastspeech", "FastSpeech"),
+    "jasper": ("speechrt.models.jasper", "Jasper"),
+    "quartznet": ("speechrt.models.jasper", "QuartzNet"),
 }
 
 

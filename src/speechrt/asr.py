@@ -1,0 +1,259 @@
+"""Speech recognition pipeline: audio -> features -> log-probs -> greedy CTC -> timed words.
+
+load_audio -> segments (long audio in overlapping windows) -> features -> log_probs -> decode
+
+Each window is featurised on its own samples and the convolutions are masked, so an item's text
+does not depend on its batch-mates. Windows are batched longest-first to keep padding small; a
+window keeps the words whose centre lies in its own part of the audio (overlaps split midway).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from speechrt.audio.features import FeatureConfig, batch_features
+from speechrt.ctc import Word, collapse, greedy_ids, tokens_to_words
+from speechrt.device import resolve_device, resolve_precision
+from speechrt.errors import SpeechRTError
+from speechrt.repo import load_component
+
+AudioInput = np.ndarray | str | Path | bytes
+
+WINDOW_SECONDS = 20.0  # longer audio is cut into windows of this length ...
+OVERLAP_SECONDS = 4.0  # ... overlapping by this much (each side keeps half of the overlap)
+
+
+@dataclass
+class Transcript:
+    """One audio item's result."""
+
+    text: str
+    words: list[Word]
+    duration: float  # seconds of audio
+    rtf: float  # real-time factor: seconds of audio per second of compute (> 1 = faster)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "words": [w.to_dict() for w in self.words],
+            "duration": round(self.duration, 4),
+            "rtf": round(self.rtf, 3),
+        }
+
+
+@dataclass
+class Segment:
+    """A window of item `item`: audio[start : start + len(audio)] (seconds from `offset`)."""
+
+    item: int
+    audio: np.ndarray  # (N,) float32 at the model's sample rate; a view into the item's audio
+    offset: float  # seconds from the start of the item
+    keep: tuple[float, float]  # words (item time) whose centre falls in [lo, hi) are kept
+    seed: int = 0  # dither noise of this window
+    words: list[Word] = field(default_factory=list)
+    seconds: float = 0.0  # compute time attributed to this window
+
+
+def as_waveform(audio: np.ndarray, name: str = "audio") -> np.ndarray:
+    """An array of samples -> mono float32 (N,); integer PCM scaled to [-1, 1]."""
+    a = np.asarray(audio)
+    if a.ndim != 1:
+        raise SpeechRTError(f"{name}: expected 1-D mono samples, got shape {a.shape}")
+    if np.issubdtype(a.dtype, np.unsignedinteger):
+        raise SpeechRTError(f"{name}: unsigned samples ({a.dtype}) are not supported")
+    if np.issubdtype(a.dtype, np.integer):
+        a = a.astype(np.float32) / float(np.iinfo(a.dtype).max + 1)
+    elif not np.issubdtype(a.dtype, np.floating):
+        raise SpeechRTError(f"{name}: unsupported sample type {a.dtype}")
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if not np.isfinite(a).all():
+        raise SpeechRTError(f"{name}: samples contain NaN or infinity")
+    return a
+
+
+def _window_seed(seed: int, window: int) -> int:
+    return (seed * 1_000_003 + window) % (2**63 - 1)
+
+
+class ASR:
+    """A speech recogniser loaded from a model directory (see `speechrt convert`)."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "cpu",
+        precision: str = "fp32",
+        *,
+        window: float = WINDOW_SECONDS,
+        overlap: float = OVERLAP_SECONDS,
+        dither: float | None = None,
+        seed: int = 0,
+        decode_padding: bool = True,
+    ) -> None:
+        """`dither` overrides the model's (0 = deterministic); noise is drawn per window from
+        `seed`. `decode_padding` decodes the zero-padded tail frames too, as DLE inference.py
+        does (at batch size 1); False decodes the valid frames only."""
+        if window < 1.0:
+            raise SpeechRTError(f"window must be >= 1 s, got {window}")
+        if not 0 <= overlap < window / 2:
+            raise SpeechRTError(f"overlap must be within [0, window / 2), got {overlap}")
+        self.device = resolve_device(device)
+        self.dtype = resolve_precision(precision)
+        try:
+            self.model, self.info = load_component(model_dir, self.device, self.dtype)
+        except (TypeError, ValueError) as e:
+            raise SpeechRTError(f"{model_dir}: corrupt model description ({e})") from None
+        if getattr(self.model, "role", None) != "asr":
+            raise SpeechRTError(f"{model_dir}: a {self.info.kind} model is not a speech recogniser")
+        meta = self.info.meta
+        try:
+            self.labels: list[str] = [str(s) for s in meta["labels"]]
+            self.features = FeatureConfig.from_dict(meta["features"])
+            self.pad_leading = int(meta.get("pad_leading", 0))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SpeechRTError(f"{model_dir}: model.json lacks labels/features ({e})") from None
+        if dither is not None:
+            self.features = FeatureConfig.from_dict({**self.features.to_dict(), "dither": dither})
+        if len(self.labels) + 1 != self.model.dims.n_classes:
+            raise SpeechRTError(
+                f"{model_dir}: {len(self.labels)} labels + blank for "
+                f"{self.model.dims.n_classes} model outputs"
+            )
+        self.window, self.overlap, self.seed = window, overlap, seed
+        self.decode_padding = decode_padding
+
+    @property
+    def sample_rate(self) -> int:
+        return self.features.sample_rate
+
+    @property
+    def frame_duration(self) -> float:
+        """Seconds per output (CTC) frame: the hop times the encoder's time stride."""
+        return self.features.frame_shift * self.model.time_stride
+
+    # -- stages --------------------------------------------------------------------------------
+
+    def load_audio(self, source: AudioInput, name: str | None = None) -> np.ndarray:
+        """A file path, file bytes or an array at the model's rate -> mono float32 (N,)."""
+        from speechrt.audio.io import read_audio
+
+        name = name or (str(source) if isinstance(source, (str, Path)) else "audio")
+        if isinstance(source, (str, Path, bytes)):
+            if isinstance(source, bytes) and not source:
+                raise SpeechRTError(f"{name}: empty file")
+            audio, _ = read_audio(source, target_sr=self.sample_rate)
+            if not np.isfinite(audio).all():
+                raise SpeechRTError(f"{name}: samples contain NaN or infinity")
+        else:
+            audio = as_waveform(source, name)
+        if audio.size == 0:
+            raise SpeechRTError(f"{name}: audio is empty (0 samples)")
+        if audio.size < self.features.min_samples:
+            raise SpeechRTError(
+                f"{name}: audio too short ({audio.size / self.sample_rate * 1000:.1f} ms; "
+                f"need at least {self.features.min_samples / self.sample_rate * 1000:.0f} ms)"
+            )
+        return audio
+
+    def segments(self, item: int, audio: np.ndarray, seed: int = 0) -> list[Segment]:
+        """Cut one item into windows; the last window ends at the end of the audio.
+
+        Window j draws its dither noise from a seed derived from (seed, j)."""
+        sr, n = self.sample_rate, audio.shape[0]
+        win = int(self.window * sr)
+        step = win - int(self.overlap * sr)
+        if n <= win:
+            return [Segment(item, audio, 0.0, (-np.inf, np.inf), _window_seed(seed, 0))]
+        starts = [0]
+        while starts[-1] + win < n:
+            starts.append(min(starts[-1] + step, n - win))
+        # Consecutive windows split their overlap in the middle.
+        cuts = [(starts[i + 1] + starts[i] + win) / 2 / sr for i in range(len(starts) - 1)]
+        lows, highs = [-np.inf, *cuts], [*cuts, np.inf]
+        return [
+            Segment(item, audio[s : s + win], s / sr, (lo, hi), _window_seed(seed, j))
+            for j, (s, lo, hi) in enumerate(zip(starts, lows, highs, strict=True))
+        ]
+
+    @torch.inference_mode()
+    def log_probs(self, batch: list[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows -> log-probs (B, T', V) float32 and frames to decode per window (B,)."""
+        audios = [torch.tensor(seg.audio, device=self.device) for seg in batch]  # (N_i,) copies
+        gens = None
+        if self.features.dither > 0:
+            gens = []
+            for seg in batch:  # per-window noise: independent of batch-mates and order
+                gens.append(torch.Generator(device=self.device).manual_seed(seg.seed))
+        feats, lengths = batch_features(audios, self.features, gens)  # (B, F, T), (B,)
+        if self.pad_leading:
+            feats = torch.nn.functional.pad(feats, (self.pad_leading, 0))
+            lengths = lengths + self.pad_leading
+        log_probs, out_lengths = self.model(feats.to(self.dtype), lengths)
+        if self.decode_padding:
+            padded = [self.features.padded_frames(a.shape[0]) + self.pad_leading for a in audios]
+            frames = torch.tensor(padded, dtype=torch.long, device=self.device)
+            out_lengths = self.model.output_lengths(frames)
+        return log_probs, out_lengths
+
+    def decode(self, batch: list[Segment], log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Greedy CTC per window; keeps each window's own words (item time) in seg.words."""
+        blank = len(self.labels)
+        offset = -self.pad_leading * self.features.frame_shift
+        for seg, ids in zip(batch, greedy_ids(log_probs, lengths), strict=True):
+            span = (seg.offset, seg.offset + seg.audio.shape[0] / self.sample_rate)
+            dec = tokens_to_words(
+                collapse(ids, blank), self.labels, self.frame_duration, offset + seg.offset, span
+            )
+            lo, hi = seg.keep
+            seg.words = [w for w in dec.words if lo <= (w.start + w.end) / 2 < hi]
+
+    def transcribe(
+        self,
+        audio: Sequence[AudioInput],
+        batch_size: int = 16,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Transcript]:
+        """Arrays at the model's sample rate, file paths or file bytes -> one Transcript each.
+
+        With dither on, item i draws its noise from seeds[i] (default: the ASR's seed + i).
+        """
+        if isinstance(audio, (np.ndarray, str, Path, bytes)):
+            raise SpeechRTError("transcribe takes a list of audio items")
+        if batch_size < 1:
+            raise SpeechRTError(f"batch size must be >= 1, got {batch_size}")
+        waves = [
+            self.load_audio(a, None if isinstance(a, (str, Path)) else f"audio {i + 1}")
+            for i, a in enumerate(audio)
+        ]
+        seeds = list(seeds) if seeds is not None else [self.seed + i for i in range(len(waves))]
+        if len(seeds) != len(waves):
+            raise SpeechRTError(f"{len(seeds)} seeds for {len(waves)} audio items")
+        segs = [seg for i, w in enumerate(waves) for seg in self.segments(i, w, seeds[i])]
+        order = sorted(range(len(segs)), key=lambda k: segs[k].audio.shape[0], reverse=True)
+        for start in range(0, len(order), batch_size):
+            batch = [segs[k] for k in order[start : start + batch_size]]
+            t0 = time.perf_counter()
+            log_probs, lengths = self.log_probs(batch)
+            self.decode(batch, log_probs, lengths)
+            elapsed = time.perf_counter() - t0
+            total = sum(seg.audio.shape[0] for seg in batch)
+            for seg in batch:
+                seg.seconds = elapsed * seg.audio.shape[0] / total
+        per_item: list[list[Segment]] = [[] for _ in waves]
+        for seg in segs:  # in time order within each item
+            per_item[seg.item].append(seg)
+        out = []
+        for w, mine in zip(waves, per_item, strict=True):
+            words = [word for s in mine for word in s.words]
+            duration = w.shape[0] / self.sample_rate
+            compute = sum(s.seconds for s in mine)
+            rtf = duration / compute if compute > 0 else float("inf")
+            out.append(Transcript(" ".join(x.word for x in words), words, duration, rtf))
+        return out

@@ -1,0 +1,166 @@
+"""The ASR front end of DLE Jasper/QuartzNet ("FilterbankFeatures"): audio -> normalised log-mel.
+
+    audio (N,) at 16 kHz -(dither)-> pre-emphasis -> STFT (symmetric Hann 320 centred in n_fft 512,
+    hop 160, centre=True, reflect padding) -> power -> Slaney mel (64) -> log(x + 1e-20)
+    -> per-feature mean/std over the valid frames -> frames >= ceil(N / 160) zeroed
+    -> time right-padded to a multiple of 16
+
+Every item is computed on its own samples only (its STFT reflects at its own end), so an item's
+features never depend on its batch-mates; at batch size 1 this is exactly DLE's computation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from speechrt.audio.mel import mel_filterbank
+from speechrt.errors import SpeechRTError
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """What the acoustic model was trained on; stored in model.json meta["features"]."""
+
+    sample_rate: int = 16000
+    win_length: int = 320  # analysis window: 0.02 s
+    hop_length: int = 160  # frame shift: 0.01 s
+    n_fft: int = 512  # the 320-sample window is zero-padded (centred) to this
+    n_mels: int = 64
+    fmin: float = 0.0
+    fmax: float | None = None  # None = Nyquist (8 kHz)
+    preemph: float = 0.97  # y[0] = x[0], y[t] = x[t] - preemph * x[t-1]
+    log_guard: float = 1e-20  # log(mel + log_guard)
+    std_eps: float = 1e-5  # added to the unbiased per-feature std before dividing
+    pad_align: int = 16  # the time axis is right-padded to a multiple of this
+    dither: float = 0.0  # DLE adds dither * randn to the audio even at inference; 0 = off
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FeatureConfig:
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise SpeechRTError(f"unknown feature config fields: {sorted(unknown)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dle(cls, fb: dict[str, Any]) -> FeatureConfig:
+        """From a DLE yaml `input_val.filterbank_features` section (dither is not carried over)."""
+        checks = {"window": "hann", "normalize": "per_feature", "frame_splicing": 1, "log": True}
+        for key, want in checks.items():
+            if fb.get(key, want) != want:
+                raise SpeechRTError(
+                    f"unsupported feature setting {key}={fb[key]!r} (need {want!r})"
+                )
+        sr = int(fb.get("sample_rate", 16000))
+        win = int(sr * float(fb.get("window_size", 0.02)))
+        return cls(
+            sample_rate=sr,
+            win_length=win,
+            hop_length=int(sr * float(fb.get("window_stride", 0.01))),
+            # DLE: n_fft defaults to the next power of two above the window
+            n_fft=int(fb.get("n_fft") or 1 << (win - 1).bit_length()),
+            n_mels=int(fb.get("n_filt", 64)),
+            fmin=float(fb.get("lowfreq", 0.0)),
+            fmax=float(fb["highfreq"]) if fb.get("highfreq") else None,
+            preemph=float(fb.get("preemph", 0.97)),
+            pad_align=int(fb.get("pad_align", 16)),
+        )
+
+    @property
+    def frame_shift(self) -> float:
+        """Seconds between feature frames."""
+        return self.hop_length / self.sample_rate
+
+    @property
+    def min_samples(self) -> int:
+        # The reflect padding of the centred STFT needs more than n_fft / 2 samples; one window
+        # is the shortest input worth recognising.
+        return max(self.win_length, self.n_fft // 2 + 1)
+
+    def valid_frames(self, num_samples: int) -> int:
+        """DLE seq_len: ceil(N / hop) frames count as speech (the STFT yields 1 + N // hop)."""
+        return -(-num_samples // self.hop_length)
+
+    def padded_frames(self, num_samples: int) -> int:
+        """Frames of one item on its own: 1 + N // hop, rounded up to a multiple of pad_align."""
+        n = 1 + num_samples // self.hop_length
+        align = max(self.pad_align, 1)
+        return -(-n // align) * align
+
+
+@lru_cache(maxsize=8)
+def _mel_basis(cfg: FeatureConfig, device: torch.device) -> torch.Tensor:
+    fb = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
+    return torch.from_numpy(fb).to(device)  # (n_mels, n_fft // 2 + 1), never written to
+
+
+@lru_cache(maxsize=8)
+def _window(win_length: int, device: torch.device) -> torch.Tensor:
+    return torch.hann_window(win_length, periodic=False, device=device)  # symmetric, as DLE
+
+
+def log_mel(
+    audio: torch.Tensor, cfg: FeatureConfig, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """audio: (N,) float at cfg.sample_rate -> normalised log-mel (n_mels, 1 + N // hop).
+
+    Frames from ceil(N / hop) on are zero (only the last one, when N is a multiple of hop).
+    """
+    n = audio.shape[-1]
+    if n < cfg.min_samples:
+        raise SpeechRTError(
+            f"audio too short: {n} samples at {cfg.sample_rate} Hz "
+            f"(need at least {cfg.min_samples}, {cfg.min_samples / cfg.sample_rate:.3f} s)"
+        )
+    x = audio.float()
+    if cfg.dither > 0:
+        noise = torch.randn(n, generator=generator, device=x.device)
+        x = x + cfg.dither * noise
+    if cfg.preemph:
+        x = torch.cat((x[:1], x[1:] - cfg.preemph * x[:-1]))
+    spec = torch.stft(
+        x,
+        n_fft=cfg.n_fft,
+        hop_length=cfg.hop_length,
+        win_length=cfg.win_length,
+        window=_window(cfg.win_length, x.device),
+        center=True,
+        pad_mode="reflect",
+        return_complex=True,
+    )
+    power = spec.real.square() + spec.imag.square()  # (n_fft // 2 + 1, frames)
+    mel = torch.log(_mel_basis(cfg, x.device) @ power + cfg.log_guard)
+    valid = cfg.valid_frames(n)
+    mean = mel[:, :valid].mean(dim=1, keepdim=True)
+    std = mel[:, :valid].std(dim=1, keepdim=True)  # unbiased, as DLE
+    mel = (mel - mean) / (std + cfg.std_eps)
+    mel[:, valid:] = 0.0
+    return mel
+
+
+def batch_features(
+    audios: Sequence[torch.Tensor],
+    cfg: FeatureConfig,
+    generators: Sequence[torch.Generator | None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A list of (N_i,) waveforms -> features (B, n_mels, T) and valid frame counts (B,) int64.
+
+    T = the largest padded_frames(N_i); frames past an item's own padded length are zero too.
+    """
+    if not audios:
+        raise SpeechRTError("no audio to featurise")
+    gens = list(generators) if generators is not None else [None] * len(audios)
+    mels = [log_mel(a, cfg, g) for a, g in zip(audios, gens, strict=True)]
+    t_max = max(cfg.padded_frames(a.shape[-1]) for a in audios)
+    feats = mels[0].new_zeros(len(mels), cfg.n_mels, t_max)
+    for i, m in enumerate(mels):
+        feats[i, :, : m.shape[1]] = m
+    lengths = torch.tensor([cfg.valid_frames(a.shape[-1]) for a in audios], dtype=torch.long)
+    return feats, lengths.to(feats.device)

@@ -1,0 +1,50 @@
+"""`speechrt transcribe FILE... --model DIR [--json] [--device D] [--batch-size N]`
+
+One line per file: `FILE<TAB>text`, or with --json one JSON object per line (file, text, words
+with start/end seconds, duration, rtf). A file that cannot be read gets an error line on stderr;
+the others are still transcribed, and the exit status is then 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+FILES_PER_CHUNK = 32
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "files", nargs="+", metavar="FILE", help="audio files (WAV, FLAC, OGG; any rate)"
+    )
+    p.add_argument("--model", required=True, help="ASR model directory (Jasper, QuartzNet)")
+    p.add_argument("--json", action="store_true", help="JSON lines with word times")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    p.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from speechrt.asr import ASR
+    from speechrt.errors import SpeechRTError
+
+    asr = ASR(args.model, device=args.device, precision=args.precision)
+    failed = 0
+    # Files are read and transcribed a chunk at a time, so memory stays bounded for long lists.
+    for first in range(0, len(args.files), FILES_PER_CHUNK):
+        names, waves = [], []
+        for path in args.files[first : first + FILES_PER_CHUNK]:
+            try:
+                waves.append(asr.load_audio(path))
+                names.append(path)
+            except SpeechRTError as e:
+                print(f"speechrt transcribe: error: {e}", file=sys.stderr)
+                failed += 1
+        results = asr.transcribe(waves, batch_size=args.batch_size) if waves else []
+        for name, t in zip(names, results, strict=True):
+            if args.json:
+                print(json.dumps({"file": name, **t.to_dict()}, ensure_ascii=False), flush=True)
+            else:
+                print(f"{name}\t{t.text}", flush=True)
+    return 2 if failed else 0

@@ -1,0 +1,449 @@
+"""FastPitch 1.1 (NVIDIA DeepLearningExamples): text ids -> mel spectrogram, non-autoregressive.
+
+Parameter names equal the DLE state dict, so a DLE checkpoint loads after dropping the
+training-only `attention.*` aligner. Inference follows DLE's eager `FastPitch.infer`:
+
+    ids -> word emb + [sin|cos] positions -> post-LN FFT encoder
+        -> durations clamp(exp(x) - 1, 0, 75) -> pitch (+ transforms) -> + pitch_emb
+        -> [energy on the pitch-augmented encoding -> + energy_emb]
+        -> repeat each symbol floor(dur / pace + 0.5) times -> FFT decoder -> proj -> mel
+
+DLE lets a shorter batch item's padding leak into its last valid positions: the second conv of
+every FFT block and of every temporal predictor sees ReLU(bias + edge) past the item's end, and
+a pitch shift moves padding too. We zero those positions (by item length), so a batched item
+equals the item run alone, and the item run alone equals DLE exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speechrt.audio.mel import MelConfig
+from speechrt.errors import SpeechRTError
+from speechrt.models import Converted
+from speechrt.options import SynthesisOptions
+
+LJ_PITCH_STD = 67.24  # Hz; DLE's fallback when the pitch_std buffer is 0 (mean 218.14 unused here)
+MAX_DURATION = 75.0  # frames per symbol, DLE eager infer's clamp
+MAX_FRAMES = 16384  # cap on mel frames per item (~190 s at 22.05 kHz / hop 256): decoder is O(T^2)
+
+
+@dataclass(frozen=True)
+class FastPitchDims:
+    """Architecture hyper-parameters; field names are DLE's `config` keys (defaults = DLE's)."""
+
+    n_mel_channels: int = 80
+    n_symbols: int = 148  # english_basic
+    padding_idx: int = 0
+    symbols_embedding_dim: int = 384
+    in_fft_n_layers: int = 6
+    in_fft_n_heads: int = 1
+    in_fft_d_head: int = 64
+    in_fft_conv1d_kernel_size: int = 3
+    in_fft_conv1d_filter_size: int = 1536
+    in_fft_output_size: int = 384  # must equal symbols_embedding_dim
+    out_fft_n_layers: int = 6
+    out_fft_n_heads: int = 1
+    out_fft_d_head: int = 64
+    out_fft_conv1d_kernel_size: int = 3
+    out_fft_conv1d_filter_size: int = 1536
+    out_fft_output_size: int = 384  # must equal symbols_embedding_dim
+    dur_predictor_kernel_size: int = 3
+    dur_predictor_filter_size: int = 256
+    dur_predictor_n_layers: int = 2
+    pitch_predictor_kernel_size: int = 3
+    pitch_predictor_filter_size: int = 256
+    pitch_predictor_n_layers: int = 2
+    pitch_embedding_kernel_size: int = 3
+    pitch_conditioning_formants: int = 1
+    energy_conditioning: bool = True  # off in DLE's argparse, on in the released model
+    energy_predictor_kernel_size: int = 3
+    energy_predictor_filter_size: int = 256
+    energy_predictor_n_layers: int = 2
+    energy_embedding_kernel_size: int = 3
+    n_speakers: int = 1
+    speaker_emb_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.in_fft_output_size == self.out_fft_output_size == self.symbols_embedding_dim:
+            raise SpeechRTError("fastpitch: in/out_fft_output_size != symbols_embedding_dim")
+
+
+def _group(d: FastPitchDims, prefix: str) -> dict[str, Any]:
+    """The fields named prefix + x, keyed by x: _group(d, "in_fft_")["n_heads"]."""
+    n = len(prefix)
+    return {f.name[n:]: getattr(d, f.name) for f in dataclasses.fields(d) if f.name[:n] == prefix}
+
+
+class FastPitchOutput(NamedTuple):
+    mel: Tensor  # (B, n_mels, T) float; frames beyond mel_lengths hold proj.bias, as in DLE
+    mel_lengths: Tensor  # (B,) long
+    durations: Tensor  # (B, L) predicted frames per symbol before pace and rounding
+    pitch: Tensor  # (B, formants, L) normalised pitch (after the transforms)
+    energy: Tensor | None  # (B, L), None without energy conditioning
+
+
+def positional_embedding(positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """(T,) float positions -> (T, 2 * len(inv_freq)): sines then cosines, not interleaved."""
+    angles = torch.outer(positions, inv_freq)
+    return torch.cat([angles.sin(), angles.cos()], dim=1)
+
+
+def lengths_mask(lengths: Tensor, max_len: int) -> Tensor:
+    """(B,) -> (B, max_len) bool, True inside each item."""
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def regulate_length(
+    durations: Tensor, enc: Tensor, pace: float = 1.0, max_frames: int = MAX_FRAMES
+) -> tuple[Tensor, Tensor]:
+    """Repeat symbol j of item b floor(durations[b, j] / pace + 0.5) times.
+
+    durations (B, L) >= 0, enc (B, L, D) -> frames (B, T, D) (zero past each length), lengths (B,)
+    """
+    reps = (durations.float() / pace + 0.5).long()  # floor(x + 0.5): .5 rounds up, as DLE eager
+    lengths = reps.sum(dim=1)
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if longest > max_frames:
+        raise SpeechRTError(
+            f"fastpitch: an item would produce {longest} mel frames (limit {max_frames}); "
+            "split the text or raise the pace"
+        )
+    ends = reps.cumsum(dim=1)  # (B, L): one past the last frame of each symbol
+    frames = torch.arange(longest, device=enc.device)
+    # frame t copies the symbol whose span contains it = how many spans end at or before t
+    index = (ends[:, None, :] <= frames[None, :, None]).sum(dim=2)  # (B, T)
+    index = index.clamp(max=enc.size(1) - 1)
+    out = enc.gather(1, index[:, :, None].expand(-1, -1, enc.size(2)))
+    return out.masked_fill(~lengths_mask(lengths, longest)[:, :, None], 0.0), lengths
+
+
+class PositionalEmbedding(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1 / (10000 ** (torch.arange(0.0, dim, 2.0) / dim)))
+
+    def forward(self, length: int, dtype: torch.dtype) -> Tensor:  # -> (T, dim)
+        positions = torch.arange(length, device=self.inv_freq.device).to(dtype)
+        return positional_embedding(positions, self.inv_freq)
+
+
+class MultiHeadAttn(nn.Module):
+    """Self-attention over valid keys, then residual + LayerNorm (post-LN)."""
+
+    def __init__(self, n_heads: int, d_model: int, d_head: int) -> None:
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_head
+        self.qkv_net = nn.Linear(d_model, 3 * n_heads * d_head)
+        self.o_net = nn.Linear(n_heads * d_head, d_model, bias=False)
+        self.layer_norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:  # x (B, T, D), mask (B, T) bool
+        B, T, _ = x.shape
+        q, k, v = (
+            t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, d_head)
+            for t in self.qkv_net(x).chunk(3, dim=2)
+        )
+        scores = torch.matmul(q, k.transpose(2, 3)) * (1 / self.d_head**0.5)
+        # finfo.min instead of -inf: identical where a key is valid, finite for an empty item
+        scores = scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min)
+        context = torch.matmul(F.softmax(scores, dim=3), v)
+        context = context.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)
+        return self.layer_norm(x + self.o_net(context))
+
+
+class PositionwiseConvFF(nn.Module):
+    def __init__(self, d_model: int, d_inner: int, kernel_size: int) -> None:
+        super().__init__()
+        pad = kernel_size // 2
+        self.CoreNet = nn.Sequential(  # DLE's name; index 2 = second conv
+            nn.Conv1d(d_model, d_inner, kernel_size, padding=pad),
+            nn.ReLU(),
+            nn.Conv1d(d_inner, d_model, kernel_size, padding=pad),
+        )
+        self.layer_norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, inside: Tensor) -> Tensor:
+        """x (B, T, D); inside (B, 1, T) float, 1 within the item.
+
+        DLE masks only after the block, so its second conv sees ReLU(bias + edge) past the end
+        of a shorter batch item; zeroing there changes nothing for a lone item.
+        """
+        conv1, relu, conv2 = self.CoreNet
+        return self.layer_norm(x + conv2(relu(conv1(x.transpose(1, 2))) * inside).transpose(1, 2))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, n_heads: int, d_model: int, d_head: int, d_inner: int, kernel: int) -> None:
+        super().__init__()
+        self.dec_attn = MultiHeadAttn(n_heads, d_model, d_head)
+        self.pos_ff = PositionwiseConvFF(d_model, d_inner, kernel)
+
+    def forward(self, x: Tensor, mask: Tensor, keep: Tensor, inside: Tensor) -> Tensor:
+        """x (B, T, D); mask (B, T) bool and keep (B, T, 1) float: valid keys / outputs."""
+        x = self.dec_attn(x, mask) * keep
+        return self.pos_ff(x, inside) * keep
+
+
+class FFTransformer(nn.Module):
+    """Encoder (with word embedding) or decoder stack of FFT blocks."""
+
+    def __init__(self, d: FastPitchDims, prefix: str, embed: bool) -> None:
+        super().__init__()
+        dim = d.symbols_embedding_dim
+        p = _group(d, prefix)
+        self.word_emb = nn.Embedding(d.n_symbols, dim, padding_idx=d.padding_idx) if embed else None
+        self.pos_emb = PositionalEmbedding(dim)
+        self.layers = nn.ModuleList(
+            TransformerLayer(
+                p["n_heads"], dim, p["d_head"], p["conv1d_filter_size"], p["conv1d_kernel_size"]
+            )
+            for _ in range(p["n_layers"])
+        )
+
+    def forward(
+        self, x: Tensor, mask: Tensor, inside: Tensor, conditioning: Tensor | int = 0
+    ) -> Tensor:
+        """x (B, T) ids (encoder) or (B, T, D) frames (decoder) -> (B, T, D).
+
+        mask (B, T) bool: DLE's mask (the encoder's excludes pad ids); inside (B, T): within item.
+        """
+        if self.word_emb is not None:
+            x = self.word_emb(x)
+        keep = mask[:, :, None].to(x.dtype)
+        x = x + self.pos_emb(x.size(1), x.dtype)[None] * keep + conditioning
+        inside_ = inside[:, None, :].to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, mask, keep, inside_)
+        return x
+
+
+class ConvReLUNorm(nn.Module):
+    def __init__(self, c_in: int, c_out: int, kernel_size: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(c_in, c_out, kernel_size, padding=kernel_size // 2)
+        self.norm = nn.LayerNorm(c_out)
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, C, T) -> (B, C_out, T)
+        return self.norm(F.relu(self.conv(x)).transpose(1, 2)).transpose(1, 2)
+
+
+class TemporalPredictor(nn.Module):
+    """One (or `n_out`) float per symbol: [conv -> ReLU -> LayerNorm] x n -> Linear."""
+
+    def __init__(self, d: FastPitchDims, prefix: str, n_out: int = 1) -> None:
+        super().__init__()
+        p = _group(d, prefix)
+        c = [d.symbols_embedding_dim] + [p["filter_size"]] * p["n_layers"]  # channels
+        pairs = zip(c[:-1], c[1:], strict=True)
+        self.layers = nn.Sequential(*(ConvReLUNorm(*io, p["kernel_size"]) for io in pairs))
+        self.fc = nn.Linear(c[-1], n_out)
+
+    def forward(self, enc: Tensor, mask: Tensor, inside: Tensor) -> Tensor:
+        """enc (B, L, D); mask (B, L, 1) DLE's symbol mask; inside (B, 1, L) = within the item.
+
+        Masking with `inside` between layers is what DLE lacks; it changes nothing for a lone item.
+        """
+        x = (enc * mask).transpose(1, 2)
+        for i, layer in enumerate(self.layers):
+            x = layer(x if i == 0 else x * inside)
+        return self.fc(x.transpose(1, 2)) * mask  # (B, L, n_out)
+
+
+class FastPitch(nn.Module):
+    """FastPitch 1.1 with DLE parameter names. See the module docstring for the data flow."""
+
+    kind = "fastpitch"
+    role = "acoustic"
+    Dims = FastPitchDims
+
+    def __init__(self, dims: FastPitchDims) -> None:
+        super().__init__()
+        d = self.dims = dims
+        dim = d.symbols_embedding_dim
+        self.encoder = FFTransformer(d, "in_fft_", embed=True)
+        self.speaker_emb = nn.Embedding(d.n_speakers, dim) if d.n_speakers > 1 else None
+        self.duration_predictor = TemporalPredictor(d, "dur_predictor_")
+        self.decoder = FFTransformer(d, "out_fft_", embed=False)
+        n_pitch, k = d.pitch_conditioning_formants, d.pitch_embedding_kernel_size
+        self.pitch_predictor = TemporalPredictor(d, "pitch_predictor_", n_pitch)
+        self.pitch_emb = nn.Conv1d(n_pitch, dim, k, padding=(k - 1) // 2)
+        self.register_buffer("pitch_mean", torch.zeros(1))  # Hz, training-set statistics
+        self.register_buffer("pitch_std", torch.zeros(1))
+        if d.energy_conditioning:
+            self.energy_predictor = TemporalPredictor(d, "energy_predictor_")
+            k = d.energy_embedding_kernel_size
+            self.energy_emb = nn.Conv1d(1, dim, k, padding=(k - 1) // 2)
+        self.proj = nn.Linear(dim, d.n_mel_channels)
+
+    def _check_inputs(self, ids: Tensor, lengths: Tensor) -> None:
+        if ids.dim() != 2 or lengths.shape != ids.shape[:1]:
+            shapes = f"{tuple(ids.shape)} and {tuple(lengths.shape)}"
+            raise SpeechRTError(f"fastpitch: expected ids (B, L) and lengths (B,), got {shapes}")
+        integer = (torch.int32, torch.int64)
+        if ids.dtype not in integer or lengths.dtype not in integer:
+            raise SpeechRTError("fastpitch: ids and lengths must be integer tensors")
+        if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < self.dims.n_symbols:
+            raise SpeechRTError(f"fastpitch: symbol ids must lie in [0, {self.dims.n_symbols})")
+        if lengths.numel() and not 1 <= int(lengths.min()) <= int(lengths.max()) <= ids.size(1):
+            raise SpeechRTError(f"fastpitch: lengths must lie in [1, {ids.size(1)}]")
+
+    def _pitch_std(self) -> Tensor | float:
+        """Hz per unit of normalised pitch; DLE falls back to LJSpeech's when the buffer is 0."""
+        return LJ_PITCH_STD if float(self.pitch_std[0]) == 0.0 else self.pitch_std[0]
+
+    def infer(
+        self,
+        ids: Tensor,
+        lengths: Tensor,
+        options: SynthesisOptions | None = None,
+        max_frames: int = MAX_FRAMES,
+    ) -> FastPitchOutput:
+        """ids (B, L) right-padded symbol ids, lengths (B,) -> FastPitchOutput.
+
+        Uses options.pace, .speaker (one for the batch, as DLE) and the pitch transforms, which
+        compose in DLE's CLI order: flatten (x0), amplify (x pitch_scale), shift (+ Hz / std).
+        """
+        opt = options or SynthesisOptions()
+        self._check_inputs(ids, lengths)
+        B, L = ids.shape
+        if opt.speaker >= self.dims.n_speakers:
+            raise SpeechRTError(
+                f"fastpitch: speaker id {opt.speaker} out of range [0, {self.dims.n_speakers})"
+            )
+        conditioning: Tensor | int = 0
+        if self.speaker_emb is not None:
+            spk = torch.full((B,), opt.speaker, dtype=torch.long, device=ids.device)
+            conditioning = self.speaker_emb(spk)[:, None, :] * self.dims.speaker_emb_weight
+
+        inside_bl = lengths_mask(lengths, L)  # (B, L)
+        sym_mask = inside_bl & (ids != self.dims.padding_idx)  # DLE's mask: ids != pad
+        enc = self.encoder(ids, sym_mask, inside_bl, conditioning)  # (B, L, D)
+        dtype = enc.dtype
+        mask = sym_mask[:, :, None].to(dtype)  # (B, L, 1)
+        inside = inside_bl[:, None, :].to(dtype)  # (B, 1, L)
+
+        log_dur = self.duration_predictor(enc, mask, inside).squeeze(2)
+        durations = torch.clamp(torch.exp(log_dur) - 1, 0, MAX_DURATION)  # (B, L)
+
+        pitch = self.pitch_predictor(enc, mask, inside).permute(0, 2, 1)  # (B, formants, L)
+        if opt.pitch_flatten or opt.pitch_scale != 1.0 or opt.pitch_shift != 0.0:
+            if opt.pitch_flatten:
+                pitch = pitch * 0.0
+            if opt.pitch_scale != 1.0:
+                pitch = pitch * opt.pitch_scale
+            if opt.pitch_shift != 0.0:
+                pitch = pitch + opt.pitch_shift / self._pitch_std()
+            pitch = pitch * inside  # DLE shifts padding too, which would leak into pitch_emb
+        enc = enc + self.pitch_emb(pitch).transpose(1, 2)
+
+        energy = None
+        if self.dims.energy_conditioning:
+            energy = self.energy_predictor(enc, mask, inside).squeeze(2)  # (B, L)
+            enc = enc + self.energy_emb(energy[:, None, :]).transpose(1, 2)
+
+        frames, mel_lengths = regulate_length(durations, enc, opt.pace, max_frames)
+        frames_mask = lengths_mask(mel_lengths, frames.size(1))
+        dec = self.decoder(frames, frames_mask, frames_mask)
+        mel = self.proj(dec).permute(0, 2, 1)  # (B, n_mels, T)
+        return FastPitchOutput(mel, mel_lengths, durations, pitch, energy)
+
+    forward = infer
+
+    @torch.no_grad()
+    def generate_mel(
+        self,
+        ids: Tensor,
+        lengths: Tensor,
+        options: SynthesisOptions,
+        seeds: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """ids (B, L), lengths (B,) -> mel (B, n_mels, T), mel_lengths (B,).
+
+        FastPitch draws no random numbers, so `seeds` is accepted and unused.
+        """
+        out = self.infer(ids, lengths, options)
+        return out.mel, out.mel_lengths
+
+    @classmethod
+    def from_dle(cls, ckpt: dict) -> Converted:
+        """DLE FastPitch checkpoint (train.py's dict) -> dims, state dict, mel config, text meta."""
+        from speechrt.checkpoints import tensors_of
+
+        sd = tensors_of(ckpt, "state_dict")
+        sd = {k: v for k, v in sd.items() if not k.startswith("attention.")}  # training aligner
+        if "encoder.word_emb.weight" not in sd:
+            raise SpeechRTError("not a FastPitch checkpoint (no encoder.word_emb.weight)")
+        dims = _dims_from(ckpt.get("config") or {}, sd)
+        setup = ckpt.get("train_setup") or {}
+        fmax = setup.get("mel_fmax", 8000.0)
+        mel = MelConfig(
+            sampling_rate=int(setup.get("sampling_rate", 22050)),
+            n_fft=int(setup.get("filter_length", 1024)),
+            hop_length=int(setup.get("hop_length", 256)),
+            win_length=int(setup.get("win_length", 1024)),
+            n_mels=dims.n_mel_channels,
+            fmin=float(setup.get("mel_fmin", 0.0)),
+            fmax=None if fmax is None else float(fmax),
+        )
+        cleaners = setup.get("text_cleaners") or ["english_cleaners_v2"]  # inference.py default
+        if isinstance(cleaners, (list, tuple)):  # DLE stores a list (nargs='*')
+            cleaners = cleaners[0] if len(cleaners) == 1 else list(cleaners)
+        text = {
+            "symbol_set": setup.get("symbol_set", "english_basic"),
+            "cleaners": cleaners,
+            # inference.py's --p-arpabet defaults to 0.0 and train_setup overrides it when > 0;
+            # the released model was trained with 1.0 and records it.
+            "p_arpabet": float(setup.get("p_arpabet") or 0.0),
+        }
+        return Converted(cls.kind, dims, sd, mel, {"text": text})
+
+
+def _dims_from(config: dict[str, Any], sd: dict[str, Tensor]) -> FastPitchDims:
+    """Config keys win; what the config lacks is read off the weight shapes, else DLE defaults."""
+    fields = {f.name: f.type for f in dataclasses.fields(FastPitchDims)}  # name -> "int" etc.
+    unknown = {k for k in config if k not in fields and not k.startswith("p_")}  # p_*: dropouts
+    if unknown:
+        raise SpeechRTError(f"fastpitch: unknown config keys {sorted(unknown)}")
+    n_sym, dim = sd["encoder.word_emb.weight"].shape
+    seen: dict[str, Any] = {
+        "n_symbols": n_sym,
+        "symbols_embedding_dim": dim,
+        "in_fft_output_size": dim,
+        "out_fft_output_size": dim,
+        "n_mel_channels": sd["proj.weight"].shape[0],
+        "energy_conditioning": "energy_emb.weight" in sd,
+        "n_speakers": sd["speaker_emb.weight"].shape[0] if "speaker_emb.weight" in sd else 1,
+        "pitch_conditioning_formants": sd["pitch_emb.weight"].shape[1],
+        "pitch_embedding_kernel_size": sd["pitch_emb.weight"].shape[2],
+    }
+    if "energy_emb.weight" in sd:
+        seen["energy_embedding_kernel_size"] = sd["energy_emb.weight"].shape[2]
+    for prefix, conv in (
+        ("in_fft_", r"encoder\.layers\.\d+\.pos_ff\.CoreNet\.0"),
+        ("out_fft_", r"decoder\.layers\.\d+\.pos_ff\.CoreNet\.0"),
+        ("dur_predictor_", r"duration_predictor\.layers\.\d+\.conv"),
+        ("pitch_predictor_", r"pitch_predictor\.layers\.\d+\.conv"),
+        ("energy_predictor_", r"energy_predictor\.layers\.\d+\.conv"),
+    ):
+        ws = [v for k, v in sd.items() if re.fullmatch(conv + r"\.weight", k)]
+        if ws:  # the layer count; (out, in, kernel) of the first conv
+            size = "conv1d_" if "fft" in prefix else ""
+            seen[prefix + "n_layers"] = len(ws)
+            seen[prefix + size + "filter_size"] = ws[0].shape[0]
+            seen[prefix + size + "kernel_size"] = ws[0].shape[2]
+    for stack, prefix in (("encoder", "in_fft_"), ("decoder", "out_fft_")):
+        o_net = sd.get(f"{stack}.layers.0.dec_attn.o_net.weight")
+        if o_net is not None:  # (d_model, n_heads * d_head): the split needs n_heads (default 1)
+            seen[prefix + "d_head"] = o_net.shape[1] // int(config.get(prefix + "n_heads", 1))
+    values = {**seen, **{k: v for k, v in config.items() if k in fields}}
+    cast = {"int": int, "float": float, "bool": bool}
+    values = {k: cast[fields[k]](v) for k, v in values.items()}
+    return FastPitchDims(**values)

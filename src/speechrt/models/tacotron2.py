@@ -1,0 +1,442 @@
+"""Tacotron 2 (NVIDIA DeepLearningExamples): text ids -> mel spectrogram, autoregressive.
+
+Three components, split as DLE's TensorRT export splits them, each a pure tensor function:
+
+    encoder   sequences (B, L), sequence_lengths (B,) -> memory (B, L, E), processed_memory
+    decoder   one step: DECODER_INPUTS -> DECODER_OUTPUTS (prenet dropout masks are an input)
+    postnet   mel_outputs (B, n_mels, T) [, mel_lengths (B,)] -> mel_outputs_postnet
+
+`generate_mel` drives the step on the host. The prenet dropout (p 0.5) stays on at inference as in
+DLE; item i draws its masks from torch.Generator(seeds[i]) on the CPU: per decoder step one (2,
+prenet_dim) block of uniforms u, mask = 2 * (u >= 0.5). Stopping is per item, as DLE at batch
+size 1: an item whose stop gate (sigmoid > gate_threshold) first fires at step k has mel length
+k - 1, and the postnet sees its k generated frames. Finished items leave the active batch. Where
+DLE lets padding leak across items (encoder and postnet convolutions) we mask, so a batched item
+equals the item run alone, which equals DLE at batch size 1 given the same dropout masks.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from speechrt.audio.mel import MelConfig
+from speechrt.errors import SpeechRTError
+from speechrt.models import Converted
+from speechrt.options import SynthesisOptions
+
+PRENET_DROPOUT = 0.5  # DLE hard-codes it, training=True
+BN_EPS = 1e-5  # BatchNorm1d default
+MASK_CHUNK = 64  # decoder steps of dropout masks drawn per generator call (same stream as 1/step)
+
+# The components' tensor contracts (names as DLE's ONNX export; prenet_masks is ours).
+ENCODER_INPUTS = ("sequences", "sequence_lengths")
+ENCODER_OUTPUTS = ("memory", "processed_memory")
+STATE_NAMES = (
+    "attention_hidden",  # (B, attention_rnn_dim)
+    "attention_cell",  # (B, attention_rnn_dim)
+    "decoder_hidden",  # (B, decoder_rnn_dim)
+    "decoder_cell",  # (B, decoder_rnn_dim)
+    "attention_weights",  # (B, T_in)
+    "attention_weights_cum",  # (B, T_in)
+    "attention_context",  # (B, encoder_embedding_dim)
+)
+DECODER_INPUTS = (
+    ("decoder_input",)  # (B, n_mels): the previous frame (zeros at step 1)
+    + STATE_NAMES
+    + ("memory", "processed_memory", "mask", "prenet_masks")  # mask (B, T_in) bool, True = pad
+)
+DECODER_OUTPUTS = ("decoder_output", "gate_prediction") + tuple(f"out_{n}" for n in STATE_NAMES)
+POSTNET_INPUTS = ("mel_outputs", "mel_lengths")
+POSTNET_OUTPUTS = ("mel_outputs_postnet",)
+
+
+@dataclass(frozen=True)
+class Tacotron2Dims:
+    """Architecture hyper-parameters; names are DLE's `config` keys, defaults its argparse's."""
+
+    n_mel_channels: int = 80
+    n_symbols: int = 148  # english_basic
+    symbols_embedding_dim: int = 512
+    encoder_kernel_size: int = 5
+    encoder_n_convolutions: int = 3
+    encoder_embedding_dim: int = 512
+    attention_rnn_dim: int = 1024
+    attention_dim: int = 128
+    attention_location_n_filters: int = 32
+    attention_location_kernel_size: int = 31
+    decoder_rnn_dim: int = 1024
+    prenet_dim: int = 256
+    postnet_embedding_dim: int = 512
+    postnet_kernel_size: int = 5
+    postnet_n_convolutions: int = 5
+    max_decoder_steps: int = 2000  # SynthesisOptions.max_decoder_steps overrides
+    gate_threshold: float = 0.5
+
+
+def _length_mask(lengths: Tensor, size: int) -> Tensor:
+    """lengths (B,) -> (B, size) bool, True at valid positions."""
+    return torch.arange(size, device=lengths.device) < lengths.unsqueeze(1)
+
+
+class Encoder(nn.Module):
+    """sequences (B, L), sequence_lengths (B,) -> memory (B, L, E), processed_memory (B, L, A).
+
+    Embedding -> n x [conv (BatchNorm folded) -> ReLU] -> BiLSTM over packed sequences -> memory;
+    processed_memory = the attention's memory projection, computed once per utterance.
+    """
+
+    def __init__(self, d: Tacotron2Dims) -> None:
+        super().__init__()
+        if d.symbols_embedding_dim != d.encoder_embedding_dim:
+            raise SpeechRTError("tacotron2: symbols_embedding_dim must equal encoder_embedding_dim")
+        e, k = d.encoder_embedding_dim, d.encoder_kernel_size
+        self.embedding = nn.Embedding(d.n_symbols, e)
+        self.convs = nn.ModuleList(
+            nn.Conv1d(e, e, k, padding=(k - 1) // 2) for _ in range(d.encoder_n_convolutions)
+        )
+        self.lstm = nn.LSTM(e, e // 2, 1, batch_first=True, bidirectional=True)
+        self.memory_layer = nn.Linear(e, d.attention_dim, bias=False)
+
+    def forward(self, sequences: Tensor, sequence_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        x = self.embedding(sequences).transpose(1, 2)  # (B, E, L)
+        keep = _length_mask(sequence_lengths, x.shape[2]).unsqueeze(1).to(x.dtype)
+        for conv in self.convs:  # padding is zeroed before each conv: batch-independent
+            x = F.relu(conv(x * keep))
+        packed = pack_padded_sequence(
+            x.transpose(1, 2), sequence_lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        out, _ = self.lstm(packed)
+        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[2])
+        return memory, self.memory_layer(memory)
+
+
+class DecoderStep(nn.Module):
+    """One decoder step, DECODER_INPUTS -> DECODER_OUTPUTS; pure given `prenet_masks` (B, 2, P)."""
+
+    def __init__(self, d: Tacotron2Dims) -> None:
+        super().__init__()
+        e, a, p = d.encoder_embedding_dim, d.attention_dim, d.prenet_dim
+        self.prenet = nn.ModuleList(
+            [nn.Linear(d.n_mel_channels, p, bias=False), nn.Linear(p, p, bias=False)]
+        )
+        self.attention_rnn = nn.LSTMCell(p + e, d.attention_rnn_dim)
+        self.query_layer = nn.Linear(d.attention_rnn_dim, a, bias=False)
+        k = d.attention_location_kernel_size
+        n_filters = d.attention_location_n_filters
+        self.location_conv = nn.Conv1d(2, n_filters, k, padding=(k - 1) // 2, bias=False)
+        self.location_dense = nn.Linear(n_filters, a, bias=False)
+        self.v = nn.Linear(a, 1, bias=False)
+        self.decoder_rnn = nn.LSTMCell(d.attention_rnn_dim + e, d.decoder_rnn_dim)
+        self.linear_projection = nn.Linear(d.decoder_rnn_dim + e, d.n_mel_channels)
+        self.gate_layer = nn.Linear(d.decoder_rnn_dim + e, 1)
+
+    def forward(
+        self,
+        decoder_input: Tensor,
+        attention_hidden: Tensor,
+        attention_cell: Tensor,
+        decoder_hidden: Tensor,
+        decoder_cell: Tensor,
+        attention_weights: Tensor,
+        attention_weights_cum: Tensor,
+        attention_context: Tensor,
+        memory: Tensor,
+        processed_memory: Tensor,
+        mask: Tensor,
+        prenet_masks: Tensor,
+    ) -> tuple[Tensor, ...]:
+        x = decoder_input
+        for i, linear in enumerate(self.prenet):  # dropout as explicit masks (0 or 1 / (1 - p))
+            x = F.relu(linear(x)) * prenet_masks[:, i]
+        h, c = self.attention_rnn(
+            torch.cat((x, attention_context), -1), (attention_hidden, attention_cell)
+        )
+        # location-sensitive attention over the memory
+        prev = torch.stack((attention_weights, attention_weights_cum), 1)  # (B, 2, T_in)
+        location = self.location_dense(self.location_conv(prev).transpose(1, 2))  # (B, T_in, A)
+        query = self.query_layer(h).unsqueeze(1)  # (B, 1, A)
+        energies = self.v(torch.tanh(query + location + processed_memory)).squeeze(2)
+        weights = F.softmax(energies.masked_fill(mask, float("-inf")), dim=1)  # (B, T_in)
+        context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)  # (B, E)
+        weights_cum = attention_weights_cum + weights
+        dh, dc = self.decoder_rnn(torch.cat((h, context), -1), (decoder_hidden, decoder_cell))
+        hc = torch.cat((dh, context), 1)
+        return (self.linear_projection(hc), self.gate_layer(hc), h, c, dh, dc, weights,
+                weights_cum, context)  # fmt: skip
+
+
+class Postnet(nn.Module):
+    """mel_outputs (B, n_mels, T) [, mel_lengths (B,)] -> mel_outputs_postnet (B, n_mels, T).
+
+    n x conv (BatchNorm folded), tanh after all but the last, added to the input. With
+    mel_lengths, frames beyond each item's length are zeroed before every conv.
+    """
+
+    def __init__(self, d: Tacotron2Dims) -> None:
+        super().__init__()
+        n, c, k = d.postnet_n_convolutions, d.postnet_embedding_dim, d.postnet_kernel_size
+        sizes = [d.n_mel_channels] + [c] * (n - 1) + [d.n_mel_channels]
+        self.convs = nn.ModuleList(
+            nn.Conv1d(i, o, k, padding=(k - 1) // 2)
+            for i, o in zip(sizes[:-1], sizes[1:], strict=True)
+        )
+
+    def forward(self, mel_outputs: Tensor, mel_lengths: Tensor | None = None) -> Tensor:
+        keep = None
+        if mel_lengths is not None:
+            keep = _length_mask(mel_lengths, mel_outputs.shape[2]).unsqueeze(1)
+            keep = keep.to(mel_outputs.dtype)
+        x = mel_outputs
+        for i, conv in enumerate(self.convs):
+            x = conv(x if keep is None else x * keep)
+            if i < len(self.convs) - 1:
+                x = torch.tanh(x)
+        return mel_outputs + x
+
+
+class _PrenetMasks:
+    """Per-item dropout mask streams: item i draws from torch.Generator(seed_i) on the CPU."""
+
+    def __init__(self, seeds: list[int], dim: int, dtype: torch.dtype, device: torch.device):
+        self.gens = [torch.Generator().manual_seed(s) for s in seeds]
+        self.dim, self.dtype, self.device = dim, dtype, device
+        self.chunk = torch.empty(0)  # (B_active, MASK_CHUNK, 2, dim)
+
+    def next(self, step: int, active: list[int]) -> Tensor:
+        """Masks of decoder step `step` (0-based) for the active items: (B_active, 2, dim)."""
+        if step % MASK_CHUNK == 0:
+            u = torch.stack(
+                [torch.rand(MASK_CHUNK, 2, self.dim, generator=self.gens[i]) for i in active]
+            )
+            keep = (u >= PRENET_DROPOUT).to(self.dtype) * (1.0 / (1.0 - PRENET_DROPOUT))
+            self.chunk = keep.to(self.device)
+        return self.chunk[:, step % MASK_CHUNK]
+
+    def select(self, rows: Tensor) -> None:
+        """Keep only these rows of the active batch (rows: (B_kept,) int64)."""
+        self.chunk = self.chunk[rows.to(self.chunk.device)]
+
+
+class Tacotron2(nn.Module):
+    """DLE Tacotron 2: encoder, decoder step and postnet, driven by `generate_mel`."""
+
+    kind = "tacotron2"
+    role = "acoustic"
+    Dims = Tacotron2Dims
+
+    def __init__(self, dims: Tacotron2Dims) -> None:
+        super().__init__()
+        self.dims = dims
+        self.encoder = Encoder(dims)
+        self.decoder = DecoderStep(dims)
+        self.postnet = Postnet(dims)
+
+    def initial_state(self, memory: Tensor) -> tuple[Tensor, ...]:
+        """Zero decoder state (STATE_NAMES order) for memory (B, T_in, E)."""
+        b, t, e = memory.shape
+        d = self.dims
+        z = memory.new_zeros
+        return (z(b, d.attention_rnn_dim), z(b, d.attention_rnn_dim), z(b, d.decoder_rnn_dim),
+                z(b, d.decoder_rnn_dim), z(b, t), z(b, t), z(b, e))  # fmt: skip
+
+    @torch.no_grad()
+    def generate_mel(
+        self,
+        ids: Tensor,
+        lengths: Tensor,
+        options: SynthesisOptions,
+        seeds: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """ids (B, L), lengths (B,) -> mel (B, n_mels, T) zero-padded, mel_lengths (B,) int64.
+
+        Outputs are in the caller's order. seeds (B,): dropout seeds (None: options.seed + i).
+        """
+        ids, lengths = _check_inputs(ids, lengths, self.dims.n_symbols)
+        b = ids.shape[0]
+        seeds = _item_seeds(seeds, options, b)
+        max_steps = options.max_decoder_steps
+        max_steps = self.dims.max_decoder_steps if max_steps is None else max_steps
+        if max_steps < 1:
+            raise SpeechRTError(f"tacotron2: max_decoder_steps must be >= 1, got {max_steps}")
+        w = self.encoder.embedding.weight
+        ids, lengths_dev = ids.to(w.device), lengths.to(w.device)
+        memory, processed = self.encoder(ids, lengths_dev)
+        mask = ~_length_mask(lengths_dev, memory.shape[1])
+        state = self.initial_state(memory)
+        masks = _PrenetMasks(seeds, self.dims.prenet_dim, w.dtype, w.device)
+        frame = memory.new_zeros(b, self.dims.n_mel_channels)
+        active = list(range(b))  # caller indices of the items still decoding
+        n_frames = [0] * b  # frames generated per item (what its postnet sees)
+        mel_lengths = [0] * b  # frames before the gate fired (DLE's mel_lengths)
+        buf = memory.new_zeros(b, self.dims.n_mel_channels, min(max_steps, 256))
+        for step in range(max_steps):
+            out = self.decoder(frame, *state, memory, processed, mask, masks.next(step, active))
+            frame, gate, state = out[0], out[1], out[2:]
+            if step == buf.shape[2]:
+                buf = torch.cat((buf, torch.zeros_like(buf)), 2)[:, :, :max_steps]
+            buf[torch.tensor(active, device=buf.device), :, step] = frame
+            stop = (torch.sigmoid(gate.float()) > self.dims.gate_threshold).squeeze(1).tolist()
+            for row, i in enumerate(active):
+                if stop[row]:
+                    n_frames[i], mel_lengths[i] = step + 1, step
+                elif step + 1 == max_steps:
+                    n_frames[i] = mel_lengths[i] = max_steps
+                    warnings.warn(
+                        f"tacotron2: item {i} reached max_decoder_steps ({max_steps}) "
+                        "before its stop gate fired",
+                        stacklevel=3,  # the caller of generate_mel (under no_grad)
+                    )
+            if any(stop):  # compact the active batch; trim memory to the longest still active
+                rows = torch.tensor([r for r, s in enumerate(stop) if not s], device=w.device)
+                active = [i for i, s in zip(active, stop, strict=True) if not s]
+                if not active:
+                    break
+                t_in = int(lengths[active].max())
+                # attention_weights(_cum) are exactly 0 beyond each item's length: safe to trim
+                state = tuple(
+                    s[rows, :t_in] if j in (4, 5) else s[rows] for j, s in enumerate(state)
+                )
+                frame, mask = frame[rows], mask[rows, :t_in]
+                memory, processed = memory[rows, :t_in], processed[rows, :t_in]
+                masks.select(rows)
+        counts = torch.tensor(n_frames, device=w.device)
+        out_lengths = torch.tensor(mel_lengths, dtype=torch.long)
+        mel = self.postnet(buf[:, :, : max(n_frames)], counts)
+        t_out = max(mel_lengths)
+        mel = mel[:, :, :t_out] * _length_mask(out_lengths.to(w.device), t_out).unsqueeze(1)
+        return mel, out_lengths.to(w.device)
+
+    @classmethod
+    def from_dle(cls, ckpt: dict) -> Converted:
+        """DLE train.py checkpoint ({'state_dict', 'config', ...}) -> Converted.
+
+        'module.1.' / 'module.' are removed anywhere in the keys (DLE's unwrap_distributed);
+        'config' gives the dims when present, else the weight shapes do; BatchNorm is folded.
+        Training-only config keys (dropouts, mask_padding) are ignored, and so is
+        decoder_no_early_stopping: DLE's mel lengths do not depend on it.
+        """
+        from speechrt.checkpoints import strip_prefix
+
+        if not isinstance(ckpt.get("state_dict"), dict):
+            raise SpeechRTError("tacotron2: checkpoint has no 'state_dict'")
+        sd = strip_prefix(ckpt["state_dict"], r"module\.1\.|module\.")
+        config = ckpt.get("config")
+        dims = _dims_from_config(config) if isinstance(config, dict) else _dims_from_shapes(sd)
+        text = {"symbol_set": "english_basic", "cleaners": "english_cleaners", "p_arpabet": 0.0}
+        mel = MelConfig(n_mels=dims.n_mel_channels)
+        return Converted(cls.kind, dims, _inference_state(sd, dims), mel, {"text": text})
+
+
+def _check_inputs(ids: Tensor, lengths: Tensor, n_symbols: int) -> tuple[Tensor, Tensor]:
+    """Validate a padded id batch; returns it trimmed to the longest item, lengths int64 on CPU."""
+    if ids.dim() != 2 or ids.shape[0] == 0:
+        raise SpeechRTError(f"expected ids of shape (B, L) with B >= 1, got {tuple(ids.shape)}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise SpeechRTError(f"ids must be an integer tensor, got {ids.dtype}")
+    lengths = lengths.detach().to("cpu", torch.long)
+    if lengths.shape != (ids.shape[0],):
+        raise SpeechRTError(
+            f"lengths must have shape ({ids.shape[0]},), got {tuple(lengths.shape)}"
+        )
+    if lengths.min() < 1 or lengths.max() > ids.shape[1]:
+        raise SpeechRTError(f"lengths must lie within [1, {ids.shape[1]}], got {lengths.tolist()}")
+    ids = ids[:, : int(lengths.max())].long()
+    valid = ids[_length_mask(lengths.to(ids.device), ids.shape[1])]
+    if valid.numel() and (valid.min() < 0 or valid.max() >= n_symbols):
+        raise SpeechRTError(f"symbol ids must lie within [0, {n_symbols})")
+    return ids, lengths
+
+
+def _item_seeds(seeds: Tensor | None, options: SynthesisOptions, b: int) -> list[int]:
+    if seeds is None:
+        return [options.seed + i for i in range(b)]
+    if seeds.shape != (b,):
+        raise SpeechRTError(f"seeds must have shape ({b},), got {tuple(seeds.shape)}")
+    return [int(s) for s in seeds.tolist()]
+
+
+def _dims_from_config(config: dict[str, Any]) -> Tacotron2Dims:
+    if config.get("n_frames_per_step", 1) != 1:
+        raise SpeechRTError("tacotron2: only n_frames_per_step 1 is supported (as in DLE)")
+    fields = Tacotron2Dims.__dataclass_fields__
+    return Tacotron2Dims(**{k: v for k, v in config.items() if k in fields})
+
+
+def _dims_from_shapes(sd: dict[str, Tensor]) -> Tacotron2Dims:
+    """Dims of a checkpoint without 'config': sizes from the weight shapes, the rest DLE's."""
+    try:
+        n_sym, emb = sd["embedding.weight"].shape
+        enc = sd["encoder.convolutions.0.0.conv.weight"]
+        post = sd["postnet.convolutions.0.0.conv.weight"]
+        loc = sd["decoder.attention_layer.location_layer.location_conv.conv.weight"]
+        prenet = sd["decoder.prenet.layers.0.linear_layer.weight"]
+        return Tacotron2Dims(
+            n_mel_channels=prenet.shape[1],
+            n_symbols=n_sym,
+            symbols_embedding_dim=emb,
+            encoder_kernel_size=enc.shape[2],
+            encoder_n_convolutions=_count(sd, r"encoder\.convolutions\.(\d+)\.0\.conv\.weight"),
+            encoder_embedding_dim=enc.shape[0],
+            attention_rnn_dim=sd["decoder.attention_rnn.weight_hh"].shape[1],
+            attention_dim=sd["decoder.attention_layer.query_layer.linear_layer.weight"].shape[0],
+            attention_location_n_filters=loc.shape[0],
+            attention_location_kernel_size=loc.shape[2],
+            decoder_rnn_dim=sd["decoder.decoder_rnn.weight_hh"].shape[1],
+            prenet_dim=prenet.shape[0],
+            postnet_embedding_dim=post.shape[0],
+            postnet_kernel_size=post.shape[2],
+            postnet_n_convolutions=_count(sd, r"postnet\.convolutions\.(\d+)\.0\.conv\.weight"),
+        )
+    except KeyError as e:
+        raise SpeechRTError(f"tacotron2: checkpoint lacks {e}") from None
+
+
+def _count(sd: dict[str, Tensor], pattern: str) -> int:
+    return sum(1 for k in sd if re.fullmatch(pattern, k))
+
+
+def _fold_bn(sd: dict[str, Tensor], conv: str, bn: str) -> tuple[Tensor, Tensor]:
+    """Conv1d followed by eval-mode BatchNorm1d -> one Conv1d (weight, bias), folded in float64."""
+    w, b = sd[conv + ".weight"].double(), sd[conv + ".bias"].double()
+    scale = sd[bn + ".weight"].double() / torch.sqrt(sd[bn + ".running_var"].double() + BN_EPS)
+    shift = sd[bn + ".bias"].double() - sd[bn + ".running_mean"].double() * scale
+    dtype = sd[conv + ".weight"].dtype
+    return (w * scale[:, None, None]).to(dtype), (b * scale + shift).to(dtype)
+
+
+_ENCODER_KEYS = {
+    "embedding.weight": "encoder.embedding.weight",
+    "decoder.attention_layer.memory_layer.linear_layer.weight": "encoder.memory_layer.weight",
+}
+
+
+def _inference_state(sd: dict[str, Tensor], dims: Tacotron2Dims) -> dict[str, Tensor]:
+    """DLE keys -> ours: drop the LinearNorm/ConvNorm/attention wrappers, fold BatchNorm."""
+    out: dict[str, Tensor] = {}
+    for key, value in sd.items():
+        if key.startswith(("encoder.convolutions.", "postnet.convolutions.")):
+            continue  # folded below
+        if key in _ENCODER_KEYS:  # DLE's export runs these in the encoder component too
+            out[_ENCODER_KEYS[key]] = value
+            continue
+        for old, new in (("attention_layer.", ""), ("location_layer.", ""), ("linear_layer.", ""),
+                         (".conv.", "."), ("prenet.layers.", "prenet.")):  # fmt: skip
+            key = key.replace(old, new)
+        out[key] = value
+    try:
+        for part, n in (("encoder", dims.encoder_n_convolutions),
+                        ("postnet", dims.postnet_n_convolutions)):  # fmt: skip
+            for i in range(n):
+                w, b = _fold_bn(sd, f"{part}.convolutions.{i}.0.conv", f"{part}.convolutions.{i}.1")
+                out[f"{part}.convs.{i}.weight"], out[f"{part}.convs.{i}.bias"] = w, b
+    except KeyError as e:
+        raise SpeechRTError(f"tacotron2: checkpoint lacks {e}") from None
+    return out
