@@ -124,7 +124,7 @@ def speech_server(start_server, tiny_voice: tuple[Path, Path], tiny_asr: Path) -
     """Base URL of one server with the tiny voice and ASR model, shared by the serving tests."""
     url, _ = start_server(
         *("--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])),
-        *("--asr", str(tiny_asr), "--device", "cpu"),
+        *("--asr", str(tiny_asr), "--device", "cpu", "--threads", "1"),
         *("--max-batch-size", "8", "--max-queue-delay-ms", "20", "--max-queue-size", "512"),
         *("--max-text-chars", "2000", "--max-upload-mb", "1", "--max-audio-seconds", "30"),
     )

@@ -11,6 +11,7 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
+import torch
 import tritonclient.http as triton
 
 from speechrt.asr import ASR
@@ -22,6 +23,15 @@ from speechrt.tts import TTS
 ONE = "Hello there, how are you today?"
 THREE = "The first sentence is here. Then a second, longer one follows it! Is this the third?"
 LSB = 2  # batched vs alone: the same samples within 2 int16 steps (see test_concurrent...)
+
+
+@pytest.fixture(autouse=True)
+def _as_the_server_runs():
+    """The server runs with torch's defaults (oneDNN on), so the local references do too."""
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = True
+    yield
+    torch.backends.mkldnn.enabled = before
 
 
 @pytest.fixture(scope="module")
@@ -207,8 +217,6 @@ def test_triton_components(trt, local_tts, local_asr, binary):
         ["mel", "mel_lengths"], binary,
     )  # fmt: skip
     assert mel.shape[:2] == (2, 80) and mel.shape[2] == mel_lengths.max()
-    import torch
-
     with torch.inference_mode():
         ref, ref_lengths = local_tts.acoustic.generate_mel(
             torch.from_numpy(padded), torch.from_numpy(lengths), SynthesisOptions()

@@ -18,7 +18,16 @@ REQUESTS = 12
 def test_sigterm_drains_in_flight_requests(start_server, tiny_voice):
     url, proc = start_server(
         *("--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])),
-        *("--device", "cpu", "--max-batch-size", "2", "--max-queue-delay-ms", "1"),
+        *(
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--max-batch-size",
+            "2",
+            "--max-queue-delay-ms",
+            "1",
+        ),
         "--no-components",
     )
 

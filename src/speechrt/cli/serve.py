@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
     p.add_argument("--backend", choices=("auto", "eager"), default="auto", help="runtime backend")
+    p.add_argument("--threads", type=int, help="CPU threads per operator (default: torch's choice)")
     g = p.add_argument_group("batching")
     g.add_argument("--max-batch-size", type=int, default=8, help="items per batch (default: 8)")
     g.add_argument(
@@ -64,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
     for name in ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout"):
         if getattr(args, name) <= 0:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SpeechRTError("--threads must be >= 1")
+        import torch
+
+        torch.set_num_threads(args.threads)  # the device thread's operators use this pool
     config = ServeConfig(
         batch=BatchConfig(args.max_batch_size, args.max_queue_delay_ms, args.max_queue_size),
         limits=Limits(
