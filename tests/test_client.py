@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 
 import httpx
 import numpy as np
@@ -124,3 +125,23 @@ def test_synthesize_cli_with_url(speech_server, tmp_path, capsys):
             assert got == c.synthesize(text, "flac", seed=3 + i)
     assert main(["synthesize", "", "-o", str(out), "--url", speech_server]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+def test_transcribe_cli_with_url(speech_server, tmp_path, capsys):
+    a, b, bad = tmp_path / "a.wav", tmp_path / "b.flac", tmp_path / "bad.wav"
+    a.write_bytes(encode_audio(tone(1.0), 16000, "wav"))
+    b.write_bytes(encode_audio(tone(0.7), 8000, "flac"))
+    bad.write_bytes(b"not audio at all" * 20)
+    with Client(speech_server) as c:
+        want = [c.transcribe(a)["text"], c.transcribe(b)["text"]]
+    files = [str(a), str(bad), str(tmp_path / "missing.wav"), str(b)]
+    assert main(["transcribe", *files, "--url", speech_server]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"{a}\t{want[0]}", f"{b}\t{want[1]}"]
+    assert "bad.wav" in err and "missing.wav" in err
+    assert main(["transcribe", str(a), "--url", speech_server, "--json"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["file"] == str(a) and line["text"] == want[0] and "words" in line
+    assert line["duration"] == pytest.approx(1.0, abs=1e-3)
+    assert main(["transcribe", str(a)]) == 2
+    assert "--model" in capsys.readouterr().err

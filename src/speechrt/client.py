@@ -313,3 +313,47 @@ def synthesize_files(
             await asyncio.gather(*(one(i) for i in range(len(texts))))
 
     asyncio.run(main())
+
+
+def transcribe_files(url: str, paths: list[str], as_json: bool, concurrency: int = 8) -> int:
+    """`speechrt transcribe --url`: print `FILE<TAB>text` (or JSON lines: file, text, words,
+    duration) per file, in order, `concurrency` requests at a time. A file that cannot be read or
+    that the server refuses (4xx) gets an error line on stderr; the exit status is then 2."""
+    import asyncio
+    import json
+    import sys
+
+    fmt = "verbose_json" if as_json else "json"
+    grains = ["word"] if as_json else None
+
+    async def main() -> list[dict[str, Any] | SpeechRTError]:
+        gate = asyncio.Semaphore(max(1, concurrency))
+        async with AsyncClient(url) as client:
+
+            async def one(path: str) -> dict[str, Any] | SpeechRTError:
+                try:
+                    data = _upload(path, None)[1]
+                    async with gate:
+                        return await client.transcribe(data, None, "asr", fmt, grains)
+                except ServerError as e:
+                    if e.status >= 500:
+                        raise
+                    return SpeechRTError(f"{path}: {e}")
+                except SpeechRTError as e:
+                    if not Path(path).is_file():
+                        return e
+                    raise
+
+            return list(await asyncio.gather(*(one(p) for p in paths)))
+
+    failed = 0
+    for path, result in zip(paths, asyncio.run(main()), strict=True):
+        if isinstance(result, SpeechRTError):
+            print(f"speechrt transcribe: error: {result}", file=sys.stderr)
+            failed += 1
+        elif as_json:
+            keep = {k: result[k] for k in ("text", "words", "duration") if k in result}
+            print(json.dumps({"file": path, **keep}, ensure_ascii=False), flush=True)
+        else:
+            print(f"{path}\t{result['text']}", flush=True)
+    return 2 if failed else 0
