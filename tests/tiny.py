@@ -70,8 +70,11 @@ def tiny_hifigan(seed: int = 0) -> HiFiGAN:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("original0"):
-                p.mul_(torch.rand(p.shape, generator=g) + 0.5)
+            if name.endswith("original1"):  # v
+                p.copy_(torch.randn(p.shape, generator=g))
+        for name, p in model.named_parameters():
+            if name.endswith("original0"):  # g: row norms in [0.5, 1.5], != ||v||
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
             elif name.endswith("bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
     return model

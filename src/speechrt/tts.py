@@ -56,7 +56,7 @@ class TTS:
             raise SpeechRTError("acoustic model or vocoder lacks a mel config in its model.json")
         self.acoustic_info.mel.check_matches(self.vocoder_info.mel)
         self.mel = self.vocoder_info.mel
-        self.text = TextProcessor.from_meta(self.acoustic_info.meta.get("text", {}))
+        self.text = TextProcessor.from_meta(self.acoustic_info.meta)
         self._denoiser: torch.nn.Module | None = None
 
     def _load(self, model_dir: str | Path, role: str) -> tuple[torch.nn.Module, ComponentInfo]:
@@ -87,15 +87,12 @@ class TTS:
         for item, (text, seed) in enumerate(zip(texts, seeds, strict=True)):
             if not isinstance(text, str) or not text.strip():
                 raise SpeechRTError(f"text {item + 1} is empty")
-            parts = [p for p in split_sentences(text, MAX_PIECE_CHARS) if p.strip()]
-            encoded = [ids for ids in (self.text.encode(p) for p in parts) if self._speakable(ids)]
+            parts = split_sentences(text, MAX_PIECE_CHARS)
+            encoded = [self.text.encode(p) for p in parts if self.text.has_speech(p)]
             if not encoded:
                 raise SpeechRTError(f"text {item + 1} has nothing to speak: {text[:40]!r}")
             pieces += [Piece(item, j, ids, piece_seed(seed, j)) for j, ids in enumerate(encoded)]
         return pieces
-
-    def _speakable(self, ids: list[int]) -> bool:
-        return any(i in self.text.speakable_ids for i in ids)
 
     # Stage functions, each timed separately by the benchmark; tensors stay on the device.
 

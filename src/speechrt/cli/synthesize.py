@@ -26,6 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format", choices=("wav", "flac", "pcm"), help="output format (default: suffix)"
     )
+    p.add_argument(
+        "--sample-format",
+        choices=("int16", "float32"),
+        default="int16",
+        help="int16 (default) or float32 samples (WAV/PCM: the model output exactly)",
+    )
     g = p.add_argument_group("synthesis options")
     g.add_argument("--pace", type=float, default=1.0, help="speaking rate, > 1 is faster")
     g.add_argument("--pitch-shift", type=float, default=0.0, help="shift pitch by this many Hz")
