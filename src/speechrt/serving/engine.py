@@ -55,6 +55,10 @@ class ShuttingDown(Overloaded):
     """The server is draining and accepts no new work (HTTP 503)."""
 
 
+class InferenceError(Exception):
+    """The model failed on an item for a reason other than bad input (HTTP 500)."""
+
+
 class DeadlineExceeded(Exception):
     """A request did not finish within its time limit (HTTP 504)."""
 
@@ -267,7 +271,7 @@ class Engine(Generic[In, Out]):
                 outputs = await self._run(batch)
             except Exception as e:
                 if len(batch) == 1:
-                    _settle(batch[0].future, error=e)
+                    _settle(batch[0].future, error=self._item_error(e))
                     return
                 log.warning(
                     "engine %s: batch of %d failed (%s); retrying its items one by one",
@@ -281,7 +285,7 @@ class Engine(Generic[In, Out]):
                     try:
                         (out,) = await self._run([p])
                     except Exception as e1:
-                        _settle(p.future, error=e1)
+                        _settle(p.future, error=self._item_error(e1))
                     else:
                         _settle(p.future, out)
                     finally:
@@ -291,6 +295,16 @@ class Engine(Generic[In, Out]):
                 _settle(p.future, out)
         finally:
             self._executing = 0
+
+    def _item_error(self, e: Exception) -> Exception:
+        """Bad input stays a SpeechRTError (HTTP 400); anything else is logged once and becomes
+        an InferenceError (HTTP 500) for this item only."""
+        if isinstance(e, SpeechRTError):
+            return e
+        log.error("engine %s: an item failed", self.name, exc_info=e)
+        error = InferenceError(f"{self.name} failed: {type(e).__name__}: {e}")
+        error.__cause__ = e
+        return error
 
 
 def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None):

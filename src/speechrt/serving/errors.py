@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from speechrt.errors import SpeechRTError
-from speechrt.serving.engine import DeadlineExceeded, Overloaded
+from speechrt.serving.engine import DeadlineExceeded, InferenceError, Overloaded
 
 log = logging.getLogger("speechrt.serving")
 
@@ -86,6 +86,10 @@ async def on_deadline(request: Request, e: Exception) -> JSONResponse:
     return error_response(request, 504, str(e), "timeout")
 
 
+async def on_inference_error(request: Request, e: Exception) -> JSONResponse:
+    return error_response(request, 500, str(e), "inference_failed")
+
+
 async def on_validation(request: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, RequestValidationError)
     errors = e.errors()
@@ -120,6 +124,7 @@ HANDLERS: dict[Any, Any] = {
     SpeechRTError: on_speechrt_error,
     Overloaded: on_overloaded,
     DeadlineExceeded: on_deadline,
+    InferenceError: on_inference_error,
     RequestValidationError: on_validation,
     HTTPException: on_http_error,
     Exception: on_internal,
