@@ -280,14 +280,12 @@ class Engine(Generic[In, Out]):
                     e,
                 )
                 for p in batch:
-                    if p.future.done():
-                        continue
                     try:
-                        (out,) = await self._run([p])
+                        if not p.future.done():
+                            (out,) = await self._run([p])
+                            _settle(p.future, out)
                     except Exception as e1:
                         _settle(p.future, error=self._item_error(e1))
-                    else:
-                        _settle(p.future, out)
                     finally:
                         self._executing -= 1
                 return
