@@ -7,6 +7,8 @@ field (default 0) picks the noise of stochastic models, so the same request give
 pitch_shift, pitch_scale, pitch_flatten and denoise are the other SynthesisOptions.
 `stream_format: "audio"` streams wav (a header with unknown length, then PCM) or pcm, one
 sentence at a time as each is ready; the stream's bytes equal the non-streamed response's.
+Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `language`,
+`prompt` and `temperature` are accepted and ignored (English models, greedy CTC decoding).
 """
 
 from __future__ import annotations
