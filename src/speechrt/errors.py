@@ -4,3 +4,14 @@ returned as a JSON error by the server."""
 
 class SpeechRTError(Exception):
     """A problem with the user's input, files or models (not a bug in speechrt)."""
+
+
+class MaxDecoderStepsWarning(UserWarning):
+    """An autoregressive model stopped at its step limit before its stop gate fired.
+
+    `item` is the row of the batch given to the model; pipelines re-issue it naming the text.
+    """
+
+    def __init__(self, message: str, item: int = -1) -> None:
+        super().__init__(message)
+        self.item = item

@@ -5,6 +5,7 @@ normalize/split -> text_to_ids -> ids_to_mel (acoustic) -> mel_to_audio (vocoder
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 
 from speechrt.device import resolve_device, resolve_precision
-from speechrt.errors import SpeechRTError
+from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo, load_component
 
@@ -140,7 +141,22 @@ class TTS:
     def ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
         """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item."""
         ids, lengths, seeds = self.batch_to_tensors(batch)
-        mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", MaxDecoderStepsWarning)
+            mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
+        for w in caught:
+            if isinstance(w.message, MaxDecoderStepsWarning) and 0 <= w.message.item < len(batch):
+                p = batch[w.message.item]
+                warnings.warn(
+                    MaxDecoderStepsWarning(
+                        f"text {p.item + 1}, sentence {p.index + 1}: the acoustic model reached "
+                        "its max decoder steps before its stop gate fired; its audio is cut there",
+                        item=p.item,
+                    ),
+                    stacklevel=2,
+                )
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
         if options.denoise > 0:
             audio = self.denoise(audio, audio_lengths, options.denoise)

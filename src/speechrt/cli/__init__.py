@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 # subcommand -> module defining `add_arguments(parser)` and `run(args) -> int`, and a one-line help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     from speechrt.errors import SpeechRTError
 
     args = build_parser().parse_args(argv)
+
+    def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"speechrt {args.command}: warning: {message}", file=sys.stderr)
+
+    saved, warnings.showwarning = warnings.showwarning, one_line_warning
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except SpeechRTError as e:
@@ -44,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        warnings.showwarning = saved
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from speechrt.audio.mel import MelConfig
-from speechrt.errors import SpeechRTError
+from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.models import Converted
 from speechrt.options import SynthesisOptions
 
@@ -290,8 +290,11 @@ class Tacotron2(nn.Module):
                 elif step + 1 == max_steps:
                     n_frames[i] = mel_lengths[i] = max_steps
                     warnings.warn(
-                        f"tacotron2: item {i} reached max_decoder_steps ({max_steps}) "
-                        "before its stop gate fired",
+                        MaxDecoderStepsWarning(
+                            f"tacotron2: item {i} reached max_decoder_steps ({max_steps}) "
+                            "before its stop gate fired",
+                            item=i,
+                        ),
                         stacklevel=3,  # the caller of generate_mel (under no_grad)
                     )
             if any(stop):  # compact the active batch; trim memory to the longest still active
