@@ -139,3 +139,16 @@ def test_nothing_to_serve_is_refused():
         assert "nothing to serve" in str(e)
     else:
         raise AssertionError("Server() without pipelines must fail")
+
+
+def test_serve_cli_refuses_bad_setups(capsys, tmp_path):
+    from speechrt.cli import main
+
+    assert main(["serve"]) == 2
+    assert "nothing to serve" in capsys.readouterr().err
+    assert main(["serve", "--acoustic", str(tmp_path)]) == 2
+    assert "--vocoder" in capsys.readouterr().err
+    assert main(["serve", "--asr", str(tmp_path / "missing")]) == 2
+    assert "not a model directory" in capsys.readouterr().err
+    assert main(["serve", "--asr", str(tmp_path), "--max-batch-size", "0"]) == 2
+    assert "batch size" in capsys.readouterr().err
