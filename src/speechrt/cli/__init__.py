@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from speechrt.errors import SpeechRTError
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args._argv = argv  # the command line, for benchmark stamps
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
         print(f"speechrt {args.command}: warning: {message}", file=sys.stderr)

@@ -12,9 +12,16 @@ def _csv(kind):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", choices=("tts",), help="pipeline to benchmark")
+    p.add_argument("task", choices=("tts", "asr"), help="pipeline to benchmark")
     p.add_argument("--acoustic", help="acoustic model directory (tts)")
     p.add_argument("--vocoder", help="vocoder model directory (tts)")
+    p.add_argument("--model", help="ASR model directory (asr)")
+    p.add_argument(
+        "--durations",
+        type=_csv(float),
+        default=[2.0, 7.0, 16.7],
+        help="asr: audio seconds per item, comma list",
+    )
     p.add_argument("--device", default="auto")
     p.add_argument("--backends", type=_csv(str), default=["eager"], help="comma list")
     p.add_argument("--precisions", type=_csv(str), default=["fp32"], help="comma list")
@@ -27,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from speechrt.bench.inprocess import Variant, bench_tts
+    from speechrt.asr import ASR
+    from speechrt.bench.inprocess import Variant, bench_asr, bench_tts
     from speechrt.bench.report import print_table, speedups, write_outputs
     from speechrt.bench.stamp import stamp
     from speechrt.device import resolve_device
@@ -39,20 +47,41 @@ def run(args: argparse.Namespace) -> int:
         raise SpeechRTError("batch sizes must be >= 1")
     device = resolve_device(args.device)
     variants = [Variant(b, p) for b in args.backends for p in args.precisions]
-    if args.acoustic is None or args.vocoder is None:
-        raise SpeechRTError("bench tts needs --acoustic DIR and --vocoder DIR")
 
-    def make(v: Variant) -> TTS:
+    def check_backend(v: Variant) -> None:
         if v.backend != "eager":
             raise SpeechRTError(f"unknown backend {v.backend!r}")
-        return TTS(args.acoustic, args.vocoder, device=str(device), precision=v.precision)
 
-    rows = bench_tts(make, variants, args.batch_sizes, args.warmup, args.iters, args.denoise)
+    if args.task == "tts":
+        if args.acoustic is None or args.vocoder is None:
+            raise SpeechRTError("bench tts needs --acoustic DIR and --vocoder DIR")
+
+        def make_tts(v: Variant) -> TTS:
+            check_backend(v)
+            return TTS(args.acoustic, args.vocoder, device=str(device), precision=v.precision)
+
+        rows = bench_tts(
+            make_tts, variants, args.batch_sizes, args.warmup, args.iters, args.denoise
+        )
+    else:
+        if args.model is None:
+            raise SpeechRTError("bench asr needs --model DIR")
+        if any(d <= 0 for d in args.durations):
+            raise SpeechRTError("durations must be > 0 seconds")
+
+        def make_asr(v: Variant) -> ASR:
+            check_backend(v)
+            return ASR(args.model, device=str(device), precision=v.precision)
+
+        rows = bench_asr(
+            make_asr, variants, args.batch_sizes, args.warmup, args.iters, tuple(args.durations)
+        )
     for r in rows:
         r["task"] = args.task
     speedups(rows)
-    result = {"stamp": stamp(device), "config": vars(args) | {"device": str(device)}, "rows": rows}
-    result["config"].pop("_module", None)
+    config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    result = {"stamp": stamp(device, args._argv), "config": config | {"device": str(device)}}
+    result["rows"] = rows
     print_table(rows, f"speechrt bench {args.task} on {result['stamp']['gpu'] or device}")
     paths = write_outputs(result, args.out_dir, args.name or args.task)
     print("wrote " + ", ".join(str(p) for p in paths))
