@@ -66,3 +66,21 @@ def test_bench_bad_arguments(tiny_voice, capsys):
     voice = ["--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])]
     assert main(["bench", "tts", *voice, "--backends", "nope", "--device", "cpu"]) == 2
     assert "unknown backend" in capsys.readouterr().err
+
+
+def test_bench_load_against_a_server(speech_server, tmp_path):
+    args = ["bench", "tts", "--url", f"dynamic={speech_server}", "--concurrency", "1,4"]
+    args += ["--rates", "4", "--seconds", "1.5", "--out-dir", str(tmp_path)]
+    assert main(args) == 0
+    result = json.loads((tmp_path / "tts-load.json").read_text())
+    rows = result["rows"]
+    assert [(r["target"], r["mode"], r["level"]) for r in rows] == [
+        ("dynamic", "concurrency", 1),
+        ("dynamic", "concurrency", 4),
+        ("dynamic", "rate", 4.0),
+    ]
+    for r in rows:
+        assert r["errors"] == 0 and r["requests"] >= 1 and r["throughput_rps"] > 0
+        assert r["latency_s"]["p99"] >= r["latency_s"]["p50"] > 0
+        assert r["server_compute_ms_per_item"] > 0 and r["mean_batch_size"] >= 1
+    assert (tmp_path / "tts-load.png").stat().st_size > 1000
