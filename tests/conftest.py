@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -19,3 +21,111 @@ def tiny_voice(tmp_path_factory):
     from tiny import make_voice
 
     return make_voice(tmp_path_factory.mktemp("voice"))
+
+
+# -- a tiny random-weight ASR model in model-repository form (serving and client tests) ----------
+
+
+def _randomize(module: torch.nn.Module, seed: int, scale: float) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+@pytest.fixture(scope="session")
+def tiny_asr(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A QuartzNet-shaped model (3 blocks, 16-32 channels) with random weights, English labels."""
+    from speechrt.audio.features import FeatureConfig
+    from speechrt.models.jasper import LABELS, QuartzNet, QuartzNetDims
+    from speechrt.repo import ComponentInfo, save_component
+
+    dims = QuartzNetDims(
+        filters=(16, 16, 32),
+        kernels=(11, 13, 1),
+        repeats=(1, 2, 1),
+        strides=(2, 1, 1),
+        dilations=(1, 1, 1),
+        separable=(True, True, False),
+        residual=("none", "plain", "none"),
+    )
+    model = QuartzNet(dims).eval()
+    _randomize(model, 2, 0.3)
+    with torch.no_grad():
+        model.decoder.bias[-1] += 1.0  # blanks between letters, so words come out
+    meta = {"labels": list(LABELS), "features": FeatureConfig().to_dict()}
+    out = tmp_path_factory.mktemp("tiny_asr") / "quartznet"
+    save_component(out, ComponentInfo("quartznet", dims, None, meta), model.state_dict())
+    return out
+
+
+# -- `speechrt serve` subprocesses ---------------------------------------------------------------
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def start_server(tmp_path_factory: pytest.TempPathFactory):
+    """start(*serve_args) -> (base URL, Popen): `python -m speechrt.cli serve` on a free port,
+    returned once /v2/health/ready answers 200; every server is stopped at the session's end."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    procs: list[subprocess.Popen] = []
+
+    def start(*args: str) -> tuple[str, subprocess.Popen]:
+        port = _free_port()
+        log = tmp_path_factory.mktemp("serve") / "server.log"
+        path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)
+        cmd = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(port), *args]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                cmd, env={**os.environ, "PYTHONPATH": path}, stdout=out, stderr=subprocess.STDOUT
+            )
+        proc.log = log  # type: ignore[attr-defined]
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited ({proc.returncode}):\n{log.read_text()}")
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    return url, proc
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"server not ready after 120 s:\n{log.read_text()}")
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="session")
+def speech_server(start_server, tiny_voice: tuple[Path, Path], tiny_asr: Path) -> str:
+    """Base URL of one server with the tiny voice and ASR model, shared by the serving tests."""
+    url, _ = start_server(
+        *("--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])),
+        *("--asr", str(tiny_asr), "--device", "cpu", "--threads", "1"),
+        *("--max-batch-size", "8", "--max-queue-delay-ms", "20", "--max-queue-size", "512"),
+        *("--max-text-chars", "2000", "--max-upload-mb", "1", "--max-audio-seconds", "30"),
+    )
+    return url

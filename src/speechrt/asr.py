@@ -198,8 +198,8 @@ class ASR:
         ]
 
     @torch.inference_mode()
-    def log_probs(self, batch: list[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Windows -> log-probs (B, T', V) float32 and frames to decode per window (B,)."""
+    def featurize(self, batch: list[Segment]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Windows -> features (B, F, T) incl. leading padding, valid frames (B,), samples each."""
         audios = [torch.tensor(seg.audio, device=self.device) for seg in batch]  # (N_i,) copies
         gens = None
         if self.features.dither > 0:
@@ -210,16 +210,27 @@ class ASR:
         if self.pad_leading:
             feats = torch.nn.functional.pad(feats, (self.pad_leading, 0))
             lengths = lengths + self.pad_leading
+        return feats, lengths, [a.shape[0] for a in audios]
+
+    @torch.inference_mode()
+    def acoustic(
+        self, feats: torch.Tensor, lengths: torch.Tensor, samples: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """features (B, F, T) -> log-probs (B, T', V) and frames to decode per window (B,)."""
         if self.runner is not None:
             out = self.runner.run({"features": feats.float(), "feature_lengths": lengths})
             log_probs, out_lengths = out["log_probs"], out["log_prob_lengths"]
         else:
             log_probs, out_lengths = self.model(feats.to(self.dtype), lengths)
         if self.decode_padding:
-            padded = [self.features.padded_frames(a.shape[0]) + self.pad_leading for a in audios]
+            padded = [self.features.padded_frames(n) + self.pad_leading for n in samples]
             frames = torch.tensor(padded, dtype=torch.long, device=self.device)
             out_lengths = self.model.output_lengths(frames)
         return log_probs, out_lengths
+
+    def log_probs(self, batch: list[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows -> log-probs (B, T', V) float32 and frames to decode per window (B,)."""
+        return self.acoustic(*self.featurize(batch))
 
     def decode(self, batch: list[Segment], log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
         """Greedy CTC per window; keeps each window's own words (item time) in seg.words."""

@@ -132,3 +132,54 @@ def bench_tts(
             )
             rows.append(r)
     return rows
+
+
+def synthetic_speechlike(seconds: float, sample_rate: int, seed: int = 0) -> np.ndarray:
+    """Deterministic noise shaped by a syllable-rate envelope: realistic compute, no download."""
+    rng = np.random.default_rng(seed)
+    n = int(round(seconds * sample_rate))
+    t = np.arange(n) / sample_rate
+    envelope = 0.55 + 0.45 * np.sin(2 * np.pi * 4.0 * t)
+    tone = np.sin(2 * np.pi * (150 + 50 * np.sin(2 * np.pi * 0.5 * t)) * t)
+    return (0.1 * envelope * (tone + 0.3 * rng.standard_normal(n))).astype(np.float32)
+
+
+def bench_asr(
+    make_asr: Callable[[Variant], object],
+    variants: list[Variant],
+    batch_sizes: list[int],
+    warmup: int,
+    iters: int,
+    durations: tuple[float, ...] = ASR_DURATIONS,
+) -> list[dict]:
+    """One row per variant x audio duration x batch size, as the Jasper/QuartzNet tables."""
+    rows = []
+    for variant in variants:
+        asr = make_asr(variant)
+        for seconds in durations:
+            audio = synthetic_speechlike(seconds, asr.sample_rate)
+            for bs in batch_sizes:
+                segs = [seg for i in range(bs) for seg in asr.segments(i, audio)]
+
+                @torch.inference_mode()
+                def step(timer: StageTimer, asr=asr, segs=segs) -> dict:
+                    with timer.stage("features"):
+                        feats, lengths, samples = asr.featurize(segs)
+                    with timer.stage("acoustic"):
+                        log_probs, out_lengths = asr.acoustic(feats, lengths, samples)
+                    with timer.stage("decode"):
+                        asr.decode(segs, log_probs, out_lengths)
+                    return {"samples": sum(samples)}
+
+                desc = f"asr {variant.backend}/{variant.precision} {seconds}s b{bs}"
+                times, infos = run_iterations(step, asr.device, warmup, iters, desc)
+                r = row(variant, bs, times, asr.device)
+                mean_latency = r["latency_s"]["mean"]
+                r.update(
+                    audio_s=seconds,
+                    throughput_samples_s=infos[0]["samples"] / mean_latency,
+                    inferences_s=bs / mean_latency,
+                    rtf=bs * seconds / mean_latency,
+                )
+                rows.append(r)
+    return rows

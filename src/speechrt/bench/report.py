@@ -98,3 +98,32 @@ def plot_rtf(rows: list[dict], path: Path, title: str) -> Path | None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def print_load_table(rows: list[dict], title: str, console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title=title)
+    cols = ["target", "mode", "level", "req", "err", "req/s", "p50 ms", "p90", "p95", "p99"]
+    for c in cols + ["queue ms", "compute ms", "batch"]:
+        table.add_column(c, justify="right")
+
+    def ms(r: dict, p: str) -> str:
+        return f"{r['latency_s'][p] * 1e3:.1f}" if r["latency_s"] else "-"
+
+    def opt(v: float | None, fmt: str) -> str:
+        return format(v, fmt) if v is not None else "-"
+
+    for r in rows:
+        table.add_row(
+            r["target"],
+            r["mode"],
+            f"{r['level']:g}",
+            str(r["requests"]),
+            str(r["errors"]),
+            f"{r['throughput_rps']:.2f}",
+            *(ms(r, p) for p in ("p50", "p90", "p95", "p99")),
+            opt(r["server_queue_ms_per_item"], ".1f"),
+            opt(r["server_compute_ms_per_item"], ".1f"),
+            opt(r["mean_batch_size"], ".2f"),
+        )
+    console.print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import shlex
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -28,7 +29,7 @@ def git_commit() -> str | None:
         return None
 
 
-def stamp(device: torch.device) -> dict:
+def stamp(device: torch.device, argv: list[str] | None = None) -> dict:
     versions = {}
     for name in PACKAGES:
         try:
@@ -45,5 +46,5 @@ def stamp(device: torch.device) -> dict:
         "commit": git_commit(),
         "python": platform.python_version(),
         "versions": versions,
-        "command": " ".join(["speechrt", *sys.argv[1:]]) if sys.argv else None,
+        "command": shlex.join(["speechrt", *(sys.argv[1:] if argv is None else argv)]),
     }

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("speechrt.cli.bench", "benchmark pipelines: latency percentiles, throughput, RTF"),
     "transcribe": ("speechrt.cli.transcribe", "speech to text (Jasper, QuartzNet)"),
     "eval": ("speechrt.cli.eval", "word/character error rates of a speech recogniser"),
+    "serve": ("speechrt.cli.serve", "HTTP server: OpenAI audio API, KServe v2, metrics"),
     "export": (
         "speechrt.cli.export",
         "write a model directory's ONNX graphs (checked by onnxruntime)",
@@ -41,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from speechrt.errors import SpeechRTError
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args._argv = argv  # the command line, for benchmark stamps
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
         print(f"speechrt {args.command}: warning: {message}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from speechrt.errors import SpeechRTError
 
@@ -12,9 +13,16 @@ def _csv(kind):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", choices=("tts",), help="pipeline to benchmark")
+    p.add_argument("task", choices=("tts", "asr"), help="pipeline to benchmark")
     p.add_argument("--acoustic", help="acoustic model directory (tts)")
     p.add_argument("--vocoder", help="vocoder model directory (tts)")
+    p.add_argument("--model", help="ASR model directory (asr)")
+    p.add_argument(
+        "--durations",
+        type=_csv(float),
+        default=[2.0, 7.0, 16.7],
+        help="asr: audio seconds per item, comma list",
+    )
     p.add_argument("--device", default="auto")
     p.add_argument(
         "--backends",
@@ -28,17 +36,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per case")
     p.add_argument("--iters", type=int, default=50, help="timed runs per case")
     p.add_argument("--denoise", type=float, default=0.0, help="denoiser strength (0 = off)")
+    g = p.add_argument_group("load test against running servers (instead of in-process)")
+    g.add_argument(
+        "--url",
+        action="append",
+        metavar="[NAME=]URL",
+        help="server to load; repeat to compare (e.g. static=http://h:8001 dynamic=http://h:8002)",
+    )
+    g.add_argument("--concurrency", type=_csv(int), default=[1, 2, 4, 8, 16, 32])
+    g.add_argument("--rates", type=_csv(float), default=[], help="open-loop requests/s levels")
+    g.add_argument("--seconds", type=float, default=10.0, help="duration of each level")
     p.add_argument("--out-dir", default="bench-results", help="JSON, CSV and PNG go here")
     p.add_argument("--name", default=None, help="file name stem (default: the task)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from speechrt.bench.inprocess import Variant, bench_tts
+    from speechrt.asr import ASR
+    from speechrt.bench.inprocess import Variant, bench_asr, bench_tts
     from speechrt.bench.report import print_table, speedups, write_outputs
     from speechrt.bench.stamp import stamp
     from speechrt.device import resolve_device
     from speechrt.tts import TTS
 
+    if args.url:
+        return run_load(args)
     if args.warmup < 0 or args.iters < 1:
         raise SpeechRTError("need --warmup >= 0 and --iters >= 1")
     if any(b < 1 for b in args.batch_sizes):
@@ -46,28 +67,92 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     from speechrt.runtime import BACKENDS
 
-    if any(b not in ("auto", *BACKENDS) for b in args.backends):
-        raise SpeechRTError(f"backends must be among auto, {', '.join(BACKENDS)}")
     variants = [Variant(b, p) for b in args.backends for p in args.precisions]
-    if args.acoustic is None or args.vocoder is None:
-        raise SpeechRTError("bench tts needs --acoustic DIR and --vocoder DIR")
 
-    def make(v: Variant) -> TTS:
-        return TTS(
-            args.acoustic,
-            args.vocoder,
-            device=str(device),
-            precision=v.precision,
-            backend=v.backend,
+    def check_backend(v: Variant) -> None:
+        if v.backend not in ("auto", *BACKENDS):
+            raise SpeechRTError(
+                f"unknown backend {v.backend!r}; choose auto, {', '.join(BACKENDS)}"
+            )
+
+    if args.task == "tts":
+        if args.acoustic is None or args.vocoder is None:
+            raise SpeechRTError("bench tts needs --acoustic DIR and --vocoder DIR")
+
+        def make_tts(v: Variant) -> TTS:
+            check_backend(v)
+            return TTS(
+                args.acoustic,
+                args.vocoder,
+                device=str(device),
+                precision=v.precision,
+                backend=v.backend,
+            )
+
+        rows = bench_tts(
+            make_tts, variants, args.batch_sizes, args.warmup, args.iters, args.denoise
         )
+    else:
+        if args.model is None:
+            raise SpeechRTError("bench asr needs --model DIR")
+        if any(d <= 0 for d in args.durations):
+            raise SpeechRTError("durations must be > 0 seconds")
 
-    rows = bench_tts(make, variants, args.batch_sizes, args.warmup, args.iters, args.denoise)
+        def make_asr(v: Variant) -> ASR:
+            check_backend(v)
+            return ASR(args.model, device=str(device), precision=v.precision, backend=v.backend)
+
+        rows = bench_asr(
+            make_asr, variants, args.batch_sizes, args.warmup, args.iters, tuple(args.durations)
+        )
     for r in rows:
         r["task"] = args.task
     speedups(rows)
-    result = {"stamp": stamp(device), "config": vars(args) | {"device": str(device)}, "rows": rows}
-    result["config"].pop("_module", None)
+    config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    result = {"stamp": stamp(device, args._argv), "config": config | {"device": str(device)}}
+    result["rows"] = rows
     print_table(rows, f"speechrt bench {args.task} on {result['stamp']['gpu'] or device}")
     paths = write_outputs(result, args.out_dir, args.name or args.task)
     print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def run_load(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from speechrt.bench.inprocess import TTS_TEXT, synthetic_speechlike
+    from speechrt.bench.load import load_sweep, plot_sweep, wav_bytes
+    from speechrt.bench.report import print_load_table
+    from speechrt.bench.stamp import stamp
+
+    targets = {}
+    for i, spec in enumerate(args.url):
+        name, _, url = spec.rpartition("=") if "=" in spec.split("://")[0] else ("", "", spec)
+        targets[name or f"server{i + 1}"] = url.rstrip("/")
+    if any(c < 1 for c in args.concurrency) or any(r <= 0 for r in args.rates):
+        raise SpeechRTError("concurrency levels must be >= 1 and rates > 0")
+    if args.seconds <= 0:
+        raise SpeechRTError("--seconds must be > 0")
+    audio = wav_bytes(synthetic_speechlike(7.0, 16000), 16000) if args.task == "asr" else None
+    rows = load_sweep(
+        targets, args.task, args.concurrency, args.rates, args.seconds, TTS_TEXT, audio
+    )
+    for r in rows:
+        r["task"] = args.task
+    config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    result = {"stamp": stamp(torch.device("cpu"), args._argv), "config": config, "rows": rows}
+    result["stamp"]["device"] = "client"
+    print_load_table(rows, f"speechrt bench {args.task} --url ({', '.join(targets)})")
+    name = args.name or f"{args.task}-load"
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot_sweep(rows, out / f"{name}.png", f"{args.task}: latency and throughput vs concurrency")
+    print(f"wrote {out / name}.json, {out / name}.png")
+    failed = [r for r in rows if r["errors"]]
+    if failed:
+        total = sum(r["errors"] for r in failed)
+        print(f"{total} requests failed; first: {failed[0]['first_error']}")
     return 0

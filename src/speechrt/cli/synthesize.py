@@ -17,6 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--file", help="UTF-8 text file: one phrase per line, written as 1.wav ... N.wav"
     )
     p.add_argument("--out-dir", help="directory for --file outputs (default: current directory)")
+    p.add_argument("--url", help="use a running `speechrt serve` at URL instead of local models")
     p.add_argument("--acoustic", help="acoustic model directory (FastPitch, ...)")
     p.add_argument("--vocoder", help="vocoder model directory (HiFi-GAN, ...)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         max_decoder_steps=args.max_decoder_steps,
         seed=args.seed,
     )
-    if args.acoustic is None or args.vocoder is None:
+    if args.url is None and (args.acoustic is None or args.vocoder is None):
         raise SpeechRTError(
             "no voice given: pass --acoustic DIR --vocoder DIR "
             "(make them from DLE/NGC checkpoints with `speechrt convert CHECKPOINT DIR`)"
@@ -98,6 +99,12 @@ def run(args: argparse.Namespace) -> int:
         out_dir = Path(args.out_dir or ".")
         out_dir.mkdir(parents=True, exist_ok=True)
         outputs = [out_dir / f"{i}.{ext}" for i in range(1, len(texts) + 1)]
+    if args.url is not None:
+        from speechrt.client import synthesize_files
+
+        synthesize_files(args.url, texts, outputs, args.format, options, args.batch_size)
+        print(f"{len(outputs)} file(s) from {args.url}: {', '.join(map(str, outputs[:3]))}")
+        return 0
 
     tts = TTS(
         args.acoustic,

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The committed GPU benchmark behind docs/benchmarks.md.
+#
+#   bash scripts/bench_gpu.sh OUT_DIR [PART ...]     PART: fastpitch tacotron2 jasper server (default: all)
+#
+# Builds default-dims random-weight models (scripts/bench_models.py; no trained weights can be
+# downloaded), then runs side by side, in one process per pipeline: eager fp32, eager fp16,
+# cuda fp16 and onnx (CPU) at batch 1 and 8; and a server sweep, static (max batch 1) vs dynamic
+# batching. Results: OUT_DIR/*.json, *.csv, *.png.
+set -euo pipefail
+out=${1:?usage: bench_gpu.sh OUT_DIR [PART ...]}
+shift
+parts=${*:-fastpitch tacotron2 jasper server}
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+models=${BENCH_MODELS:-/tmp/speechrt-bench-models}
+sr="python3 -m speechrt.cli"
+mkdir -p "$out"
+[ -d "$models/jasper" ] || python3 scripts/bench_models.py "$models"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" || true
+
+for part in $parts; do
+  case $part in
+  fastpitch)
+    $sr export "$models/fastpitch" && $sr export "$models/hifigan"
+    $sr bench tts --acoustic "$models/fastpitch" --vocoder "$models/hifigan" \
+      --backends eager,cuda --precisions fp32,fp16 --batch-sizes 1,8 --warmup 10 --iters 100 \
+      --out-dir "$out" --name fastpitch-hifigan
+    $sr bench tts --acoustic "$models/fastpitch" --vocoder "$models/hifigan" --backends onnx \
+      --precisions fp32 --batch-sizes 1,8 --warmup 1 --iters 5 --out-dir "$out" \
+      --name fastpitch-hifigan-onnx ;;
+  tacotron2)
+    $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
+      --backends eager,cuda --precisions fp32,fp16 --batch-sizes 1,8 --warmup 3 --iters 20 \
+      --out-dir "$out" --name tacotron2-waveglow ;;
+  jasper)
+    $sr bench asr --model "$models/jasper" --backends eager,cuda --precisions fp32,fp16 \
+      --batch-sizes 1,8 --warmup 10 --iters 100 --out-dir "$out" --name jasper ;;
+  server)
+    pids=()
+    for spec in "static 8101 1" "dynamic 8102 8"; do
+      set -- $spec
+      $sr serve --port "$2" --acoustic "$models/fastpitch" --vocoder "$models/hifigan" \
+        --device cuda --precision fp16 --max-batch-size "$3" --max-queue-delay-ms 5 \
+        --max-queue-size 4096 > "$out/serve-$1.log" 2>&1 &
+      pids+=($!)
+    done
+    for port in 8101 8102; do
+      for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 1; done
+    done
+    $sr bench tts --url static=http://127.0.0.1:8101 --url dynamic=http://127.0.0.1:8102 \
+      --concurrency 1,2,4,8,16,32 --seconds 8 --out-dir "$out" --name server-sweep
+    kill "${pids[@]}"; wait || true ;;
+  *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,184 @@
+"""`speechrt bench tts|asr --url NAME=URL ...`: perf_analyzer-style load against running servers.
+
+Closed loop (--concurrency 1,2,4,...): N clients each send the next request as soon as the last
+returns. Open loop (--rates 5,10,...): requests arrive as a Poisson process at R per second,
+whatever the server does. Per level: throughput, latency percentiles, and the server's own
+queue and compute time per request and mean batch size, read from /metrics before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+import numpy as np
+
+from speechrt.bench.stats import summarize
+
+METRIC = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
+
+
+def parse_metrics(text: str, model: str) -> dict[str, float]:
+    """Prometheus text -> {metric name: value summed over series of `model`}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = METRIC.match(line.strip())
+        if m and f'model="{model}"' in m.group(2) and "le=" not in m.group(2):
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+    return out
+
+
+def make_request(task: str, text: str, audio_wav: bytes | None) -> Callable:
+    """The one request a load level repeats: speech synthesis or a transcription upload."""
+
+    async def tts(client: httpx.AsyncClient) -> None:
+        body = {"model": "tts", "input": text, "voice": "0", "response_format": "pcm"}
+        r = await client.post("/v1/audio/speech", json=body)
+        r.raise_for_status()
+
+    async def asr(client: httpx.AsyncClient) -> None:
+        files = {"file": ("bench.wav", audio_wav, "audio/wav")}
+        r = await client.post("/v1/audio/transcriptions", data={"model": "asr"}, files=files)
+        r.raise_for_status()
+
+    return tts if task == "tts" else asr
+
+
+async def _timed(send: Callable, client: httpx.AsyncClient, lat: list, errors: list) -> None:
+    t0 = time.perf_counter()
+    try:
+        await send(client)
+        lat.append(time.perf_counter() - t0)
+    except (httpx.HTTPError, OSError) as e:
+        errors.append(str(e) or type(e).__name__)
+
+
+async def closed_loop(send, client, concurrency: int, seconds: float) -> tuple[list, list]:
+    lat: list[float] = []
+    errors: list[str] = []
+    end = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        while time.perf_counter() < end:
+            await _timed(send, client, lat, errors)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return lat, errors
+
+
+async def open_loop(send, client, rate: float, seconds: float, seed: int = 0) -> tuple[list, list]:
+    lat: list[float] = []
+    errors: list[str] = []
+    rng = np.random.default_rng(seed)
+    tasks, t = [], 0.0
+    start = time.perf_counter()
+    while True:
+        t += rng.exponential(1.0 / rate)
+        if t >= seconds:
+            break
+        await asyncio.sleep(max(0.0, start + t - time.perf_counter()))
+        tasks.append(asyncio.create_task(_timed(send, client, lat, errors)))
+    await asyncio.gather(*tasks)
+    return lat, errors
+
+
+async def _level(
+    url: str, model: str, run: Callable[[httpx.AsyncClient], Awaitable[tuple[list, list]]]
+) -> dict:
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    async with httpx.AsyncClient(base_url=url, timeout=300.0, limits=limits) as client:
+        before = parse_metrics((await client.get("/metrics")).text, model)
+        t0 = time.perf_counter()
+        lat, errors = await run(client)
+        wall = time.perf_counter() - t0
+        after = parse_metrics((await client.get("/metrics")).text, model)
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    items = d.get("nv_inference_count", 0.0)
+    execs = d.get("nv_inference_exec_count", 0.0)
+    return {
+        "requests": len(lat),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "wall_s": wall,
+        "throughput_rps": len(lat) / wall,
+        "latency_s": summarize(lat) if lat else None,
+        "server_queue_ms_per_item": d.get("nv_inference_queue_duration_us", 0) / 1e3 / items
+        if items
+        else None,
+        "server_compute_ms_per_item": d.get("nv_inference_compute_infer_duration_us", 0)
+        / 1e3
+        / items
+        if items
+        else None,
+        "mean_batch_size": items / execs if execs else None,
+    }
+
+
+def wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, audio, sample_rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def load_sweep(
+    targets: dict[str, str],
+    task: str,
+    concurrencies: list[int],
+    rates: list[float],
+    seconds: float,
+    text: str,
+    audio_wav: bytes | None,
+) -> list[dict]:
+    """Every target x every concurrency level (closed) and rate (open): one row each."""
+    send = make_request(task, text, audio_wav)
+    rows = []
+    for label, url in targets.items():
+        for c in concurrencies:
+            res = asyncio.run(_level(url, task, lambda cl, c=c: closed_loop(send, cl, c, seconds)))
+            rows.append({"target": label, "mode": "concurrency", "level": c, **res})
+        for r in rates:
+            res = asyncio.run(_level(url, task, lambda cl, r=r: open_loop(send, cl, r, seconds)))
+            rows.append({"target": label, "mode": "rate", "level": r, **res})
+    return rows
+
+
+def plot_sweep(rows: list[dict], path, title: str) -> None:
+    """Seed-style figure: latency bars (p50, p99) and a throughput line against concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r["mode"] == "concurrency" and r["latency_s"]]
+    targets = sorted({r["target"] for r in rows})
+    levels = sorted({r["level"] for r in rows})
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax2 = ax.twinx()
+    width = 0.8 / max(1, len(targets))
+    x = np.arange(len(levels))
+    for i, t in enumerate(targets):
+        mine = {r["level"]: r for r in rows if r["target"] == t}
+        p50 = [mine[c]["latency_s"]["p50"] * 1e3 if c in mine else 0 for c in levels]
+        p99 = [mine[c]["latency_s"]["p99"] * 1e3 if c in mine else 0 for c in levels]
+        off = x + (i - (len(targets) - 1) / 2) * width
+        ax.bar(off, p99, width, alpha=0.35, label=f"{t} p99")
+        ax.bar(off, p50, width, alpha=0.9, label=f"{t} p50")
+        ax2.plot(x, [mine[c]["throughput_rps"] if c in mine else 0 for c in levels], marker="o",
+                 label=f"{t} throughput")  # fmt: skip
+    ax.set_xticks(x, [str(c) for c in levels])
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel("latency (ms)")
+    ax2.set_ylabel("throughput (requests/s)")
+    ax.set_title(title)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,101 @@
+"""`speechrt serve --acoustic DIR --vocoder DIR [--asr DIR]`: the HTTP server.
+
+OpenAI audio API under /v1, KServe v2 (Triton) under /v2, Prometheus metrics at /metrics.
+SIGTERM or Ctrl-C stops accepting connections, finishes what is in flight, then exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from speechrt.errors import SpeechRTError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 = any free)")
+    p.add_argument("--acoustic", help="acoustic model directory (FastPitch, ...)")
+    p.add_argument("--vocoder", help="vocoder model directory (HiFi-GAN, ...)")
+    p.add_argument("--asr", help="speech recognition model directory (QuartzNet, Jasper)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    p.add_argument("--backend", choices=("auto", "eager"), default="auto", help="runtime backend")
+    p.add_argument("--threads", type=int, help="CPU threads per operator (default: torch's choice)")
+    g = p.add_argument_group("batching")
+    g.add_argument("--max-batch-size", type=int, default=8, help="items per batch (default: 8)")
+    g.add_argument(
+        "--max-queue-delay-ms",
+        type=float,
+        default=5.0,
+        help="longest wait for batch-mates (default: 5)",
+    )
+    g.add_argument(
+        "--max-queue-size", type=int, default=256, help="queued items before 503 (default: 256)"
+    )
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-text-chars", type=int, default=10_000, help="per text (default: 10000)")
+    g.add_argument(
+        "--max-upload-mb", type=float, default=25.0, help="request body limit (default: 25)"
+    )
+    g.add_argument(
+        "--max-audio-seconds", type=float, default=600.0, help="per audio item (default: 600)"
+    )
+    g.add_argument(
+        "--request-timeout", type=float, default=60.0, help="seconds per request (default: 60)"
+    )
+    g.add_argument(
+        "--graceful-timeout",
+        type=int,
+        default=30,
+        help="seconds to finish in-flight requests on shutdown (default: 30)",
+    )
+    p.add_argument("--no-components", action="store_true", help="serve only the pipelines")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from speechrt.serving import BatchConfig, Limits, ServeConfig, Server, create_app
+    except ImportError as e:
+        raise SpeechRTError(
+            f"serving needs the `serve` extra: pip install 'speechrt[serve]' ({e})"
+        ) from None
+    for name in ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout"):
+        if getattr(args, name) <= 0:
+            raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SpeechRTError("--threads must be >= 1")
+        import torch
+
+        torch.set_num_threads(args.threads)  # the device thread's operators use this pool
+    config = ServeConfig(
+        batch=BatchConfig(args.max_batch_size, args.max_queue_delay_ms, args.max_queue_size),
+        limits=Limits(
+            max_text_chars=args.max_text_chars,
+            max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
+            max_audio_seconds=args.max_audio_seconds,
+            request_timeout_s=args.request_timeout,
+        ),
+        components=not args.no_components,
+    )
+    server = Server.load(
+        args.acoustic,
+        args.vocoder,
+        args.asr,
+        device=args.device,
+        precision=args.precision,
+        backend=args.backend,
+        config=config,
+    )
+    uvicorn.run(
+        create_app(server),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=args.graceful_timeout,
+        access_log=args.log_level == "debug",
+    )
+    return 0

@@ -1,0 +1,325 @@
+"""Dynamic batching: one asyncio scheduler per pipeline, all feeding the one device thread.
+
+Semantics follow Triton's dynamic batcher: a batch is dispatched as soon as `max_batch_size`
+compatible items wait, otherwise once the oldest item has waited `max_queue_delay_ms` (while the
+device is busy, items simply accumulate and the next batch leaves at once). Items are compatible
+when the adapter gives them the same `key` (e.g. identical synthesis options); among compatible
+items the batch is the window of most similar `length`s around the oldest, so padding stays small.
+
+The engine knows no models. Like LitServe's hook contract, an adapter supplies
+    run_batch(items) -> outputs   (runs on the device thread; one output per item, in order)
+    length(item) -> int           (what padding is proportional to)
+    key(item) -> Hashable         (items with different keys never share a batch)
+If a batch raises, its items are retried one by one, so only the bad item fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from speechrt.errors import SpeechRTError
+
+log = logging.getLogger("speechrt.serving")
+
+In = TypeVar("In")  # a batch item
+Out = TypeVar("Out")  # its output
+T = TypeVar("T")
+
+
+class Adapter(Protocol[In, Out]):
+    """What a pipeline gives the batcher; see the module docstring."""
+
+    def run_batch(self, items: list[In]) -> list[Out]: ...
+
+    def length(self, item: In) -> int: ...
+
+    def key(self, item: In) -> Hashable: ...
+
+
+class Overloaded(Exception):
+    """The queue is full: the caller should retry after `retry_after` seconds (HTTP 503)."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ShuttingDown(Overloaded):
+    """The server is draining and accepts no new work (HTTP 503)."""
+
+
+class InferenceError(Exception):
+    """The model failed on an item for a reason other than bad input (HTTP 500)."""
+
+
+class DeadlineExceeded(Exception):
+    """A request did not finish within its time limit (HTTP 504)."""
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    max_batch_size: int = 8  # items per batch
+    max_queue_delay_ms: float = 5.0  # how long the oldest item may wait for batch-mates
+    max_queue_size: int = 256  # queued items (not counting the batch on the device)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise SpeechRTError(f"max batch size must be >= 1, got {self.max_batch_size}")
+        if self.max_queue_delay_ms < 0:
+            raise SpeechRTError(f"max queue delay must be >= 0, got {self.max_queue_delay_ms}")
+        if self.max_queue_size < 1:
+            raise SpeechRTError(f"max queue size must be >= 1, got {self.max_queue_size}")
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one executed batch reports to the metrics."""
+
+    engine: str
+    size: int
+    queue_s: list[float]  # per item: enqueue -> batch start
+    compute_s: float  # wall time of run_batch on the device thread
+    ok: bool
+
+
+class DeviceWorker:
+    """The one thread that owns the device: every engine's batches run here, one at a time."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speechrt-device")
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+@dataclass(eq=False)
+class _Pending(Generic[In, Out]):
+    item: In
+    key: Hashable
+    length: int
+    future: asyncio.Future[Out]
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class Engine(Generic[In, Out]):
+    """A dynamic batcher for one adapter; start() inside the event loop, close() to drain."""
+
+    def __init__(
+        self,
+        name: str,
+        adapter: Adapter[In, Out],
+        worker: DeviceWorker,
+        config: BatchConfig | None = None,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.adapter = adapter
+        self.worker = worker
+        self.config = config or BatchConfig()
+        self.on_batch = on_batch
+        self._queue: list[_Pending[In, Out]] = []
+        self._executing = 0
+        self._closing = False
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is not None:
+            raise RuntimeError(f"engine {self.name} already started")
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._loop(), name=f"engine-{self.name}")
+
+    async def close(self) -> None:
+        """Stop taking work, finish everything queued or running, then stop the scheduler."""
+        self._closing = True
+        if self._task is None:
+            return
+        self._notify()
+        await self._task
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done() and not self._closing
+
+    @property
+    def pending(self) -> int:
+        """Items queued or on the device."""
+        return sum(not p.future.done() for p in self._queue) + self._executing
+
+    # -- submitting ----------------------------------------------------------------------------
+
+    def submit(self, items: Sequence[In]) -> list[asyncio.Future[Out]]:
+        """Queue all items of one request at once (all or none); one future per item."""
+        if self._closing or self._task is None:
+            raise ShuttingDown(f"{self.name}: the server is shutting down")
+        limit = self.config.max_queue_size
+        if len(items) > limit:
+            raise SpeechRTError(
+                f"request needs {len(items)} {self.name} batch items; the queue holds {limit}"
+            )
+        if len(self._queue) + len(items) > limit:
+            self._queue = [p for p in self._queue if not p.future.done()]
+            if len(self._queue) + len(items) > limit:
+                raise Overloaded(f"{self.name}: queue full ({limit} items), retry later")
+        loop = asyncio.get_running_loop()
+        pending = [
+            _Pending(it, self.adapter.key(it), self.adapter.length(it), loop.create_future())
+            for it in items
+        ]
+        self._queue += pending
+        self._notify()
+        return [p.future for p in pending]
+
+    async def infer(self, items: Sequence[In], timeout: float | None = None) -> list[Out]:
+        """Submit and wait for every item; on timeout the unfinished items are cancelled."""
+        futures = self.submit(items)
+        return await wait_all(futures, timeout)
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _sleep(self, timeout: float | None) -> None:
+        assert self._wake is not None
+        self._wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _loop(self) -> None:
+        delay = self.config.max_queue_delay_ms / 1000.0
+        while True:
+            self._queue = [p for p in self._queue if not p.future.done()]  # drop cancelled
+            if not self._queue:
+                if self._closing:
+                    return
+                await self._sleep(None)
+                continue
+            head = self._queue[0]
+            deadline = head.enqueued + delay
+            while not self._closing and not head.future.done():
+                ready = sum(p.key == head.key and not p.future.done() for p in self._queue)
+                remaining = deadline - time.monotonic()
+                if ready >= self.config.max_batch_size or remaining <= 0:
+                    break
+                await self._sleep(remaining)
+            if head.future.done():
+                continue
+            batch = self._choose(head)
+            chosen = set(map(id, batch))
+            self._queue = [p for p in self._queue if id(p) not in chosen]
+            try:
+                await self._execute(batch)
+            except Exception:  # never let the scheduler die; _execute already failed the items
+                log.exception("engine %s: scheduler error", self.name)
+
+    def _choose(self, head: _Pending[In, Out]) -> list[_Pending[In, Out]]:
+        """The oldest item plus up to max_batch_size - 1 compatible ones of the closest lengths."""
+        group = [p for p in self._queue if p.key == head.key and not p.future.done()]
+        k = self.config.max_batch_size
+        if len(group) <= k:
+            return group
+        group.sort(key=lambda p: p.length)
+        h = group.index(head)
+        starts = range(max(0, h - k + 1), min(h, len(group) - k) + 1)
+        best = min(starts, key=lambda s: group[s + k - 1].length - group[s].length)
+        return group[best : best + k]
+
+    def _timed_run(self, items: list[In]) -> tuple[list[Out], float]:
+        t0 = time.perf_counter()
+        outputs = self.adapter.run_batch(items)
+        if len(outputs) != len(items):
+            raise RuntimeError(
+                f"{self.name}: run_batch returned {len(outputs)} outputs for {len(items)} items"
+            )
+        return outputs, time.perf_counter() - t0
+
+    async def _run(self, batch: list[_Pending[In, Out]]) -> list[Out]:
+        start = time.monotonic()
+        queue_s = [start - p.enqueued for p in batch]
+        try:
+            outputs, compute_s = await self.worker.run(self._timed_run, [p.item for p in batch])
+        except BaseException:
+            self._report(
+                BatchStats(self.name, len(batch), queue_s, time.monotonic() - start, False)
+            )
+            raise
+        self._report(BatchStats(self.name, len(batch), queue_s, compute_s, True))
+        return outputs
+
+    def _report(self, stats: BatchStats) -> None:
+        if self.on_batch is not None:
+            self.on_batch(stats)
+
+    async def _execute(self, batch: list[_Pending[In, Out]]) -> None:
+        self._executing = len(batch)
+        try:
+            try:
+                outputs = await self._run(batch)
+            except Exception as e:
+                if len(batch) == 1:
+                    _settle(batch[0].future, error=self._item_error(e))
+                    return
+                log.warning(
+                    "engine %s: batch of %d failed (%s); retrying its items one by one",
+                    self.name,
+                    len(batch),
+                    e,
+                )
+                for p in batch:
+                    try:
+                        if not p.future.done():
+                            (out,) = await self._run([p])
+                            _settle(p.future, out)
+                    except Exception as e1:
+                        _settle(p.future, error=self._item_error(e1))
+                    finally:
+                        self._executing -= 1
+                return
+            for p, out in zip(batch, outputs, strict=True):
+                _settle(p.future, out)
+        finally:
+            self._executing = 0
+
+    def _item_error(self, e: Exception) -> Exception:
+        """Bad input stays a SpeechRTError (HTTP 400); anything else is logged once and becomes
+        an InferenceError (HTTP 500) for this item only."""
+        if isinstance(e, SpeechRTError):
+            return e
+        log.error("engine %s: an item failed", self.name, exc_info=e)
+        error = InferenceError(f"{self.name} failed: {type(e).__name__}: {e}")
+        error.__cause__ = e
+        return error
+
+
+def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None):
+    if future.done():  # cancelled by a timeout or a client that went away
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+async def wait_all(futures: Sequence[asyncio.Future[T]], timeout: float | None) -> list[T]:
+    """All results in order; on timeout (DeadlineExceeded) or error the rest are cancelled."""
+    try:
+        return list(await asyncio.wait_for(asyncio.gather(*futures), timeout))
+    except asyncio.TimeoutError:
+        raise DeadlineExceeded(f"request did not finish within {timeout:g} s") from None
+    finally:
+        for f in futures:
+            f.cancel()

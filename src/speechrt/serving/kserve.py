@@ -1,0 +1,155 @@
+"""KServe v2 / Triton HTTP routes: health, server and model metadata, model config, infer.
+
+Every model has the single version "1". Errors are {"error": "..."} as Triton sends them, so
+`tritonclient.http` raises InferenceServerException with the message.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from speechrt import __version__
+from speechrt.errors import SpeechRTError
+from speechrt.serving.errors import ApiError
+from speechrt.serving.metrics import VERSION
+from speechrt.serving.v2codec import HEADER, encode_response, parse_request
+
+if TYPE_CHECKING:
+    from speechrt.serving.server import Server
+    from speechrt.serving.v2models import V2Model
+
+router = APIRouter(prefix="/v2")
+
+
+def server_of(request: Request) -> Server:
+    return request.app.state.server
+
+
+def model_of(request: Request, name: str, version: str | None = None) -> V2Model:
+    srv = server_of(request)
+    if name not in srv.v2:
+        raise ApiError(404, f"unknown model {name!r}; models: {', '.join(srv.v2)}")
+    if version not in (None, "", VERSION):
+        raise ApiError(404, f"model {name!r} has no version {version!r} (only {VERSION})")
+    return srv.v2[name]
+
+
+@router.get("")
+async def server_metadata() -> dict[str, Any]:
+    return {
+        "name": "speechrt",
+        "version": __version__,
+        "extensions": ["binary_tensor_data", "model_configuration"],
+    }
+
+
+@router.get("/health/live")
+async def live() -> Response:
+    return Response(status_code=200)
+
+
+@router.get("/health/ready")
+async def ready(request: Request) -> Response:
+    return Response(status_code=200 if server_of(request).ready else 503)
+
+
+def _metadata(m: V2Model) -> dict[str, Any]:
+    return {
+        "name": m.name,
+        "versions": [VERSION],
+        "platform": m.platform,
+        "inputs": [t.to_json() for t in m.spec.inputs],
+        "outputs": [t.to_json() for t in m.spec.outputs],
+    }
+
+
+@router.get("/models/{name}")
+@router.get("/models/{name}/versions/{version}")
+async def model_metadata(name: str, request: Request, version: str | None = None) -> Any:
+    return _metadata(model_of(request, name, version))
+
+
+@router.get("/models/{name}/ready")
+@router.get("/models/{name}/versions/{version}/ready")
+async def model_ready(name: str, request: Request, version: str | None = None) -> Response:
+    m = model_of(request, name, version)
+    engine = server_of(request).engines.get(m.name)
+    ok = server_of(request).ready and (engine is None or engine.running)
+    return Response(status_code=200 if ok else 503)
+
+
+@router.get("/models/{name}/config")
+@router.get("/models/{name}/versions/{version}/config")
+async def model_config(name: str, request: Request, version: str | None = None) -> Any:
+    """Triton's model configuration (enough for perf_analyzer and tritonclient)."""
+    m = model_of(request, name, version)
+    batch = server_of(request).config.batch
+
+    def dims(t: Any) -> dict[str, Any]:
+        d = {"name": t.name, "data_type": f"TYPE_{t.datatype.replace('BYTES', 'STRING')}"}
+        return {**d, "dims": list(t.shape[1:]) or [1], "optional": t.optional}
+
+    return {
+        "name": m.name,
+        "platform": m.platform,
+        "max_batch_size": batch.max_batch_size,
+        "input": [dims(t) for t in m.spec.inputs],
+        "output": [dims(t) for t in m.spec.outputs],
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": int(batch.max_queue_delay_ms * 1000),
+            "default_queue_policy": {"max_queue_size": batch.max_queue_size},
+        },
+    }
+
+
+def _decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+    if encoding in (None, "", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise ApiError(415, f"unsupported Content-Encoding {encoding!r}")
+    d = zlib.decompressobj(zlib.MAX_WBITS | 16 if encoding == "gzip" else zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as e:
+        raise SpeechRTError(f"cannot decompress the {encoding} body ({e})") from None
+    if len(out) > limit:
+        raise ApiError(413, f"decompressed body exceeds {limit} bytes")
+    return out
+
+
+def _check_inputs(m: V2Model, request_inputs: dict[str, Any], datatypes: dict[str, str]) -> None:
+    specs = {t.name: t for t in m.spec.inputs}
+    for name in request_inputs:
+        if name not in specs:
+            raise SpeechRTError(
+                f"model {m.name!r} has no input {name!r}; inputs: {', '.join(specs)}"
+            )
+    for t in m.spec.inputs:
+        if t.name not in request_inputs:
+            if t.optional:
+                continue
+            raise SpeechRTError(f"model {m.name!r} needs input {t.name!r}")
+        why = t.check(tuple(request_inputs[t.name].shape), datatypes[t.name])
+        if why:
+            raise SpeechRTError(f"model {m.name!r}: {why}")
+
+
+@router.post("/models/{name}/infer")
+@router.post("/models/{name}/versions/{version}/infer")
+async def infer(name: str, request: Request, version: str | None = None) -> Response:
+    srv = server_of(request)
+    m = model_of(request, name, version)
+    async with srv.metrics.track(name):
+        body = await request.body()
+        body = _decompress(
+            body, request.headers.get("content-encoding"), srv.config.limits.max_upload_bytes
+        )
+        req = parse_request(body, request.headers.get(HEADER))
+        _check_inputs(m, req.inputs, req.datatypes)
+        outputs = await m.infer(req.inputs, req.parameters)
+        data, headers = encode_response(m.name, VERSION, req, outputs)
+    return Response(data, headers=headers)

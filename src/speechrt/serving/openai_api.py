@@ -1,0 +1,255 @@
+"""The OpenAI audio API: /v1/audio/speech, /v1/audio/transcriptions, /v1/models.
+
+Differences from OpenAI, by design: audio formats are wav, flac and pcm (16-bit, at the voice's
+own sampling rate, given in the X-Sample-Rate header; OpenAI's pcm is 24 kHz); `voice` names a
+speaker only as "N" or "speaker-N" (any other name is the model's speaker 0); an extra `seed`
+field (default 0) picks the noise of stochastic models, so the same request gives the same bytes;
+pitch_shift, pitch_scale, pitch_flatten and denoise are the other SynthesisOptions.
+`stream_format: "audio"` streams wav (a header with unknown length, then PCM) or pcm, one
+sentence at a time as each is ready; the stream's bytes equal the non-streamed response's.
+Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `language`,
+`prompt` and `temperature` are accepted and ignored (English models, greedy CTC decoding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import struct
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.datastructures import UploadFile
+
+from speechrt.audio.io import encode_audio, to_int16
+from speechrt.options import SynthesisOptions
+from speechrt.serving import transcripts
+from speechrt.serving.errors import ApiError
+from speechrt.serving.metrics import failure_reason
+
+if TYPE_CHECKING:
+    from speechrt.serving.server import Server
+
+router = APIRouter(prefix="/v1")
+
+AUDIO_FORMATS = {"wav": "audio/wav", "flac": "audio/flac", "pcm": "audio/pcm"}
+OPENAI_ONLY_FORMATS = ("mp3", "opus", "aac")
+SPEED_RANGE = (0.25, 4.0)  # OpenAI's
+STARTED = int(time.time())
+
+
+def server_of(request: Request) -> Server:
+    return request.app.state.server
+
+
+def _pipeline(srv: Server, model: str, want: str) -> None:
+    if srv.pipeline_of(model) != want:
+        served = ", ".join(n for n in srv.openai_models() if srv.pipeline_of(n) == want)
+        raise ApiError(
+            404,
+            f"model {model!r} not found; this server's {want} models: {served or 'none'}",
+            "model_not_found",
+            "model",
+        )
+
+
+class VoiceRef(BaseModel):
+    id: str
+
+
+class SpeechRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # e.g. `instructions`, which we cannot follow
+
+    model: str
+    input: str
+    voice: str | VoiceRef
+    response_format: str = "wav"
+    speed: float = 1.0
+    stream_format: str | None = None
+    # speechrt extensions: SynthesisOptions fields (speed is `pace`, voice is `speaker`)
+    seed: int = 0
+    pitch_shift: float = 0.0
+    pitch_scale: float = 1.0
+    pitch_flatten: bool = False
+    denoise: float = 0.0
+
+
+def speaker_of(voice: str | VoiceRef) -> int:
+    name = voice.id if isinstance(voice, VoiceRef) else voice
+    m = re.fullmatch(r"(?:speaker[-_]?)?(\d{1,6})", name.strip().lower())
+    return int(m.group(1)) if m else 0
+
+
+def wav_stream_header(sampling_rate: int) -> bytes:
+    """A 16-bit mono WAV header whose RIFF and data sizes say "unknown" (0xFFFFFFFF)."""
+    unknown = 0xFFFFFFFF
+    fmt = struct.pack("<HHIIHH", 1, 1, sampling_rate, sampling_rate * 2, 2, 16)
+    return (
+        b"RIFF"
+        + struct.pack("<I", unknown)
+        + b"WAVEfmt "
+        + struct.pack("<I", 16)
+        + fmt
+        + b"data"
+        + struct.pack("<I", unknown)
+    )
+
+
+@router.post("/audio/speech")
+async def speech(body: SpeechRequest, request: Request) -> Response:
+    srv = server_of(request)
+    _pipeline(srv, body.model, "tts")
+    assert srv.tts is not None
+    fmt = body.response_format
+    if fmt not in AUDIO_FORMATS:
+        why = " (not implemented here)" if fmt in OPENAI_ONLY_FORMATS else ""
+        raise ApiError(
+            400,
+            f"response_format {fmt!r} is not supported{why}; use wav, flac or pcm",
+            "unsupported_format",
+            "response_format",
+        )
+    lo, hi = SPEED_RANGE
+    if not lo <= body.speed <= hi:
+        raise ApiError(400, f"speed must be within [{lo}, {hi}], got {body.speed}", None, "speed")
+    if body.stream_format not in (None, "audio"):
+        raise ApiError(
+            400, "only stream_format 'audio' is supported", "unsupported_stream", "stream_format"
+        )
+    if body.stream_format == "audio" and fmt == "flac":
+        raise ApiError(400, "streaming supports wav and pcm", "unsupported_format", "stream_format")
+    options = SynthesisOptions(
+        pace=body.speed,
+        speaker=speaker_of(body.voice),
+        seed=body.seed,
+        pitch_shift=body.pitch_shift,
+        pitch_scale=body.pitch_scale,
+        pitch_flatten=body.pitch_flatten,
+        denoise=body.denoise,
+    )
+    sr = srv.tts.sampling_rate
+    headers = {"X-Sample-Rate": str(sr)}
+    if body.stream_format == "audio":
+        return await _stream(srv, body, options, headers)
+    async with srv.metrics.track("tts"):
+        (audio,) = await srv.tts.synthesize([body.input], options, [body.seed])
+    data = await asyncio.to_thread(encode_audio, audio, sr, fmt)
+    return Response(data, media_type=AUDIO_FORMATS[fmt], headers=headers)
+
+
+async def _stream(
+    srv: Server, body: SpeechRequest, options: SynthesisOptions, headers: dict[str, str]
+) -> StreamingResponse:
+    assert srv.tts is not None
+    t0 = time.perf_counter()
+    try:
+        chunks = await srv.tts.stream(body.input, options, body.seed)
+    except Exception as e:
+        srv.metrics.record_request("tts", time.perf_counter() - t0, failure_reason(e))
+        raise
+
+    async def audio_bytes() -> AsyncIterator[bytes]:
+        failure: str | None = "CANCELED"
+        try:
+            if body.response_format == "wav":
+                yield wav_stream_header(srv.tts.sampling_rate)  # type: ignore[union-attr]
+            async for audio in chunks:
+                yield to_int16(audio).tobytes()
+            failure = None
+        except Exception:
+            failure = "BACKEND"
+            raise
+        finally:
+            srv.metrics.record_request("tts", time.perf_counter() - t0, failure)
+
+    media = AUDIO_FORMATS[body.response_format]
+    return StreamingResponse(audio_bytes(), media_type=media, headers=headers)
+
+
+def _form_str(form: Any, name: str, default: str | None = None) -> str | None:
+    value = form.get(name, default)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, f"{name!r} must be a text field, not a file", None, name)
+    return value
+
+
+@router.post("/audio/transcriptions")
+async def transcriptions(request: Request) -> Response:
+    srv = server_of(request)
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise ApiError(
+            415, "expected a multipart/form-data body with a 'file' field", "unsupported_media"
+        )
+    form = await request.form(max_files=1, max_fields=64)
+    try:
+        return await _transcribe(srv, form)
+    finally:
+        await form.close()
+
+
+async def _transcribe(srv: Server, form: Any) -> Response:
+    model = _form_str(form, "model")
+    if not model:
+        raise ApiError(400, "missing required parameter 'model'", None, "model")
+    _pipeline(srv, model, "asr")
+    assert srv.asr is not None
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "missing required file 'file'", None, "file")
+    fmt = _form_str(form, "response_format", "json")
+    if fmt not in transcripts.FORMATS:
+        raise ApiError(
+            400,
+            f"response_format {fmt!r} is not one of {', '.join(transcripts.FORMATS)}",
+            "unsupported_format",
+            "response_format",
+        )
+    grains = [*form.getlist("timestamp_granularities[]"), *form.getlist("timestamp_granularities")]
+    for g in grains:
+        if g not in transcripts.GRANULARITIES:
+            raise ApiError(
+                400, f"unknown timestamp granularity {g!r}", None, "timestamp_granularities"
+            )
+    if grains and fmt != "verbose_json":
+        raise ApiError(
+            400,
+            "timestamp_granularities need response_format 'verbose_json'",
+            None,
+            "timestamp_granularities",
+        )
+    if (_form_str(form, "stream") or "false").lower() == "true":
+        raise ApiError(400, "streamed transcription is not supported", None, "stream")
+    data = await upload.read()
+    async with srv.metrics.track("asr"):
+        audio = await srv.asr.decode(data)
+        (result,) = await srv.asr.transcribe([audio])
+    if fmt == "json":
+        return JSONResponse({"text": result.text})
+    if fmt == "verbose_json":
+        return JSONResponse(transcripts.verbose_json(result, grains))
+    if fmt == "text":
+        return PlainTextResponse(result.text)
+    if fmt == "srt":
+        return PlainTextResponse(transcripts.srt(result))
+    return PlainTextResponse(transcripts.vtt(result), media_type="text/vtt")
+
+
+def _model_entry(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": STARTED, "owned_by": "speechrt"}
+
+
+@router.get("/models")
+async def models(request: Request) -> dict[str, Any]:
+    names = server_of(request).openai_models()
+    return {"object": "list", "data": [_model_entry(n) for n in names]}
+
+
+@router.get("/models/{model}")
+async def model(model: str, request: Request) -> dict[str, Any]:
+    if model not in server_of(request).openai_models():
+        raise ApiError(404, f"model {model!r} not found", "model_not_found", "model")
+    return _model_entry(model)

@@ -1,0 +1,190 @@
+"""The TTS and ASR pipelines behind the batcher: adapters (device side) and services (HTTP side).
+
+A TTS request is split into sentence pieces; every piece is one batch item, so pieces of many
+requests share batches and a streaming request can send each sentence as soon as it is done.
+Each piece carries its own seed, so its audio is the same whatever it is batched with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from speechrt.errors import SpeechRTError
+from speechrt.options import SynthesisOptions
+from speechrt.serving.engine import Engine, wait_all
+from speechrt.tts import PAUSE_SECONDS, Piece
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_text_chars: int = 10_000  # per text
+    max_upload_bytes: int = 25 * 1024 * 1024  # request bodies (OpenAI's file limit)
+    max_audio_seconds: float = 600.0  # decoded audio per item
+    request_timeout_s: float = 60.0  # queue + compute, per request
+
+
+# -- TTS -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TTSItem:
+    piece: Piece  # one sentence: ids + its own seed
+    options: SynthesisOptions
+
+
+class TTSAdapter:
+    """Batches sentence pieces that ask for the same options (seeds travel with the pieces)."""
+
+    def __init__(self, tts: Any) -> None:
+        self.tts = tts  # speechrt.tts.TTS (or anything with ids_to_audio)
+
+    def run_batch(self, items: list[TTSItem]) -> list[np.ndarray]:
+        return self.tts.ids_to_audio([it.piece for it in items], items[0].options)
+
+    def length(self, item: TTSItem) -> int:
+        return len(item.piece.ids)
+
+    def key(self, item: TTSItem) -> Hashable:
+        return replace(item.options, seed=0)  # the seed is per piece, not per batch
+
+
+class TTSService:
+    """Text in, float32 audio out, through the `tts` engine."""
+
+    def __init__(self, tts: Any, engine: Engine[TTSItem, np.ndarray], limits: Limits) -> None:
+        self.tts = tts
+        self.engine = engine
+        self.limits = limits
+
+    @property
+    def sampling_rate(self) -> int:
+        return int(self.tts.sampling_rate)
+
+    def _pause(self) -> np.ndarray:
+        return np.zeros(int(PAUSE_SECONDS * self.sampling_rate), dtype=np.float32)
+
+    async def submit(
+        self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
+    ) -> list[list[asyncio.Future[np.ndarray]]]:
+        """Validate and split the texts, queue every piece; per text, its pieces' futures."""
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise SpeechRTError(
+                    "input text is empty" if len(texts) == 1 else f"text {i} is empty"
+                )
+            if len(text) > self.limits.max_text_chars:
+                limit = self.limits.max_text_chars
+                raise SpeechRTError(f"input text has {len(text)} characters; the limit is {limit}")
+        # The text front end is plain Python without torch: run it off the event loop.
+        pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
+        futures = self.engine.submit([TTSItem(p, options) for p in pieces])
+        per_text: list[list[asyncio.Future[np.ndarray]]] = [[] for _ in texts]
+        for p, f in zip(pieces, futures, strict=True):
+            per_text[p.item].append(f)
+        return per_text
+
+    async def synthesize(
+        self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
+    ) -> list[np.ndarray]:
+        """One waveform per text (pieces joined by short pauses, as TTS.synthesize does)."""
+        per_text = await self.submit(texts, options, seeds)
+        flat = [f for fs in per_text for f in fs]
+        audio = await wait_all(flat, self.limits.request_timeout_s)
+        out, k, pause = [], 0, self._pause()
+        for fs in per_text:
+            parts = audio[k : k + len(fs)]
+            k += len(fs)
+            joined = [x for j, a in enumerate(parts) for x in ((pause, a) if j else (a,))]
+            out.append(np.concatenate(joined))
+        return out
+
+    async def stream(
+        self, text: str, options: SynthesisOptions, seed: int
+    ) -> AsyncIterator[np.ndarray]:
+        """Queue every sentence now (so a full queue fails before any byte is sent), then yield
+        each sentence's audio (preceded by the pause) as soon as it and those before it are done.
+        The chunks concatenate to exactly what synthesize() returns."""
+        (futures,) = await self.submit([text], options, [seed])
+        return self._chunks(futures)
+
+    async def _chunks(self, futures: list[asyncio.Future[np.ndarray]]) -> AsyncIterator[np.ndarray]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.request_timeout_s
+        try:
+            for j, f in enumerate(futures):
+                (audio,) = await wait_all([f], max(0.0, deadline - loop.time()))
+                yield np.concatenate((self._pause(), audio)) if j else audio
+        finally:
+            for f in futures:
+                f.cancel()
+
+
+# -- ASR -----------------------------------------------------------------------------------------
+
+
+class ASRAdapter:
+    """Batches waveforms of similar length; `asr.transcribe(list of (N,) float32)`."""
+
+    def __init__(self, asr: Any) -> None:
+        self.asr = asr  # speechrt.asr.ASR
+
+    def run_batch(self, items: list[np.ndarray]) -> list[Any]:
+        return list(self.asr.transcribe(items, batch_size=len(items)))
+
+    def length(self, item: np.ndarray) -> int:
+        return int(item.shape[0])
+
+    def key(self, item: np.ndarray) -> Hashable:
+        return None
+
+
+class ASRService:
+    """Encoded audio or waveforms in, transcripts out, through the `asr` engine."""
+
+    def __init__(self, asr: Any, engine: Engine[np.ndarray, Any], limits: Limits) -> None:
+        self.asr = asr
+        self.engine = engine
+        self.limits = limits
+
+    @property
+    def sampling_rate(self) -> int:
+        return int(self.asr.sample_rate)
+
+    def check_audio(self, audio: np.ndarray, sampling_rate: int | None = None) -> np.ndarray:
+        """A (N,) float32 waveform at the model's rate within the limits, or SpeechRTError."""
+        from speechrt.audio.io import resample
+
+        audio = np.asarray(audio, dtype=np.float32)
+        if audio.ndim != 1:
+            raise SpeechRTError(f"audio must be one channel (N,), got shape {list(audio.shape)}")
+        if not np.isfinite(audio).all():
+            raise SpeechRTError("audio holds NaN or infinite samples")
+        sr = sampling_rate or self.sampling_rate
+        if audio.shape[0] == 0:
+            raise SpeechRTError("audio is empty")
+        seconds = audio.shape[0] / sr
+        if seconds > self.limits.max_audio_seconds:
+            raise SpeechRTError(
+                f"audio is {seconds:.1f} s long; the limit is {self.limits.max_audio_seconds:g} s"
+            )
+        if sr != self.sampling_rate:
+            audio = resample(audio, sr, self.sampling_rate)
+        return self.asr.load_audio(audio)  # checks the model's minimum length
+
+    async def decode(self, data: bytes) -> np.ndarray:
+        """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate."""
+        from speechrt.audio.io import read_audio
+
+        if not data:
+            raise SpeechRTError("the uploaded file is empty")
+        audio, sr = await asyncio.to_thread(read_audio, data)
+        return await asyncio.to_thread(self.check_audio, audio, sr)
+
+    async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
+        """Waveforms at the model's rate -> one Transcript each."""
+        return await self.engine.infer(list(audios), self.limits.request_timeout_s)

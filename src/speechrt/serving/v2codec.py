@@ -1,0 +1,223 @@
+"""KServe v2 inference requests and responses: JSON tensors and Triton's binary tensor extension.
+
+Binary extension: the body is a JSON header of `Inference-Header-Content-Length` bytes followed by
+the raw tensors of the inputs whose parameters carry `binary_data_size`, in input order. Outputs
+are sent the same way when asked for (`binary_data` per output, or `binary_data_output` for the
+request). Raw BYTES tensors are, per element, a 4-byte little-endian length and the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from speechrt.errors import SpeechRTError
+from speechrt.serving.contracts import DATATYPES
+
+HEADER = "Inference-Header-Content-Length"
+
+
+@dataclass
+class InferRequest:
+    id: str | None
+    inputs: dict[str, np.ndarray]
+    datatypes: dict[str, str]
+    outputs: list[tuple[str, bool | None]] | None  # requested (name, binary?); None = all
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def binary_default(self) -> bool:
+        return bool(self.parameters.get("binary_data_output", False))
+
+
+def _shape(value: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
+    ):
+        raise SpeechRTError(f"input {name!r}: shape must be a list of non-negative integers")
+    return tuple(value)
+
+
+def _flatten(data: Any) -> list[Any]:
+    if isinstance(data, list):
+        return [x for item in data for x in _flatten(item)]
+    return [data]
+
+
+def decode_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
+    """Length-prefixed BYTES elements -> object array of `count` bytes objects."""
+    out, pos = [], 0
+    for _ in range(count):
+        if pos + 4 > len(raw):
+            raise SpeechRTError(f"input {name!r}: truncated BYTES data")
+        (n,) = struct.unpack_from("<I", raw, pos)
+        pos += 4
+        if pos + n > len(raw):
+            raise SpeechRTError(f"input {name!r}: truncated BYTES data")
+        out.append(raw[pos : pos + n])
+        pos += n
+    if pos != len(raw):
+        raise SpeechRTError(f"input {name!r}: BYTES data holds more than {count} elements")
+    return np.array(out, dtype=object).reshape(-1)
+
+
+def encode_bytes(values: np.ndarray) -> bytes:
+    parts = []
+    for v in values.reshape(-1):
+        b = v if isinstance(v, bytes) else str(v).encode("utf-8")
+        parts += [struct.pack("<I", len(b)), b]
+    return b"".join(parts)
+
+
+def _from_json(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    flat = _flatten(data)
+    if len(flat) != math.prod(shape):
+        raise SpeechRTError(
+            f"input {name!r}: shape {list(shape)} needs {math.prod(shape)} values, got {len(flat)}"
+        )
+    if datatype == "BYTES":
+        if not all(isinstance(x, str) for x in flat):
+            raise SpeechRTError(f"input {name!r}: BYTES data must be strings in JSON")
+        return np.array([x.encode("utf-8") for x in flat], dtype=object).reshape(shape)
+    if any(isinstance(x, (str, dict, type(None))) for x in flat):
+        raise SpeechRTError(f"input {name!r}: {datatype} data must be numbers")
+    if datatype == "BOOL":
+        if not all(isinstance(x, bool) for x in flat):
+            raise SpeechRTError(f"input {name!r}: BOOL data must be true/false")
+    elif datatype[0] in "IU" and not all(isinstance(x, int) for x in flat):
+        raise SpeechRTError(f"input {name!r}: {datatype} data must be integers")
+    try:
+        return np.array(flat, dtype=DATATYPES[datatype]).reshape(shape)
+    except OverflowError:
+        raise SpeechRTError(f"input {name!r}: a value does not fit {datatype}") from None
+
+
+def parse_request(body: bytes, header_length: str | None) -> InferRequest:
+    """Decode an infer request body; every problem is a SpeechRTError (HTTP 400)."""
+    if header_length is not None:
+        try:
+            n = int(header_length)
+        except ValueError:
+            raise SpeechRTError(f"{HEADER} must be an integer, got {header_length!r}") from None
+        if not 0 < n <= len(body):
+            raise SpeechRTError(f"{HEADER} {n} does not fit the {len(body)}-byte body")
+        head, raw = body[:n], body[n:]
+    else:
+        head, raw = body, b""
+    try:
+        req = json.loads(head)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SpeechRTError(f"request is not valid JSON ({e})") from None
+    if not isinstance(req, dict) or not isinstance(req.get("inputs"), list) or not req["inputs"]:
+        raise SpeechRTError("request must be a JSON object with a non-empty 'inputs' list")
+    params = req.get("parameters", {})
+    if not isinstance(params, dict):
+        raise SpeechRTError("'parameters' must be an object")
+    inputs: dict[str, np.ndarray] = {}
+    datatypes: dict[str, str] = {}
+    pos = 0
+    for t in req["inputs"]:
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise SpeechRTError("every input needs a 'name'")
+        name = t["name"]
+        if name in inputs:
+            raise SpeechRTError(f"input {name!r} given twice")
+        datatype = t.get("datatype")
+        if datatype not in DATATYPES:
+            raise SpeechRTError(f"input {name!r}: unsupported datatype {datatype!r}")
+        shape = _shape(t.get("shape"), name)
+        tparams = t.get("parameters") or {}
+        size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
+        if size is None:
+            if "data" not in t:
+                raise SpeechRTError(f"input {name!r} has neither 'data' nor binary_data_size")
+            inputs[name] = _from_json(t["data"], datatype, shape, name)
+        else:
+            if not isinstance(size, int) or size < 0 or pos + size > len(raw):
+                raise SpeechRTError(f"input {name!r}: binary_data_size {size!r} exceeds the body")
+            chunk, pos = raw[pos : pos + size], pos + size
+            inputs[name] = _from_raw(chunk, datatype, shape, name)
+        datatypes[name] = datatype
+    if pos != len(raw):
+        raise SpeechRTError(f"{len(raw) - pos} bytes of binary data belong to no input")
+    outputs = None
+    if "outputs" in req:
+        if not isinstance(req["outputs"], list):
+            raise SpeechRTError("'outputs' must be a list")
+        outputs = []
+        for o in req["outputs"]:
+            if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+                raise SpeechRTError("every requested output needs a 'name'")
+            op = o.get("parameters") or {}
+            if op.get("classification"):
+                raise SpeechRTError("the classification extension is not supported")
+            outputs.append((o["name"], op.get("binary_data")))
+    rid = req.get("id")
+    return InferRequest(str(rid) if rid is not None else None, inputs, datatypes, outputs, params)
+
+
+def _from_raw(chunk: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    count = math.prod(shape)
+    if datatype == "BYTES":
+        return decode_bytes(chunk, count, name).reshape(shape)
+    dtype = np.dtype(DATATYPES[datatype])
+    if len(chunk) != count * dtype.itemsize:
+        raise SpeechRTError(
+            f"input {name!r}: {len(chunk)} bytes do not hold shape {list(shape)} of {datatype}"
+        )
+    return np.frombuffer(chunk, dtype=dtype).reshape(shape)
+
+
+def datatype_of(arr: np.ndarray) -> str:
+    if arr.dtype == object:
+        return "BYTES"
+    for name, code in DATATYPES.items():
+        if code != "O" and np.dtype(code) == arr.dtype.newbyteorder("<"):
+            return name
+    raise TypeError(f"no KServe datatype for {arr.dtype}")
+
+
+def encode_response(
+    model: str, version: str, request: InferRequest, outputs: dict[str, np.ndarray]
+) -> tuple[bytes, dict[str, str]]:
+    """Response body and headers; requested outputs only, binary where asked."""
+    wanted = request.outputs or [(name, None) for name in outputs]
+    for name, _ in wanted:
+        if name not in outputs:
+            raise SpeechRTError(f"model {model!r} has no output {name!r}")
+    entries, blobs = [], []
+    for name, binary in wanted:
+        arr = outputs[name]
+        entry: dict[str, Any] = {
+            "name": name,
+            "datatype": datatype_of(arr),
+            "shape": list(arr.shape),
+        }
+        if binary if binary is not None else request.binary_default:
+            if arr.dtype == object:
+                blob = encode_bytes(arr)
+            else:
+                blob = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        elif arr.dtype == object:
+            entry["data"] = [
+                v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                for v in arr.reshape(-1)
+            ]
+        else:
+            entry["data"] = arr.reshape(-1).tolist()
+        entries.append(entry)
+    resp: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": entries}
+    if request.id is not None:
+        resp["id"] = request.id
+    head = json.dumps(resp, separators=(",", ":")).encode()
+    if not blobs:
+        return head, {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/octet-stream", HEADER: str(len(head))}
+    return head + b"".join(blobs), headers

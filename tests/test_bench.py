@@ -1,0 +1,86 @@
+"""A short `speechrt bench` smoke run: checks the result schema, never timings."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+
+from speechrt.bench.stats import summarize
+from speechrt.cli import main
+
+LATENCY_KEYS = {"mean", "std", "min", "p50", "p90", "p95", "p99", "max"}
+
+
+def test_percentiles_are_empirical():
+    s = summarize([float(x) for x in range(1, 101)])  # 1 .. 100
+    assert (s["p50"], s["p90"], s["p95"], s["p99"]) == (50.0, 90.0, 95.0, 99.0)
+    assert s["mean"] == 50.5 and abs(s["std"] - np.std(np.arange(1, 101))) < 1e-12
+    assert summarize([3.0, 1.0, 2.0])["p50"] == 2.0
+
+
+def check_result(path, task, n_rows):
+    result = json.loads(path.read_text())
+    stamp = result["stamp"]
+    assert {"device", "gpu", "commit", "versions", "command", "time"} <= set(stamp)
+    assert stamp["versions"]["torch"] and stamp["command"].startswith("speechrt bench")
+    rows = result["rows"]
+    assert len(rows) == n_rows
+    for r in rows:
+        assert r["task"] == task and r["iterations"] == 3
+        assert set(r["latency_s"]) == LATENCY_KEYS
+        lat = r["latency_s"]
+        assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"] <= lat["max"]
+        assert r["rtf"] > 0 and r["inferences_s"] > 0 and r["throughput_samples_s"] > 0
+        assert abs(sum(r["stages_s"].values()) - lat["mean"]) < 1e-9
+    return rows
+
+
+def test_bench_tts_smoke(tiny_voice, tmp_path, capsys):
+    args = ["bench", "tts", "--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])]
+    args += ["--device", "cpu", "--precisions", "fp32,bf16", "--batch-sizes", "1,2"]
+    args += ["--warmup", "1", "--iters", "3", "--denoise", "0.01", "--out-dir", str(tmp_path)]
+    assert main(args) == 0
+    rows = check_result(tmp_path / "tts.json", "tts", 4)
+    assert set(rows[0]["stages_s"]) == {"input", "acoustic", "vocoder", "denoiser", "output"}
+    assert all(r["avg_mel_frames"] > 0 and r["avg_audio_s"] > 0 for r in rows)
+    with (tmp_path / "tts.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == 4
+    assert (tmp_path / "tts.png").stat().st_size > 1000
+    assert "RTF" in capsys.readouterr().out
+
+
+def test_bench_asr_smoke(tiny_asr, tmp_path):
+    args = ["bench", "asr", "--model", str(tiny_asr), "--device", "cpu", "--durations", "0.5,1"]
+    args += ["--batch-sizes", "1,2", "--warmup", "0", "--iters", "3", "--out-dir", str(tmp_path)]
+    assert main(args) == 0
+    rows = check_result(tmp_path / "asr.json", "asr", 4)
+    assert {r["audio_s"] for r in rows} == {0.5, 1.0}
+    assert set(rows[0]["stages_s"]) == {"features", "acoustic", "decode"}
+
+
+def test_bench_bad_arguments(tiny_voice, capsys):
+    assert main(["bench", "tts"]) == 2
+    assert "needs --acoustic" in capsys.readouterr().err
+    voice = ["--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])]
+    assert main(["bench", "tts", *voice, "--backends", "nope", "--device", "cpu"]) == 2
+    assert "unknown backend" in capsys.readouterr().err
+
+
+def test_bench_load_against_a_server(speech_server, tmp_path):
+    args = ["bench", "tts", "--url", f"dynamic={speech_server}", "--concurrency", "1,4"]
+    args += ["--rates", "4", "--seconds", "1.5", "--out-dir", str(tmp_path)]
+    assert main(args) == 0
+    result = json.loads((tmp_path / "tts-load.json").read_text())
+    rows = result["rows"]
+    assert [(r["target"], r["mode"], r["level"]) for r in rows] == [
+        ("dynamic", "concurrency", 1),
+        ("dynamic", "concurrency", 4),
+        ("dynamic", "rate", 4.0),
+    ]
+    for r in rows:
+        assert r["errors"] == 0 and r["requests"] >= 1 and r["throughput_rps"] > 0
+        assert r["latency_s"]["p99"] >= r["latency_s"]["p50"] > 0
+        assert r["server_compute_ms_per_item"] > 0 and r["mean_batch_size"] >= 1
+    assert (tmp_path / "tts-load.png").stat().st_size > 1000
