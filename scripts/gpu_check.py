@@ -11,16 +11,20 @@ runs the TTS pipelines (FastPitch + HiFi-GAN, Tacotron2 + WaveGlow, FastSpeech +
 the denoiser) and the ASR pipeline on each backend against eager float32: audio SNR >= 30 dB,
 identical ASR text on a fixed input. Every check is in its own try/except (errors recorded); a
 time budget skips what is left. Writes $OUT/gpu_check.json and $OUT/gpu_check.txt (OUT defaults
-to ./out). On the CPU the cuda runner runs uncompiled (its buckets and precision only).
+to ./out); model directories go to a temporary directory, removed at exit. On the CPU the
+cuda runner runs uncompiled (its buckets and precision only).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -78,8 +82,9 @@ def timed(fn: Callable[[], Any], device: torch.device, repeat: int = 3) -> tuple
 class Checks:
     """Runs named checks in try/except, within a time budget; collects JSON-able results."""
 
-    def __init__(self, budget: float) -> None:
+    def __init__(self, budget: float, save: Callable[[list[dict]], None]) -> None:
         self.start, self.budget, self.results = time.perf_counter(), budget, []
+        self.save = save  # called after every check: a killed run keeps what it did
 
     def run(self, name: str, fn: Callable[[], dict]) -> dict | None:
         elapsed = time.perf_counter() - self.start
@@ -87,6 +92,7 @@ class Checks:
         if elapsed > self.budget:
             row |= {"status": "skipped", "why": f"time budget ({self.budget:.0f} s) spent"}
             self.results.append(row)
+            self.save(self.results)
             return None
         t0 = time.perf_counter()
         out = None
@@ -101,6 +107,7 @@ class Checks:
                     "traceback": traceback.format_exc(limit=6)}  # fmt: skip
         row["seconds"] = round(time.perf_counter() - t0, 2)
         self.results.append(row)
+        self.save(self.results)
         print(f"[{time.perf_counter() - self.start:6.1f} s] {name}: {row['status']}", flush=True)
         return out
 
@@ -293,11 +300,22 @@ def main() -> int:
     args.compile_mode = None if mode == "none" else mode
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
+    # model directories and ONNX files (GBs at default dims) stay out of $OUT
+    work = Path(tempfile.mkdtemp(prefix="speechrt-gpu-check-"))
+    atexit.register(shutil.rmtree, work, True)
     from speechrt.models import KINDS
 
     kinds = [k for k in args.models.split(",") if k in KINDS]
-    checks = Checks(args.budget)
     env = environment(device)
+
+    def save_report(results: list[dict]) -> str:
+        report = {"environment": env, "args": vars(args), "results": results}
+        (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        text = summary(env, results, args)
+        (out / "gpu_check.txt").write_text(text + "\n")
+        return text
+
+    checks = Checks(args.budget, save_report)
     dirs: dict[str, Path] = {}
 
     def component(kind: str) -> None:
@@ -305,7 +323,7 @@ def main() -> int:
             model, meta = build(kind, args.quick, device)
             mel = None if model.role == "asr" else MelConfig(n_mels=model_mels(model))
             info = ComponentInfo(kind, dataclasses.asdict(model.dims), mel, meta)
-            dirs[kind] = save_component(out / "models" / kind, info, model.state_dict())
+            dirs[kind] = save_component(work / kind, info, model.state_dict())
             n = sum(p.numel() for p in model.parameters())
             return {"parameters": n, "dims": "tiny" if args.quick else "default"}
 
@@ -324,11 +342,7 @@ def main() -> int:
                 checks.run(name, lambda a=a, v=v: check_tts(dirs[a], dirs[v], args, device))
         if kind in ("quartznet", "jasper") and kind in dirs:
             checks.run(f"asr {kind}", lambda kind=kind: check_asr(dirs[kind], args, device))
-    report = {"environment": env, "args": vars(args), "results": checks.results}
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    text = summary(env, checks.results, args)
-    (out / "gpu_check.txt").write_text(text + "\n")
-    print(text)
+    print(save_report(checks.results))
     return 0 if all(r["status"] in ("pass", "skipped") for r in checks.results) else 1
 
 
