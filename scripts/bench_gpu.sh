@@ -23,17 +23,17 @@ for part in $parts; do
   fastpitch)
     $sr export "$models/fastpitch" && $sr export "$models/hifigan"
     $sr bench tts --acoustic "$models/fastpitch" --vocoder "$models/hifigan" \
-      --backends eager,cuda --precisions fp32,fp16 --batch-sizes 1,8 --warmup 10 --iters 100 \
+      --variants eager:fp32,eager:fp16,cuda:fp16 --batch-sizes 1,8 --warmup 10 --iters 100 \
       --out-dir "$out" --name fastpitch-hifigan
     $sr bench tts --acoustic "$models/fastpitch" --vocoder "$models/hifigan" --backends onnx \
       --precisions fp32 --batch-sizes 1,8 --warmup 1 --iters 5 --out-dir "$out" \
       --name fastpitch-hifigan-onnx ;;
   tacotron2)
     $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
-      --backends eager,cuda --precisions fp32,fp16 --batch-sizes 1,8 --warmup 3 --iters 20 \
+      --variants eager:fp32,eager:fp16,cuda:fp16 --batch-sizes 1,8 --warmup 3 --iters 20 \
       --out-dir "$out" --name tacotron2-waveglow ;;
   jasper)
-    $sr bench asr --model "$models/jasper" --backends eager,cuda --precisions fp32,fp16 \
+    $sr bench asr --model "$models/jasper" --variants eager:fp32,eager:fp16,cuda:fp16 \
       --batch-sizes 1,8 --warmup 10 --iters 100 --out-dir "$out" --name jasper ;;
   server)
     pids=()

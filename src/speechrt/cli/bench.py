@@ -32,6 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="comma list of auto, eager, onnx, cuda (default: eager)",
     )
     p.add_argument("--precisions", type=_csv(str), default=["fp32"], help="comma list")
+    p.add_argument(
+        "--variants",
+        type=_csv(str),
+        help="BACKEND:PRECISION comma list, e.g. eager:fp32,eager:fp16,cuda:fp16 "
+        "(instead of every --backends x --precisions pair)",
+    )
     p.add_argument("--batch-sizes", type=_csv(int), default=[1, 8], help="comma list")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per case")
     p.add_argument("--iters", type=int, default=50, help="timed runs per case")
@@ -68,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
     from speechrt.runtime import BACKENDS
 
     variants = [Variant(b, p) for b in args.backends for p in args.precisions]
+    if args.variants:
+        if not all(v.count(":") == 1 for v in args.variants):
+            raise SpeechRTError("--variants takes BACKEND:PRECISION pairs, e.g. cuda:fp16")
+        variants = [Variant(*v.split(":")) for v in args.variants]
 
     def check_backend(v: Variant) -> None:
         if v.backend not in ("auto", *BACKENDS):
