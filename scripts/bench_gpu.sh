@@ -26,7 +26,7 @@ for part in $parts; do
       --variants eager:fp32,eager:fp16,cuda:fp16 --batch-sizes 1,8 --warmup 10 --iters 100 \
       --out-dir "$out" --name fastpitch-hifigan
     $sr bench tts --acoustic "$models/fastpitch" --vocoder "$models/hifigan" --backends onnx \
-      --precisions fp32 --batch-sizes 1,8 --warmup 1 --iters 5 --out-dir "$out" \
+      --precisions fp32 --batch-sizes 1,8 --warmup 1 --iters 3 --out-dir "$out" \
       --name fastpitch-hifigan-onnx ;;
   tacotron2)
     $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
