@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The committed GPU benchmark behind docs/benchmarks.md.
 #
-#   bash scripts/bench_gpu.sh OUT_DIR [PART ...]     PART: fastpitch tacotron2 jasper server (default: all)
+#   bash scripts/bench_gpu.sh OUT_DIR [PART ...]   PART: fastpitch onnx tacotron2 jasper server (default: all)
 #
 # Builds default-dims random-weight models (scripts/bench_models.py; no trained weights can be
 # downloaded), then runs side by side, in one process per pipeline: eager fp32, eager fp16,
@@ -10,7 +10,7 @@
 set -euo pipefail
 out=${1:?usage: bench_gpu.sh OUT_DIR [PART ...]}
 shift
-parts=${*:-fastpitch tacotron2 jasper server}
+parts=${*:-fastpitch onnx tacotron2 jasper server}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 models=${BENCH_MODELS:-/tmp/speechrt-bench-models}
 sr="python3 -m speechrt.cli"
@@ -21,13 +21,21 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 for part in $parts; do
   case $part in
   fastpitch)
-    $sr export "$models/fastpitch" && $sr export "$models/hifigan"
     $sr bench tts --acoustic "$models/fastpitch" --vocoder "$models/hifigan" \
       --variants eager:fp32,eager:fp16,cuda:fp16 --batch-sizes 1,8 --warmup 10 --iters 100 \
-      --out-dir "$out" --name fastpitch-hifigan
+      --out-dir "$out" --name fastpitch-hifigan ;;
+  onnx)  # CPU onnxruntime (the GPU image has no onnxruntime-gpu): batch 1 and 8, few iterations
+    $sr export "$models/fastpitch" && $sr export "$models/hifigan"
     $sr bench tts --acoustic "$models/fastpitch" --vocoder "$models/hifigan" --backends onnx \
-      --precisions fp32 --batch-sizes 1,8 --warmup 1 --iters 3 --out-dir "$out" \
-      --name fastpitch-hifigan-onnx ;;
+      --device cpu --precisions fp32 --batch-sizes 1,8 --warmup 1 --iters 3 --out-dir "$out" \
+      --name fastpitch-hifigan-onnx
+    $sr export "$models/jasper"
+    $sr bench asr --model "$models/jasper" --backends onnx --device cpu --precisions fp32 \
+      --durations 7 --batch-sizes 1,8 --warmup 1 --iters 3 --out-dir "$out" --name jasper-onnx
+    for m in tacotron2 waveglow256; do $sr export "$models/$m"; done
+    $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
+      --backends onnx --device cpu --precisions fp32 --batch-sizes 1 --warmup 0 --iters 2 \
+      --out-dir "$out" --name tacotron2-waveglow-onnx ;;
   tacotron2)
     $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
       --variants eager:fp32,eager:fp16,cuda:fp16 --batch-sizes 1,8 --warmup 3 --iters 20 \

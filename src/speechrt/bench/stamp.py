@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import subprocess
@@ -16,6 +17,9 @@ PACKAGES = ("speechrt", "torch", "numpy", "onnxruntime", "triton", "fastapi", "u
 
 
 def git_commit() -> str | None:
+    """HEAD of the checkout, or $SPEECHRT_COMMIT where the tree travels without .git."""
+    if os.environ.get("SPEECHRT_COMMIT"):
+        return os.environ["SPEECHRT_COMMIT"]
     try:
         root = Path(__file__).resolve().parents[3]
         out = subprocess.run(
@@ -30,8 +34,10 @@ def git_commit() -> str | None:
 
 
 def stamp(device: torch.device, argv: list[str] | None = None) -> dict:
-    versions = {}
-    for name in PACKAGES:
+    from speechrt import __version__
+
+    versions = {"speechrt": __version__}
+    for name in PACKAGES[1:]:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
