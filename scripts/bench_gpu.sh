@@ -42,7 +42,7 @@ for part in $parts; do
       --out-dir "$out" --name tacotron2-waveglow ;;
   jasper)
     $sr bench asr --model "$models/jasper" --variants eager:fp32,eager:fp16,cuda:fp16 \
-      --batch-sizes 1,8 --warmup 10 --iters 100 --out-dir "$out" --name jasper ;;
+      --batch-sizes 1,8 --warmup 5 --iters 30 --out-dir "$out" --name jasper ;;
   server)
     pids=()
     for spec in "static 8101 1" "dynamic 8102 8"; do
