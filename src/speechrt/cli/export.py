@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
         worst = max(c.max_abs_error for c in checks)
         sizes = ", ".join(f"{b}x{n}" for b, n in CHECKS)
         print(
-            f"onnxruntime matches eager at batch x length {sizes}: max error {worst:.3g} (abs, or relative above 1)"
+            f"onnxruntime matches eager at batch x length {sizes}: "
+            f"max error {worst:.3g} (absolute; relative to outputs above 1)"
         )
     return 0
