@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The committed GPU benchmark behind docs/benchmarks.md.
 #
-#   bash scripts/bench_gpu.sh OUT_DIR [PART ...]   PART: fastpitch onnx tacotron2 jasper server (default: all)
+#   bash scripts/bench_gpu.sh OUT_DIR [PART ...]
+#   PART: fastpitch onnx onnx-tacotron2 tacotron2 jasper server (default: all)
 #
 # Builds default-dims random-weight models (scripts/bench_models.py; no trained weights can be
 # downloaded), then runs side by side, in one process per pipeline: eager fp32, eager fp16,
@@ -10,7 +11,7 @@
 set -euo pipefail
 out=${1:?usage: bench_gpu.sh OUT_DIR [PART ...]}
 shift
-parts=${*:-fastpitch onnx tacotron2 jasper server}
+parts=${*:-fastpitch onnx onnx-tacotron2 tacotron2 jasper server}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 models=${BENCH_MODELS:-/tmp/speechrt-bench-models}
 sr="python3 -m speechrt.cli"
@@ -31,7 +32,8 @@ for part in $parts; do
       --name fastpitch-hifigan-onnx
     $sr export "$models/jasper"
     $sr bench asr --model "$models/jasper" --backends onnx --device cpu --precisions fp32 \
-      --durations 7 --batch-sizes 1,8 --warmup 1 --iters 3 --out-dir "$out" --name jasper-onnx
+      --durations 7 --batch-sizes 1,8 --warmup 1 --iters 3 --out-dir "$out" --name jasper-onnx ;;
+  onnx-tacotron2)  # batch 1 only: WaveGlow on CPU needs ~7 s of compute per second of audio
     for m in tacotron2 waveglow256; do $sr export "$models/$m"; done
     $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
       --backends onnx --device cpu --precisions fp32 --batch-sizes 1 --warmup 0 --iters 2 \
