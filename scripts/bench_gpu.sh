@@ -33,10 +33,10 @@ for part in $parts; do
     $sr export "$models/jasper"
     $sr bench asr --model "$models/jasper" --backends onnx --device cpu --precisions fp32 \
       --durations 7 --batch-sizes 1,8 --warmup 1 --iters 3 --out-dir "$out" --name jasper-onnx ;;
-  onnx-tacotron2)  # batch 1 only: WaveGlow on CPU needs ~7 s of compute per second of audio
+  onnx-tacotron2)  # few iterations: WaveGlow on the CPU takes seconds per item
     for m in tacotron2 waveglow256; do $sr export "$models/$m"; done
     $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
-      --backends onnx --device cpu --precisions fp32 --batch-sizes 1 --warmup 0 --iters 2 \
+      --backends onnx --device cpu --precisions fp32 --batch-sizes 1,8 --warmup 0 --iters 2 \
       --out-dir "$out" --name tacotron2-waveglow-onnx ;;
   tacotron2)
     $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
