@@ -162,3 +162,41 @@ def test_cli_100k_characters(tiny_voice, tmp_path):
     assert main(args) == 0
     info = sf.info(str(out))
     assert info.samplerate == 22050 and info.frames > 22050 * 60
+
+
+@pytest.mark.slow
+def test_default_dims_checkpoints_through_convert_and_synthesize(tmp_path):
+    """Published sizes (FastPitch 1.1 with energy, HiFi-GAN V1): DLE checkpoint -> convert ->
+    synthesize gives the in-memory models' audio within 1e-5."""
+    import dataclasses
+
+    from speechrt.models.fastpitch import FastPitch, FastPitchDims
+    from speechrt.models.hifigan import HiFiGAN, HiFiGANDims, dle_state_dict
+
+    torch.manual_seed(0)
+    fp = FastPitch(FastPitchDims()).eval()
+    with torch.no_grad():
+        fp.duration_predictor.fc.weight.mul_(1e-3)  # ~3 frames per symbol
+        fp.duration_predictor.fc.bias.fill_(1.4)
+        fp.pitch_mean.fill_(214.7)
+        fp.pitch_std.fill_(65.7)
+    hg = HiFiGAN(HiFiGANDims(), weight_norm=True).eval()
+    fp_ckpt, hg_ckpt = save_dle_fastpitch(fp, tmp_path / "fp.pt"), tmp_path / "hg.pt"
+    config = {
+        k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(hg.dims).items()
+    }
+    config.pop("n_mels")
+    torch.save({"generator": dle_state_dict(hg), "config": config}, hg_ckpt)
+    assert main(["convert", str(fp_ckpt), str(tmp_path / "a")]) == 0
+    assert main(["convert", str(hg_ckpt), str(tmp_path / "v")]) == 0
+    out = tmp_path / "hello.wav"
+    args = ["synthesize", "Hello world.", "-o", str(out), "--acoustic", str(tmp_path / "a")]
+    args += ["--vocoder", str(tmp_path / "v"), "--sample-format", "float32", "--device", "cpu"]
+    assert main(args) == 0
+    audio, sr = sf.read(out, dtype="float32")
+    ids = TextProcessor("english_basic", "english_cleaners_v2", 0.0).encode("Hello world.")
+    with torch.no_grad():
+        mel, n = fp.generate_mel(torch.tensor([ids]), torch.tensor([len(ids)]), SynthesisOptions())
+        ref = hg(mel[:, :, : int(n[0])])[0, 0].clamp(-1, 1).numpy()
+    assert sr == 22050 and audio.shape == ref.shape and len(ref) > 22050 // 4
+    assert np.abs(audio - ref).max() <= 1e-5
