@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from speechrt.audio.mel import MelConfig
 from speechrt.errors import SpeechRTError
 from speechrt.models import Converted
+from speechrt.models.inputs import check_ids
 from speechrt.options import SynthesisOptions
 
 MASK_VALUE = -65504.0  # DLE's attention fill for padded keys (fp16 min)
@@ -206,7 +207,9 @@ class FastSpeech(nn.Module):
         """
         d = self.dims
         w = self.mel_linear.weight
-        ids, lengths = _check_inputs(ids, lengths, d.n_symbols, d.max_seq_len)
+        ids, lengths = check_ids(ids, lengths, d.n_symbols)
+        if lengths.max() > d.max_seq_len:
+            raise SpeechRTError(f"fastspeech: at most {d.max_seq_len} symbols per item")
         ids, lengths = ids.to(w.device), lengths.to(w.device)
         x, repeats = self.durations(ids, lengths, options.pace)
         mel_lengths = repeats.sum(1).clamp(max=d.max_seq_len)  # DLE crops at max_seq_len
@@ -251,28 +254,6 @@ class FastSpeech(nn.Module):
             out[key] = value
         text = {"symbol_set": "english_basic", "cleaners": "english_cleaners", "p_arpabet": 0.0}
         return Converted(cls.kind, dims, out, MelConfig(n_mels=dims.n_mels), {"text": text})
-
-
-def _check_inputs(
-    ids: Tensor, lengths: Tensor, n_symbols: int, max_len: int
-) -> tuple[Tensor, Tensor]:
-    """Validate a padded id batch; returns it trimmed to the longest item, lengths int64 on CPU."""
-    if ids.dim() != 2 or ids.shape[0] == 0:
-        raise SpeechRTError(f"expected ids of shape (B, L) with B >= 1, got {tuple(ids.shape)}")
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise SpeechRTError(f"ids must be an integer tensor, got {ids.dtype}")
-    lengths = lengths.detach().to("cpu", torch.long)
-    if lengths.shape != (ids.shape[0],):
-        raise SpeechRTError(f"lengths must have shape ({ids.shape[0]},)")
-    if lengths.min() < 1 or lengths.max() > ids.shape[1]:
-        raise SpeechRTError(f"lengths must lie within [1, {ids.shape[1]}], got {lengths.tolist()}")
-    if lengths.max() > max_len:
-        raise SpeechRTError(f"fastspeech: at most {max_len} symbols per item")
-    ids = ids[:, : int(lengths.max())].long()
-    valid = ids[torch.arange(ids.shape[1], device=ids.device) < lengths.to(ids.device)[:, None]]
-    if valid.min() < 0 or valid.max() >= n_symbols:
-        raise SpeechRTError(f"symbol ids must lie within [0, {n_symbols})")
-    return ids, lengths
 
 
 def _dims_from_config(config: dict[str, Any]) -> FastSpeechDims:

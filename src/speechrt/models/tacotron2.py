@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from speechrt.audio.mel import MelConfig
 from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.models import Converted
+from speechrt.models.inputs import check_ids
 from speechrt.options import SynthesisOptions
 
 PRENET_DROPOUT = 0.5  # DLE hard-codes it, training=True
@@ -259,7 +260,7 @@ class Tacotron2(nn.Module):
 
         Outputs are in the caller's order. seeds (B,): dropout seeds (None: options.seed + i).
         """
-        ids, lengths = _check_inputs(ids, lengths, self.dims.n_symbols)
+        ids, lengths = check_ids(ids, lengths, self.dims.n_symbols)
         b = ids.shape[0]
         seeds = _item_seeds(seeds, options, b)
         max_steps = options.max_decoder_steps
@@ -336,26 +337,6 @@ class Tacotron2(nn.Module):
         text = {"symbol_set": "english_basic", "cleaners": "english_cleaners", "p_arpabet": 0.0}
         mel = MelConfig(n_mels=dims.n_mel_channels)
         return Converted(cls.kind, dims, _inference_state(sd, dims), mel, {"text": text})
-
-
-def _check_inputs(ids: Tensor, lengths: Tensor, n_symbols: int) -> tuple[Tensor, Tensor]:
-    """Validate a padded id batch; returns it trimmed to the longest item, lengths int64 on CPU."""
-    if ids.dim() != 2 or ids.shape[0] == 0:
-        raise SpeechRTError(f"expected ids of shape (B, L) with B >= 1, got {tuple(ids.shape)}")
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise SpeechRTError(f"ids must be an integer tensor, got {ids.dtype}")
-    lengths = lengths.detach().to("cpu", torch.long)
-    if lengths.shape != (ids.shape[0],):
-        raise SpeechRTError(
-            f"lengths must have shape ({ids.shape[0]},), got {tuple(lengths.shape)}"
-        )
-    if lengths.min() < 1 or lengths.max() > ids.shape[1]:
-        raise SpeechRTError(f"lengths must lie within [1, {ids.shape[1]}], got {lengths.tolist()}")
-    ids = ids[:, : int(lengths.max())].long()
-    valid = ids[_length_mask(lengths.to(ids.device), ids.shape[1])]
-    if valid.numel() and (valid.min() < 0 or valid.max() >= n_symbols):
-        raise SpeechRTError(f"symbol ids must lie within [0, {n_symbols})")
-    return ids, lengths
 
 
 def _item_seeds(seeds: Tensor | None, options: SynthesisOptions, b: int) -> list[int]:
