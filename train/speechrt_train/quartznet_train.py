@@ -1,0 +1,237 @@
+"""Training QuartzNet (speechrt.models.jasper) with CTC; BatchNorm exists only while training.
+
+`TrainableJasper` wraps the inference module and adds what inference folds away: a BatchNorm
+(eps 1e-3, as DLE) after every sub-block conv and residual projection, and dropout after each
+ReLU. Its forward is Jasper.forward with those inserted; `folded_state_dict()` folds every
+BatchNorm into the conv before it, giving weights that load strictly into QuartzNet(dims) and
+compute the same thing as the trainable model in eval mode (tested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speechrt.audio.features import FeatureConfig
+from speechrt.metrics import wer
+from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, QuartzNetDims, _preset, mask_frames
+from speechrt.models.jasper import PRESETS as JASPER_PRESETS
+from speechrt_train.asr_data import Augment, SpeechData, speech_batch
+from speechrt_train.loop import Batches, half, warmup_rsqrt
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "quartznet-5x5": JASPER_PRESETS["quartznet-5x5"],  # 6.7 M parameters
+    "quartznet-tiny": _preset(  # tests: (filters, kernel, repeat, stride, dilation, sep, res)
+        [
+            (16, 11, 1, 2, 1, True, "none"),
+            (16, 13, 2, 1, 1, True, "plain"),
+            (24, 15, 2, 1, 1, True, "plain"),
+            (32, 17, 1, 1, 2, True, "none"),
+            (32, 1, 1, 1, 1, False, "none"),
+        ]
+    ),
+}
+
+
+def _fold(weight: Tensor, bias: Tensor | None, bn: nn.BatchNorm1d) -> tuple[Tensor, Tensor]:
+    # BN(W x + b) = s (W x + b - mean) + beta, s = gamma / sqrt(var + eps)
+    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+    b = bias if bias is not None else torch.zeros_like(bn.running_mean)
+    return weight * scale[:, None, None], (b - bn.running_mean) * scale + bn.bias
+
+
+class TrainableJasper(nn.Module):
+    """QuartzNet / Jasper with BatchNorm and dropout, for training."""
+
+    def __init__(self, dims: QuartzNetDims, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.net = QuartzNet(dims)
+        self.dropout = dropout
+
+        def bn(c: int) -> nn.BatchNorm1d:
+            return nn.BatchNorm1d(c, eps=BN_EPS)
+
+        f = dims.filters
+        self.sub_bn = nn.ModuleList(
+            nn.ModuleList(bn(f[b]) for _ in blk.subs) for b, blk in enumerate(self.net.blocks)
+        )
+        self.res_bn = nn.ModuleList(
+            nn.ModuleList(bn(f[b]) for _ in blk.res) for b, blk in enumerate(self.net.blocks)
+        )
+
+    def forward(self, feats: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """feats (B, n_feats, T), lengths (B,) -> log-probs (B, T', n_classes) float32, (B,)."""
+        xs = [feats]
+        drop = self.dropout if self.training else 0.0
+        for b, (block, keep) in enumerate(zip(self.net.blocks, self.net._keeps, strict=True)):
+            x, out_lengths = xs[-1], lengths
+            for j, sub in enumerate(block.subs):
+                x, out_lengths = sub(x, out_lengths)
+                x = self.sub_bn[b][j](x)
+                if j < len(block.subs) - 1:
+                    x = F.dropout(F.relu(x), drop, self.training)
+            for conv, norm, src in zip(block.res, self.res_bn[b], xs, strict=False):
+                x = x + norm(conv(mask_frames(src, lengths)))
+            out = F.dropout(F.relu(x), drop, self.training)
+            lengths = out_lengths
+            xs = [*xs, out] if keep else [out]
+        logits = self.net.decoder(xs[-1]).transpose(1, 2)
+        return F.log_softmax(logits.float(), dim=-1), lengths
+
+    @torch.no_grad()
+    def folded_state_dict(self) -> dict[str, Tensor]:
+        """Inference weights for QuartzNet(dims): every BatchNorm folded into its conv."""
+        sd = {k: v.detach().clone() for k, v in self.net.state_dict().items()}
+        for b, block in enumerate(self.net.blocks):
+            for j, sub in enumerate(block.subs):
+                name = "pointwise" if sub.separable else "conv"
+                conv = getattr(sub, name)
+                w, bias = _fold(conv.weight, conv.bias, self.sub_bn[b][j])
+                sd[f"blocks.{b}.subs.{j}.{name}.weight"] = w
+                sd[f"blocks.{b}.subs.{j}.{name}.bias"] = bias
+            for r, conv in enumerate(block.res):
+                w, bias = _fold(conv.weight, conv.bias, self.res_bn[b][r])
+                sd[f"blocks.{b}.res.{r}.weight"] = w
+                sd[f"blocks.{b}.res.{r}.bias"] = bias
+        return {k: v.float().cpu() for k, v in sd.items()}
+
+
+def ctc_text(ids: list[int], blank: int) -> str:
+    """Greedy CTC: merge repeats, drop blanks, join labels."""
+    out, prev = [], blank
+    for i in ids:
+        if i != prev and i != blank:
+            out.append(LABELS[i])
+        prev = i
+    return " ".join("".join(out).split())
+
+
+DEFAULT_AUGMENT = Augment()
+
+
+@dataclass
+class QuartzNetConfig:
+    preset: str = "quartznet-5x5"
+    batch_size: int = 64
+    max_samples: int = 64 * 16000 * 5  # padded audio samples per batch
+    lr: float = 1e-3
+    warmup: int = 1000
+    weight_decay: float = 1e-3
+    dropout: float = 0.1
+    dither: float = 1e-5  # training only; the exported model's features have none
+    seed: int = 0
+    amp: bool = True
+
+
+class QuartzNetTrainer:
+    """A trainable QuartzNet, its optimizer, data order and augmentation RNGs."""
+
+    def __init__(
+        self,
+        train: SpeechData,
+        val: SpeechData | None,
+        config: QuartzNetConfig,
+        device: str | torch.device = "cpu",
+        augment: Augment | None = DEFAULT_AUGMENT,
+    ) -> None:
+        self.config, self.device = config, torch.device(device)
+        self.train, self.val, self.augment = train, val, augment
+        self.features = FeatureConfig()  # DLE's: 16 kHz, 64 mels, 10 ms hop
+        self.train_features = dataclasses.replace(self.features, dither=config.dither)
+        dims = QuartzNetDims(**PRESETS[config.preset])
+        if dims.n_classes != len(LABELS) + 1 or dims.n_feats != self.features.n_mels:
+            raise ValueError("preset does not match the labels / features")
+        torch.manual_seed(config.seed)
+        self.model = TrainableJasper(dims, config.dropout).to(self.device)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), config.lr, weight_decay=config.weight_decay
+        )
+        lengths = [a.shape[0] for a in train.audio]
+        self.batches = Batches(lengths, config.batch_size, config.seed, config.max_samples)
+        self.g = torch.Generator().manual_seed(config.seed)
+        self.g_noise = torch.Generator(device=self.device).manual_seed(config.seed + 1)
+        self.step_count = 0
+
+    def _autocast(self) -> Any:
+        on = self.config.amp and self.device.type == "cuda"
+        return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+
+    def step(self) -> dict[str, float]:
+        self.model.train()
+        index = next(self.batches)
+        gens = (self.g, self.g_noise)
+        feats, lengths, targets, target_lengths = speech_batch(
+            self.train, index, self.train_features, self.augment, gens
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
+        with self._autocast():
+            log_probs, out_lengths = self.model(feats, lengths)
+        loss = F.ctc_loss(
+            log_probs.float().transpose(0, 1),
+            targets,
+            out_lengths,
+            target_lengths,
+            blank=len(LABELS),
+            reduction="mean",
+            zero_infinity=True,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 100.0)
+        self.optimizer.step()
+        self.step_count += 1
+        return {"ctc": float(loss.detach())}
+
+    @torch.no_grad()
+    def transcribe(self, data: SpeechData, batch_size: int = 32) -> list[str]:
+        self.model.eval()
+        texts = []
+        for start in range(0, len(data), batch_size):
+            index = list(range(start, min(start + batch_size, len(data))))
+            feats, lengths, _, _ = speech_batch(data, index, self.features)
+            with self._autocast():
+                log_probs, out_lengths = self.model(feats, lengths)
+            best = log_probs.argmax(dim=-1).cpu()
+            for i, n in enumerate(out_lengths.cpu().tolist()):
+                texts.append(ctc_text(best[i, :n].tolist(), len(LABELS)))
+        return texts
+
+    def evaluate(self) -> dict[str, float]:
+        """Word error rate on the held-out voice's held-out sentences (greedy CTC)."""
+        if self.val is None:
+            return {}
+        return {"val_wer": wer(self.val.texts, self.transcribe(self.val)), "val_n": len(self.val)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "config": dataclasses.asdict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "batches": self.batches.state_dict(),
+            "g": self.g.get_state(),
+            "g_noise": self.g_noise.get_state(),
+            "step": self.step_count,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.batches.load_state_dict(state["batches"])
+        self.g.set_state(state["g"])
+        self.g_noise.set_state(state["g_noise"])
+        self.step_count = int(state["step"])
+
+    def compact_state(self) -> dict[str, Any]:
+        return {"model": half(self.model.state_dict()), "step": self.step_count}
+
+    def load_compact(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(
+            {k: v.float() if v.is_floating_point() else v for k, v in state["model"].items()}
+        )
+        self.step_count = int(state["step"])
