@@ -155,7 +155,7 @@ class FastPitchTrainer:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.step_count += 1
-        return {k: float(v) for k, v in parts.items()}
+        return {k: float(v.detach()) for k, v in parts.items()}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

@@ -171,6 +171,7 @@ def run(
     last: dict[str, float] = {}
     evaluation: dict[str, float] = {}
     interactive = sys.stderr.isatty()
+    first = True  # log the first step of every chunk
     bar = tqdm(
         total=max(int(budget), 1),
         desc=name,
@@ -194,7 +195,8 @@ def run(
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
             step = trainer.step_count
-            if step % log_every == 0 or count == 1:
+            if step % log_every == 0 or first:
+                first = False
                 last = {k: v / count for k, v in sums.items()}
                 record = {"step": step, "seconds": round(elapsed_before + time.time() - start, 1)}
                 _log(run_dir, {**record, **{k: round(v, 5) for k, v in last.items()}})
