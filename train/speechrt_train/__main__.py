@@ -32,6 +32,9 @@ def _common(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--preset", help="model size preset")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--lr", type=float)
+    p.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="any config field"
+    )
     p.add_argument("--device", default="auto")
     p.add_argument("--limit", type=int, help="use at most this many utterances (smoke tests)")
     p.add_argument("--checkpoint-minutes", type=float, default=3.0)
@@ -47,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("corpus", help="synthesize the teacher corpus")
     p.add_argument("--out", default="corpus")
-    p.add_argument("--plan", default="small", help="full, small or tiny (default: small)")
+    p.add_argument(
+        "--plan", default="small", help="full, small, tiny or synthetic (default: small)"
+    )
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument("--prefix", help="unpacked .debs (scripts/corpus/unpack.sh); default: system")
     p.add_argument(
@@ -78,6 +83,13 @@ def _overrides(args: argparse.Namespace, config: Any) -> Any:
     import dataclasses
 
     changes = {k: getattr(args, k) for k in ("preset", "batch_size", "lr") if getattr(args, k)}
+    fields = {f.name: f.type for f in dataclasses.fields(config)}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in fields:
+            raise SystemExit(f"--set {item}: no field {key!r} in {sorted(fields)}")
+        kind = {"int": int, "float": float, "bool": lambda v: v.lower() in ("1", "true")}
+        changes[key] = kind.get(str(fields[key]), str)(value)
     return dataclasses.replace(config, **changes)
 
 
@@ -136,11 +148,15 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "corpus":
+    if args.command == "corpus" and args.plan == "synthetic":
+        from speechrt_train.synthetic import write_corpus
+
+        result: dict[str, Any] = write_corpus(args.out)
+    elif args.command == "corpus":
         from speechrt_train.corpus import build
 
         root = args.fortunes_root or args.prefix or "/"
-        result: dict[str, Any] = build(
+        result = build(
             args.out, args.plan, args.jobs, args.prefix, root, args.minutes, not args.quiet
         )
     elif args.command in TRAINED:

@@ -119,7 +119,8 @@ def word_spans(tokens: list[Token], units: list[tuple[str, list]]) -> list[list[
         if op == "equal":
             for k in range(i2 - i1):
                 out[i1 + k] = list(units[j1 + k][1])
-        elif op == "replace" and i2 - i1 == 1:  # one word of ours read as several ("x y z")
+        elif op == "replace" and i2 - i1 == 1 and "".join(theirs[j1:j2]) == ours[i1]:
+            # one word of ours read as several: "xyz" spelled as "x", "y", "z"
             out[i1] = [span for _, spans in units[j1:j2] for span in spans]
         else:
             raise AlignError(f"{op}: {ours[i1:i2]} vs {theirs[j1:j2]}")

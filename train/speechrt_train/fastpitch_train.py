@@ -131,6 +131,9 @@ class FastPitchTrainer:
         self.model = FastPitch(dims).to(self.device)
         self.model.pitch_mean.fill_(train.pitch_mean)
         self.model.pitch_std.fill_(train.pitch_std)
+        with torch.no_grad():  # start at the average frame: the log-mel's offset is ~ -7
+            frames = torch.cat([m.float() for m in train.mels], dim=1)  # (n_mels, all T)
+            self.model.proj.bias.copy_(frames.mean(dim=1))
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), config.lr, (0.9, 0.98), 1e-9, config.weight_decay
         )
