@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from speechrt.models.fastpitch import regulate_length
 from speechrt.models.jasper import QuartzNet
 from speechrt.options import SynthesisOptions
 from speechrt.repo import load_component, save_component
@@ -16,7 +17,7 @@ from speechrt_train.__main__ import main
 from speechrt_train.asr_data import load_speech, speech_batch
 from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE, load_shard
 from speechrt_train.export import fastpitch_component
-from speechrt_train.fastpitch_train import FastPitchConfig, FastPitchTrainer
+from speechrt_train.fastpitch_train import FastPitchConfig, FastPitchTrainer, expand
 from speechrt_train.hifigan_train import HiFiGANConfig, HiFiGANTrainer, plain_generator
 from speechrt_train.loop import CHECKPOINT, run
 from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
@@ -72,6 +73,14 @@ def test_voice_targets(voice):
     ):
         assert mel.shape == (80, int(dur.sum())) and dur.shape == ids.shape == pitch.shape
     assert 100 < train.pitch_mean < 300 and train.pitch_std > 1
+
+
+def test_expand_equals_the_runtime_length_regulator():
+    durations = torch.tensor([[2, 0, 3, 1], [1, 4, 0, 0]])
+    enc = torch.randn(2, 4, 5)
+    frames, lengths = regulate_length(durations, enc)
+    assert lengths.tolist() == [6, 5]
+    assert torch.equal(expand(durations, enc, 6), frames)
 
 
 def test_fastpitch_learns_and_resumes_exactly(voice, tmp_path):
@@ -230,3 +239,6 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
         assert (out / name / "model.json").exists() and (out / name / "model.safetensors").exists()
     log = (tmp_path / "qn2" / "log.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["step"] == 3
+    assert main(["cards", "--metrics", str(metrics), "--out", str(tmp_path / "cards")]) == 0
+    card = (tmp_path / "cards" / "quartznet.md").read_text()
+    assert "WER, held-out voice rms" in card and "quartznet-tiny" in card

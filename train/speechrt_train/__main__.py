@@ -1,4 +1,5 @@
-"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, export, evaluate.
+"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, export, evaluate,
+cards.
 
 Every training command is time-budgeted (`--minutes`) and resumable: run it again with the same
 `--run` folder and it continues from run/last.pt. See docs/models/README.md for the recipe.
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", default="corpus")
     p.add_argument("--metrics", help="write the summary (JSON) here too")
     p.add_argument("--device", default="auto")
+    p = sub.add_parser("cards", help="write docs/models/<model>.md from an export's metrics")
+    p.add_argument("--metrics", required=True)
+    p.add_argument("--out", default="docs/models")
     p = sub.add_parser("evaluate", help="WERs of exported defaults through speechrt's pipelines")
     p.add_argument("--defaults", default="src/speechrt/defaults")
     p.add_argument("--corpus", default="corpus")
@@ -176,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             result["eval"] = evaluate(args.out, args.corpus, device=_device(args.device))
         if args.metrics:
             write_metrics(args.metrics, result)
+    elif args.command == "cards":
+        from speechrt_train.cards import write_cards
+
+        result = {"written": [str(p) for p in write_cards(args.metrics, args.out)]}
     else:
         from speechrt_train.export import evaluate, write_metrics
 

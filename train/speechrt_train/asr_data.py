@@ -120,13 +120,13 @@ def augment_audio(
     return out
 
 
-def spec_augment(feats: Tensor, lengths: Tensor, aug: Augment, g: torch.Generator) -> Tensor:
+def spec_augment(feats: Tensor, lengths: list[int], aug: Augment, g: torch.Generator) -> Tensor:
     """feats (B, F, T): zero `freq_masks` bands and `time_masks` spans per item (draws from
     `g` on the CPU; one mask tensor built on the device)."""
     B, n_freq, T = feats.shape
     u = torch.rand(B, aug.freq_masks + aug.time_masks, 2, generator=g, dtype=torch.float64)
     keep = torch.ones(B, n_freq, T, dtype=torch.bool)
-    for b, t_len in enumerate(lengths.tolist()):
+    for b, t_len in enumerate(lengths):
         for k in range(aug.freq_masks + aug.time_masks):
             is_freq = k < aug.freq_masks
             size, width = (n_freq, aug.freq_width) if is_freq else (t_len, aug.time_width)
@@ -158,7 +158,8 @@ def speech_batch(
     feats, lengths = batch_features(audios, features, dither)
     if aug is not None:
         assert gens is not None
-        feats = spec_augment(feats, lengths, aug, gens[0])
+        valid = [features.valid_frames(a.shape[0]) for a in audios]  # = lengths, on the host
+        feats = spec_augment(feats, valid, aug, gens[0])
     targets = torch.cat([data.targets[i] for i in index]).to(feats.device)
     target_lengths = torch.tensor([len(data.targets[i]) for i in index], device=feats.device)
     return feats, lengths, targets, target_lengths

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from speechrt.models.fastpitch import FastPitch, FastPitchDims, lengths_mask, regulate_length
+from speechrt.models.fastpitch import FastPitch, FastPitchDims, lengths_mask
 from speechrt_train.loop import Batches, half, warmup_rsqrt
 from speechrt_train.tts_data import TextBatch, VoiceData, text_batch
 
@@ -77,6 +77,19 @@ class FastPitchOut:
         self.mel, self.log_dur, self.pitch, self.energy = mel, log_dur, pitch, energy
 
 
+def expand(durations: Tensor, enc: Tensor, frames: int) -> Tensor:
+    """Repeat symbol j of item b durations[b, j] times: enc (B, L, D) -> (B, frames, D), zero
+    past each item's total. As speechrt's regulate_length with integer durations, but with the
+    frame count known beforehand, so the GPU is never waited for."""
+    ends = durations.cumsum(dim=1)  # (B, L)
+    t = torch.arange(frames, device=enc.device)
+    index = (ends[:, None, :] <= t[None, :, None]).sum(dim=2)  # (B, T): symbol of frame t
+    inside = index < durations.shape[1]
+    index = index.clamp(max=enc.size(1) - 1)
+    out = enc.gather(1, index[:, :, None].expand(-1, -1, enc.size(2)))
+    return out * inside[:, :, None].to(enc.dtype)
+
+
 def teacher_forced(model: FastPitch, b: TextBatch) -> FastPitchOut:
     """The training forward: predictions from ids, mel from the target durations/pitch/energy."""
     B, L = b.ids.shape
@@ -90,8 +103,8 @@ def teacher_forced(model: FastPitch, b: TextBatch) -> FastPitchOut:
     enc = enc + model.pitch_emb(b.pitch[:, None, :].to(enc.dtype)).transpose(1, 2)
     energy = model.energy_predictor(enc, mask, inside).squeeze(2)
     enc = enc + model.energy_emb(b.energy[:, None, :].to(enc.dtype)).transpose(1, 2)
-    frames, mel_lengths = regulate_length(b.durations, enc, 1.0, max_frames=1 << 20)
-    frames_mask = lengths_mask(mel_lengths, frames.size(1))
+    frames = expand(b.durations, enc, b.mel.shape[2])
+    frames_mask = lengths_mask(b.mel_lengths, frames.size(1))
     dec = model.decoder(frames, frames_mask, frames_mask)
     mel = model.proj(dec).permute(0, 2, 1)  # (B, n_mels, T)
     return FastPitchOut(mel, log_dur, pitch, energy)
@@ -131,9 +144,13 @@ class FastPitchTrainer:
         self.model = FastPitch(dims).to(self.device)
         self.model.pitch_mean.fill_(train.pitch_mean)
         self.model.pitch_std.fill_(train.pitch_std)
-        with torch.no_grad():  # start at the average frame: the log-mel's offset is ~ -7
+        with torch.no_grad():  # start every output at its training mean (log-mel is ~ -7)
             frames = torch.cat([m.float() for m in train.mels], dim=1)  # (n_mels, all T)
             self.model.proj.bias.copy_(frames.mean(dim=1))
+            log_dur = torch.cat([torch.log1p(d.float()) for d in train.durations])
+            self.model.duration_predictor.fc.bias.fill_(float(log_dur.mean()))
+            energy = torch.cat(train.energy)
+            self.model.energy_predictor.fc.bias.fill_(float(energy.mean()))
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), config.lr, (0.9, 0.98), 1e-9, config.weight_decay
         )
@@ -144,7 +161,7 @@ class FastPitchTrainer:
         on = self.config.amp and self.device.type == "cuda"
         return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> dict[str, Tensor]:
         self.model.train()
         index = next(self.batches)
         b = text_batch(self.train, index, self.train.pitch_mean, self.train.pitch_std)
@@ -158,7 +175,7 @@ class FastPitchTrainer:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.step_count += 1
-        return {k: float(v.detach()) for k, v in parts.items()}
+        return {k: v.detach() for k, v in parts.items()}
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

@@ -197,7 +197,7 @@ class HiFiGANTrainer:
         on = self.config.amp and self.device.type == "cuda"
         return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> dict[str, Tensor]:
         cfg = self.config
         self.gen.train()
         self.disc.train()
@@ -234,13 +234,8 @@ class HiFiGANTrainer:
         loss_g.backward()
         self.opt_g.step()
         self.step_count += 1
-        return {
-            "g": float(loss_g.detach()),
-            "d": float(loss_d.detach()),
-            "adv": float(adv.detach()),
-            "fm": float(fm.detach()),
-            "mel_l1": float(mel_l1.detach()),
-        }
+        losses = {"g": loss_g, "d": loss_d, "adv": adv, "fm": fm, "mel_l1": mel_l1}
+        return {k: v.detach() for k, v in losses.items()}  # floats only when logged: no sync
 
     @torch.no_grad()
     def evaluate(self, limit: int = 16) -> dict[str, float]:

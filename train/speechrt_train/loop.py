@@ -31,7 +31,7 @@ LOG = "log.jsonl"
 class Trainer(Protocol):
     step_count: int
 
-    def step(self) -> dict[str, float]: ...
+    def step(self) -> dict[str, torch.Tensor]: ...  # detached losses (0-d, on the device)
     def evaluate(self) -> dict[str, float]: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
@@ -166,12 +166,13 @@ def run(
     start = time.time()
     budget = 60.0 * minutes
     last_ckpt = start
-    sums: dict[str, float] = {}
+    sums: dict[str, Any] = {}
     count = 0
     last: dict[str, float] = {}
     evaluation: dict[str, float] = {}
     interactive = sys.stderr.isatty()
     first = True  # log the first step of every chunk
+    printed = 0.0  # without a bar, a log line goes to stderr at most once a minute
     bar = tqdm(
         total=max(int(budget), 1),
         desc=name,
@@ -191,15 +192,18 @@ def run(
             max_steps is None or trainer.step_count < max_steps
         ):
             losses = trainer.step()
-            for k, v in losses.items():
+            for k, v in losses.items():  # summed on the device; read at log time only
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
             step = trainer.step_count
             if step % log_every == 0 or first:
                 first = False
-                last = {k: v / count for k, v in sums.items()}
+                last = {k: float(v) / count for k, v in sums.items()}
                 record = {"step": step, "seconds": round(elapsed_before + time.time() - start, 1)}
                 _log(run_dir, {**record, **{k: round(v, 5) for k, v in last.items()}})
+                if not progress and time.time() - printed >= 60:
+                    print(f"{name}: {json.dumps({**record, **last})}", file=sys.stderr)
+                    printed = time.time()
                 bar.set_postfix_str(
                     f"step {step} " + " ".join(f"{k} {v:.3f}" for k, v in last.items())
                 )
@@ -213,8 +217,13 @@ def run(
             if time.time() - last_ckpt > 60 * checkpoint_minutes:
                 save()
                 last_ckpt = time.time()
-        if count:
-            last = {k: v / count for k, v in sums.items()}
+        if count:  # the steps since the last log line
+            last = {k: float(v) / count for k, v in sums.items()}
+            record = {
+                "step": trainer.step_count,
+                "seconds": round(elapsed_before + time.time() - start, 1),
+            }
+            _log(run_dir, {**record, **{k: round(v, 5) for k, v in last.items()}})
         evaluation = trainer.evaluate()
         _log(run_dir, {"step": trainer.step_count, "eval": evaluation})
         save()

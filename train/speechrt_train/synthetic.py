@@ -114,8 +114,14 @@ def write_corpus(out_dir: str | Path, heldout: int = 3, seed: int = 0) -> dict[s
             items = [asr_item(s, voice, rng, h) for s, h in zip(SENTENCES, flags, strict=True)]
         if voice == HELDOUT_VOICE:
             items = [x for x in items if x["heldout"]]
-        torch.save(make_shard(voice, items), out / f"{voice}.pt")
-        voices[voice] = {"utterances": len(items), "synthetic": True}
+        shard = make_shard(voice, items)
+        torch.save(shard, out / f"{voice}.pt")
+        voices[voice] = {
+            "utterances": len(items),
+            "heldout": sum(shard["heldout"]),
+            "hours": round(len(shard["audio"]) / shard["sample_rate"] / 3600, 4),
+            "synthetic": True,
+        }
     manifest = {"plan": "synthetic", "voices": voices}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
