@@ -9,7 +9,23 @@ PREFIX=${1:-/tmp/teachers}
 SITE=${2:-/tmp/site}
 if [ ! -x "$PREFIX/usr/bin/festival" ]; then
   mkdir -p "$PREFIX"
-  for f in .carry/debs/*.deb; do dpkg -x "$f" "$PREFIX"; done
+  if command -v dpkg >/dev/null; then
+    for f in .carry/debs/*.deb; do dpkg -x "$f" "$PREFIX"; done
+  else  # no dpkg: a .deb is an ar archive holding data.tar.*; Python reads both
+    python3 - "$PREFIX" .carry/debs/*.deb <<'PY'
+import io, sys, tarfile
+prefix, debs = sys.argv[1], sys.argv[2:]
+for deb in debs:
+    blob = open(deb, "rb").read()
+    pos = 8  # after "!<arch>\n"
+    while pos < len(blob):
+        name, size = blob[pos:pos + 16].decode().strip(), int(blob[pos + 48:pos + 58])
+        if name.rstrip("/").startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(blob[pos + 60:pos + 60 + size])) as tar:
+                tar.extractall(prefix, filter="tar")
+        pos += 60 + size + (size % 2)
+PY
+  fi
 fi
 if [ ! -d "$SITE/inflect" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

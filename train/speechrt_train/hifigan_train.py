@@ -155,7 +155,7 @@ class HiFiGANConfig:
     mel_weight: float = 45.0
     fm_weight: float = 2.0
     seed: int = 0
-    amp: bool = True
+    amp: bool = True  # bf16 autocast for the discriminators on CUDA
 
 
 def plain_generator(gen: HiFiGAN) -> HiFiGAN:
@@ -209,8 +209,9 @@ class HiFiGANTrainer:
             self.train, next(self.batches), cfg.segment_frames, self.generator
         )
         y = audio[:, None, :]  # (B, 1, N)
-        with self._autocast():
-            y_hat = self.gen(mel)
+        # the generator stays float32: bf16's 8-bit mantissa would be a -48 dB noise floor in
+        # the waveform; the discriminators run under autocast
+        y_hat = self.gen(mel)
         # discriminators
         with self._autocast():
             real, _ = self.disc(y)
