@@ -151,3 +151,28 @@ def test_batches_deterministic_bucketed_and_resumable():
     c = Batches(lengths, batch_size=4, seed=99, max_units=250)
     c.load_state_dict(b.state_dict())
     assert [next(c) for _ in range(23)] == seen[17:]
+
+
+def test_corpus_plan_gives_voices_disjoint_train_slices_interleaved():
+    from speechrt_train.corpus import BATCH, assign
+    from speechrt_train.texts import Sentence, text_key
+
+    texts = [f"Sentence {i} is a fine line of prose." for i in range(3000)]
+    sentences = [Sentence(text_key(t), t) for t in texts]
+    plan = {"slt-hts": (200, 10), "slt": (100, 10), "rms": (0, 20)}
+    tasks = assign(plan, sentences)
+    by_voice: dict[str, list] = {}
+    for t in tasks:
+        assert 0 < len(t.sentences) <= BATCH
+        by_voice.setdefault(t.voice, []).extend(t.sentences)
+    assert {v: len(s) for v, s in by_voice.items()} == {"slt-hts": 210, "slt": 110, "rms": 20}
+    train = {v: {s.key for s in ss if not s.heldout} for v, ss in by_voice.items()}
+    assert not train["slt-hts"] & train["slt"] and not train["rms"]
+    assert all(s.heldout for s in by_voice["rms"])
+    assert [s.key for s in by_voice["slt"] if s.heldout] == [
+        s.key for s in by_voice["slt-hts"] if s.heldout
+    ]  # every voice reads the same first held-out sentences
+    first_half = {t.voice for t in tasks[: len(tasks) // 2]}
+    assert first_half == set(plan)  # interleaved: a deadline cuts every voice alike
+    with pytest.raises(ValueError, match="more sentences"):
+        assign({"slt": (5000, 0)}, sentences)

@@ -64,9 +64,10 @@ def load_voice(
             raise ValueError(f"{shard['keys'][i]}: {audio.shape[0]} samples for {frames} frames")
         mel = mel_spectrogram(audio, cfg)[:, :frames]  # (n_mels, T); the extra centred frame off
         ids = shard["ids"][int(io[i]) : int(io[i + 1])].long().to(device)
-        dur = shard["durations"][int(io[i]) : int(io[i + 1])].long().to(device)
-        if int(dur.sum()) != frames:
+        dur = shard["durations"][int(io[i]) : int(io[i + 1])].long()
+        if int(dur.sum()) != frames:  # checked on the host: no device sync per utterance
             raise ValueError(f"{shard['keys'][i]}: durations sum to {int(dur.sum())} != {frames}")
+        dur = dur.to(device)
         pitch, energy = symbol_targets(audio, mel, dur, cfg.sampling_rate, cfg.hop_length)
         data.keys.append(shard["keys"][i])
         data.audio.append(audio)
