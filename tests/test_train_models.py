@@ -9,18 +9,25 @@ import json
 import pytest
 import torch
 
+from speechrt.audio.features import FeatureConfig
 from speechrt.models.fastpitch import regulate_length
-from speechrt.models.jasper import QuartzNet
+from speechrt.models.jasper import QuartzNet, QuartzNetDims
 from speechrt.options import SynthesisOptions
 from speechrt.repo import load_component, save_component
 from speechrt_train.__main__ import main
-from speechrt_train.asr_data import load_speech, speech_batch
+from speechrt_train.asr_data import SpeechData, load_speech, speech_batch
 from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE, load_shard
 from speechrt_train.export import fastpitch_component
 from speechrt_train.fastpitch_train import FastPitchConfig, FastPitchTrainer, expand
 from speechrt_train.hifigan_train import HiFiGANConfig, HiFiGANTrainer, plain_generator
 from speechrt_train.loop import CHECKPOINT, run
-from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
+from speechrt_train.quartznet_train import PRESETS as QUARTZNET_PRESETS
+from speechrt_train.quartznet_train import (
+    QuartzNetConfig,
+    QuartzNetTrainer,
+    TrainableJasper,
+    precise_bn,
+)
 from speechrt_train.synthetic import write_corpus
 from speechrt_train.tts_data import load_voice
 
@@ -147,6 +154,31 @@ def test_quartznet_learns_folds_and_resumes_exactly(speech, tmp_path):
     assert _same_weights(whole.model, resumed.model)
 
 
+def test_batchnorm_ignores_padding_and_precise_bn_matches_batch_statistics(speech):
+    train, _ = speech
+    model = TrainableJasper(QuartzNetDims(**QUARTZNET_PRESETS["quartznet-tiny"]), dropout=0.0)
+    features = FeatureConfig(dither=0.0)
+    norm = model.sub_bn[0][0]
+    x = torch.randn(1, norm.num_features, 40)
+    x_padded = torch.cat([x, torch.full((1, x.shape[1], 7), 50.0)], dim=2)  # junk past the end
+    lengths = torch.tensor([x.shape[2]])
+    assert torch.allclose(norm(x, lengths), norm(x_padded, lengths)[:, :, : x.shape[2]], atol=1e-5)
+    feats, lengths, _, _ = speech_batch(train, list(range(4)), features)
+
+    def eval_vs_train() -> float:
+        with torch.no_grad():
+            a, _ = model.eval()(feats, lengths)
+            b, _ = model.train()(feats, lengths)
+        return float((a - b).abs().max())
+
+    before = eval_vs_train()  # fresh running statistics (0, 1): far from the batch's (~2.6)
+    first4 = SpeechData(*(getattr(train, f)[:4] for f in ("audio", "texts", "targets", "voices")))
+    precise_bn(model, first4, features, batches=1, batch_size=4)
+    # running statistics = this batch's (up to the unbiased variance's n / (n - 1)): ~0.04
+    after = eval_vs_train()
+    assert after < min(0.05, before / 20), (before, after)
+
+
 def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     runs = tmp_path / "runs"
     common = ["--corpus", str(corpus), "--max-steps", "2", "--quiet", "--device", "cpu"]
@@ -235,6 +267,8 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert result["export"]["quartznet"]["steps"] == 2
     assert result["export"]["total_mb"] < 1
     assert {"asr_heldout_voice", "tts_intelligibility", "hello_world"} <= set(result["eval"])
+    asr_meta = json.loads((out / "asr" / "model.json").read_text())["meta"]
+    assert asr_meta["precise_bn"] and asr_meta["features"]["dither"] == 1e-5
     for name in ("voice-acoustic", "voice-vocoder", "asr"):
         assert (out / name / "model.json").exists() and (out / name / "model.safetensors").exists()
     log = (tmp_path / "qn2" / "log.jsonl").read_text().splitlines()

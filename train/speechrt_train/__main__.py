@@ -172,12 +172,24 @@ def main(argv: list[str] | None = None) -> int:
         if not runs:
             print(f"no runs under {args.runs}", file=sys.stderr)
             return 2
-        result = {"export": export(runs, args.out, fp16=not args.fp32)}
+        device = _device(args.device)
+        speech = None
+        if "quartznet" in runs and (Path(args.corpus) / "manifest.json").exists():
+            from speechrt_train.asr_data import load_speech
+            from speechrt_train.corpus import HELDOUT_VOICE, load_shard
+
+            shards = [
+                load_shard(p)
+                for p in sorted(Path(args.corpus).glob("*.pt"))
+                if p.stem != HELDOUT_VOICE
+            ]
+            speech = load_speech(shards, heldout=False, device=device, limit=1000)
+        result = {"export": export(runs, args.out, not args.fp32, speech, device)}
         manifest = Path(args.corpus) / "manifest.json"
         if manifest.exists():
             result["corpus"] = json.loads(manifest.read_text())
         if args.evaluate:
-            result["eval"] = evaluate(args.out, args.corpus, device=_device(args.device))
+            result["eval"] = evaluate(args.out, args.corpus, device=device)
         if args.metrics:
             write_metrics(args.metrics, result)
     elif args.command == "cards":

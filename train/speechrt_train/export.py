@@ -26,13 +26,13 @@ from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
 from speechrt.models.jasper import LABELS, QuartzNetDims
 from speechrt.repo import ComponentInfo, save_component
 from speechrt_train.align import make_processor
-from speechrt_train.asr_data import transcript
+from speechrt_train.asr_data import SpeechData, transcript
 from speechrt_train.fastpitch_train import PRESETS as FASTPITCH_PRESETS
 from speechrt_train.hifigan_train import PRESETS as HIFIGAN_PRESETS
 from speechrt_train.hifigan_train import plain_generator
 from speechrt_train.loop import CHECKPOINT, LOG
 from speechrt_train.quartznet_train import PRESETS as QUARTZNET_PRESETS
-from speechrt_train.quartznet_train import TrainableJasper
+from speechrt_train.quartznet_train import TrainableJasper, precise_bn
 
 NAMES = {"fastpitch": "voice-acoustic", "hifigan": "voice-vocoder", "quartznet": "asr"}
 MAX_TOTAL_MB = 40.0
@@ -82,19 +82,28 @@ def hifigan_component(trainer: dict[str, Any]) -> tuple[HiFiGAN, ComponentInfo]:
     return model, ComponentInfo("hifigan", model.dims, MelConfig(), {"preset": preset})
 
 
-def quartznet_component(trainer: dict[str, Any]) -> tuple[torch.nn.Module, ComponentInfo]:
+def quartznet_component(
+    trainer: dict[str, Any], data: SpeechData | None = None, device: str = "cpu"
+) -> tuple[torch.nn.Module, ComponentInfo]:
+    """With `data` (training speech), the BatchNorm statistics are recomputed for the final
+    weights (precise_bn) before they are folded."""
     from speechrt.models.jasper import QuartzNet
 
-    preset = trainer.get("config", {}).get("preset", "quartznet-5x5")
+    config = trainer.get("config", {})
+    preset = config.get("preset", "quartznet-5x5")
+    features = FeatureConfig(dither=float(config.get("dither", 1e-5)))  # as trained
     trainable = TrainableJasper(QuartzNetDims(**QUARTZNET_PRESETS[preset]))
     trainable.load_state_dict(_float(trainer["model"]))
+    if data is not None:
+        precise_bn(trainable.to(device), data, features)
     model = QuartzNet(trainable.net.dims)
-    model.load_state_dict(trainable.eval().folded_state_dict())
+    model.load_state_dict(trainable.cpu().eval().folded_state_dict())
     meta = {
         "labels": list(LABELS),
-        "features": FeatureConfig().to_dict(),  # dither 0: deterministic at inference
+        "features": features.to_dict(),  # speechrt draws the dither per window from a seed
         "pad_leading": 0,
         "preset": preset,
+        "precise_bn": data is not None,
     }
     return model, ComponentInfo("quartznet", model.dims, None, meta)
 
@@ -136,14 +145,24 @@ BUILDERS = {
 }
 
 
-def export(runs: dict[str, str | Path], out_dir: str | Path, fp16: bool = True) -> dict[str, Any]:
-    """Write each run (model name -> run dir or compact file) as a component under out_dir."""
+def export(
+    runs: dict[str, str | Path],
+    out_dir: str | Path,
+    fp16: bool = True,
+    speech: SpeechData | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Write each run (model name -> run dir or compact file) as a component under out_dir.
+    `speech`: training speech for the recogniser's BatchNorm statistics (precise_bn)."""
     out = Path(out_dir)
     summary: dict[str, Any] = {}
     total = 0
     for name, path in runs.items():
         trainer, info = load_run(path)
-        model, component = BUILDERS[name](trainer)
+        if name == "quartznet":
+            model, component = quartznet_component(trainer, speech, device)
+        else:
+            model, component = BUILDERS[name](trainer)
         component.source = {"trained_by": "speechrt_train", "steps": info["steps"]}
         component.source["train_seconds"] = info["train_seconds"]
         error = fp16_error(name, model)

@@ -2,7 +2,9 @@
 
 `TrainableJasper` wraps the inference module and adds what inference folds away: a BatchNorm
 (eps 1e-3, as DLE) after every sub-block conv and residual projection, and dropout after each
-ReLU. Its forward is Jasper.forward with those inserted; `folded_state_dict()` folds every
+ReLU. The BatchNorms take their statistics over each item's valid frames only, so padding never
+shifts them, and `precise_bn` recomputes their running statistics for the final weights before
+export. The forward is Jasper.forward with these inserted; `folded_state_dict()` folds every
 BatchNorm into the conv before it, giving weights that load strictly into QuartzNet(dims) and
 compute the same thing as the trainable model in eval mode (tested).
 """
@@ -13,11 +15,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechrt.audio.features import FeatureConfig
+from speechrt.audio.features import FeatureConfig, batch_features
 from speechrt.metrics import wer
 from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, QuartzNetDims, _preset, mask_frames
 from speechrt.models.jasper import PRESETS as JASPER_PRESETS
@@ -38,6 +41,29 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+class MaskedBatchNorm1d(nn.BatchNorm1d):
+    """BatchNorm over the frames t < lengths[b] (training); running statistics in eval."""
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:  # (B, C, T)
+        if not self.training or lengths is None:
+            return super().forward(x)
+        t = torch.arange(x.shape[2], device=x.device)
+        mask = (t[None, :] < lengths[:, None]).to(torch.float32)[:, None, :]  # (B, 1, T)
+        xf = x.float()
+        n = mask.sum().clamp(min=2)
+        mean = (xf * mask).sum(dim=(0, 2)) / n
+        var = ((xf - mean[None, :, None]).square() * mask).sum(dim=(0, 2)) / n
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            # momentum None: the plain average of every batch so far (precise_bn)
+            m = self.momentum if self.momentum is not None else 1 / int(self.num_batches_tracked)
+            self.running_mean.lerp_(mean.detach(), m)
+            self.running_var.lerp_(var.detach() * n / (n - 1), m)
+        scale = self.weight / torch.sqrt(var + self.eps)
+        out = (xf - mean[None, :, None]) * scale[None, :, None] + self.bias[None, :, None]
+        return out.to(x.dtype)
+
+
 def _fold(weight: Tensor, bias: Tensor | None, bn: nn.BatchNorm1d) -> tuple[Tensor, Tensor]:
     # BN(W x + b) = s (W x + b - mean) + beta, s = gamma / sqrt(var + eps)
     scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
@@ -53,8 +79,8 @@ class TrainableJasper(nn.Module):
         self.net = QuartzNet(dims)
         self.dropout = dropout
 
-        def bn(c: int) -> nn.BatchNorm1d:
-            return nn.BatchNorm1d(c, eps=BN_EPS)
+        def bn(c: int) -> MaskedBatchNorm1d:
+            return MaskedBatchNorm1d(c, eps=BN_EPS)
 
         f = dims.filters
         self.sub_bn = nn.ModuleList(
@@ -72,11 +98,11 @@ class TrainableJasper(nn.Module):
             x, out_lengths = xs[-1], lengths
             for j, sub in enumerate(block.subs):
                 x, out_lengths = sub(x, out_lengths)
-                x = self.sub_bn[b][j](x)
+                x = self.sub_bn[b][j](x, out_lengths)
                 if j < len(block.subs) - 1:
                     x = F.dropout(F.relu(x), drop, self.training)
             for conv, norm, src in zip(block.res, self.res_bn[b], xs, strict=False):
-                x = x + norm(conv(mask_frames(src, lengths)))
+                x = x + norm(conv(mask_frames(src, lengths)), out_lengths)
             out = F.dropout(F.relu(x), drop, self.training)
             lengths = out_lengths
             xs = [*xs, out] if keep else [out]
@@ -101,6 +127,37 @@ class TrainableJasper(nn.Module):
         return {k: v.float().cpu() for k, v in sd.items()}
 
 
+@torch.no_grad()
+def precise_bn(
+    model: TrainableJasper,
+    data: SpeechData,
+    features: FeatureConfig,
+    batches: int = 100,
+    batch_size: int = 32,
+) -> None:
+    """Replace every BatchNorm's running statistics by their average over `batches` batches
+    of `data` (training-mode statistics of the final weights; no dropout, no gradient): the
+    running averages lag behind weights that were still moving."""
+    norms = [m for m in model.modules() if isinstance(m, MaskedBatchNorm1d)]
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    dropout, model.dropout = model.dropout, 0.0
+    model.train()
+    order = np.random.default_rng(0).permutation(len(data)).tolist()
+    order.sort(key=lambda i: data.audio[i].shape[0])  # similar lengths together: little padding
+    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    pick = np.random.default_rng(1).permutation(len(chunks))[:batches]
+    for k in pick.tolist():
+        feats, lengths, _, _ = speech_batch(data, chunks[k], features)
+        model(feats, lengths)
+    for m, momentum in zip(norms, momenta, strict=True):
+        m.momentum = momentum
+    model.dropout = dropout
+    model.eval()
+
+
 def ctc_text(ids: list[int], blank: int) -> str:
     """Greedy CTC: merge repeats, drop blanks, join labels."""
     out, prev = [], blank
@@ -123,7 +180,7 @@ class QuartzNetConfig:
     warmup: int = 1000
     weight_decay: float = 1e-3
     dropout: float = 0.1
-    dither: float = 1e-5  # training only; the exported model's features have none
+    dither: float = 1e-5  # DLE's; kept in the exported features (speechrt seeds it per window)
     seed: int = 0
     amp: bool = True
 
@@ -141,8 +198,10 @@ class QuartzNetTrainer:
     ) -> None:
         self.config, self.device = config, torch.device(device)
         self.train, self.val, self.augment = train, val, augment
-        self.features = FeatureConfig()  # DLE's: 16 kHz, 64 mels, 10 ms hop
-        self.train_features = dataclasses.replace(self.features, dither=config.dither)
+        # DLE's features (16 kHz, 64 mels, 10 ms hop) with DLE's dither, in training and in the
+        # exported model alike: teachers write exact digital silence, log(0 + 1e-20) features
+        # otherwise, and the dither is what keeps such frames in the range the model has seen
+        self.features = FeatureConfig(dither=config.dither)
         dims = QuartzNetDims(**PRESETS[config.preset])
         if dims.n_classes != len(LABELS) + 1 or dims.n_feats != self.features.n_mels:
             raise ValueError("preset does not match the labels / features")
@@ -166,7 +225,7 @@ class QuartzNetTrainer:
         index = next(self.batches)
         gens = (self.g, self.g_noise)
         feats, lengths, targets, target_lengths = speech_batch(
-            self.train, index, self.train_features, self.augment, gens
+            self.train, index, self.features, self.augment, gens
         )
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
@@ -190,11 +249,15 @@ class QuartzNetTrainer:
 
     @torch.no_grad()
     def transcribe(self, data: SpeechData, batch_size: int = 32) -> list[str]:
+        """Greedy CTC with the exported features (dither from a fixed seed: deterministic)."""
         self.model.eval()
         texts = []
+        g = torch.Generator(device=self.device).manual_seed(0)
         for start in range(0, len(data), batch_size):
             index = list(range(start, min(start + batch_size, len(data))))
-            feats, lengths, _, _ = speech_batch(data, index, self.features)
+            feats, lengths = batch_features(
+                [data.audio[i] for i in index], self.features, [g] * len(index)
+            )
             with self._autocast():
                 log_probs, out_lengths = self.model(feats, lengths)
             best = log_probs.argmax(dim=-1).cpu()
