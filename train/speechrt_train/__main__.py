@@ -126,9 +126,15 @@ def _trainer(args: argparse.Namespace, device: str) -> Any:
 def train(args: argparse.Namespace) -> dict[str, Any]:
     import time
 
+    import torch
+
     from speechrt_train.loop import run, write_compact
 
     device = _device(args.device)
+    if device.startswith("cuda"):
+        torch.set_float32_matmul_precision("high")  # TF32 for the float32 parts
+        # HiFi-GAN sees one segment shape: let cuDNN pick its fastest kernels once
+        torch.backends.cudnn.benchmark = args.command == "hifigan"
     trainer = _trainer(args, device)
     minutes = args.minutes
     if args.deadline:  # data loading took part of the chunk: step only until the deadline

@@ -220,9 +220,10 @@ class HiFiGANTrainer:
         self.opt_d.zero_grad(set_to_none=True)
         loss_d.backward()
         self.opt_d.step()
-        # generator
+        # generator (the real audio's feature maps are targets: no gradient needed)
         with self._autocast():
-            real, fmap_real = self.disc(y)
+            with torch.no_grad():
+                _, fmap_real = self.disc(y)
             fake, fmap_fake = self.disc(y_hat)
         mel_l1 = F.l1_loss(
             mel_spectrogram(y_hat[:, 0].float(), self.loss_mel),
