@@ -64,3 +64,4 @@ if [ -n "$EXPORT" ]; then
     --corpus corpus --metrics "$OUT/metrics.json" || exit 1
 fi
 echo "== done in $(( $(date +%s) - START )) s"
+sleep 1  # let tee write the log's last lines before $OUT is collected

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 
 from speechrt_train.corpus import TTS_MEL, TTS_VOICE, build, load_shard
@@ -60,3 +61,20 @@ def test_tiny_corpus_aligned_and_split(tmp_path):
     slt = load_shard(tmp_path / "slt.pt")
     assert slt["sample_rate"] == 16000 and sum(slt["heldout"]) == 2
     assert not set(slt["keys"][:-2]) & set(shard["keys"])  # voices read different sentences
+
+
+def test_one_failing_sentence_does_not_sink_its_batch(monkeypatch):
+    from speechrt_train import corpus
+    from speechrt_train.teachers import Utterance
+
+    class Flaky:
+        def synthesize(self, voice, texts):
+            if any("bad" in t for t in texts):
+                raise TeacherError("festival: exit 255")
+            return [Utterance(np.zeros(160, dtype=np.float32), 16000) for _ in texts]
+
+    monkeypatch.setitem(corpus._worker, "teachers", Flaky())
+    out = corpus._synthesize_robustly("slt", ["fine one", "a bad one", "fine two"])
+    assert [u is None for u in out] == [False, True, False]
+    with pytest.raises(TeacherError):
+        corpus._synthesize_robustly("slt", ["bad", "bad too"])

@@ -93,6 +93,26 @@ def _init() -> None:
     torch.set_num_threads(1)
 
 
+def _synthesize_robustly(voice: str, texts: list[str]) -> list[Any]:
+    """The batch at once; if that fails, sentence by sentence, None where one fails (an
+    unattended run must not die for one odd sentence). Gives up when every one fails."""
+    from speechrt_train.teachers import TeacherError
+
+    teachers = _worker["teachers"]
+    try:
+        return teachers.synthesize(voice, texts)
+    except TeacherError:
+        out: list[Any] = []
+        for text in texts:
+            try:
+                out += teachers.synthesize(voice, [text])
+            except TeacherError:
+                out.append(None)
+        if all(u is None for u in out):
+            raise
+        return out
+
+
 def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
     """Synthesize one batch -> (voice, utterances, CPU s of the synthesizer, CPU s of Python)."""
     from speechrt_train.align import AlignError, align, tp_plain
@@ -101,11 +121,13 @@ def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
     self_before = time.process_time()
     spoken = [tp_plain(tp).normalize(s.text).strip() for s in task.sentences]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    utts = _worker["teachers"].synthesize(task.voice, spoken)
+    utts = _synthesize_robustly(task.voice, spoken)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     out = []
     for s, text, u in zip(task.sentences, spoken, utts, strict=True):
+        if u is None:  # the synthesizer failed on this sentence: left out
+            continue
         item: dict[str, Any] = {"key": s.key, "text": s.text, "spoken": text, "heldout": s.heldout}
         if task.voice == TTS_VOICE:
             sr, hop = TTS_MEL.sampling_rate, TTS_MEL.hop_length
