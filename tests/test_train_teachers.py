@@ -1,0 +1,80 @@
+"""The teacher synthesizers (Debian's flite and festival) and a tiny real corpus.
+
+Tests that run them are skipped when they are not installed (CI): install with
+`apt-get install flite festival festvox-us-slt-hts fortunes`.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from speechrt_train.corpus import TTS_MEL, TTS_VOICE, build, load_shard
+from speechrt_train.teachers import TeacherError, Teachers
+from speechrt_train.texts import fortune_files
+
+HAVE_TEACHERS = all(shutil.which(p) for p in ("flite", "festival")) and bool(fortune_files("/"))
+needs_teachers = pytest.mark.skipif(
+    not HAVE_TEACHERS,
+    reason="flite/festival/fortunes not installed "
+    "(apt-get install flite festival festvox-us-slt-hts fortunes)",
+)
+
+
+def test_unpacked_prefix_without_programs_fails_clearly(tmp_path):
+    teachers = Teachers(tmp_path)
+    assert not teachers.available("rms")
+    with pytest.raises(TeacherError, match="unpack the .debs"):
+        teachers.synthesize("slt-hts", ["hello"])
+    with pytest.raises(TeacherError, match="unknown voice"):
+        Teachers().synthesize("espeak", ["hello"])
+
+
+@needs_teachers
+def test_teachers_speak_and_festival_times_its_phones():
+    teachers = Teachers()
+    (flite,) = teachers.synthesize("kal16", ["hello there."])
+    assert flite.sample_rate == 16000 and len(flite.audio) > 8000 and not flite.segments
+    (hts,) = teachers.synthesize("slt-hts", ['a "quoted" test, with a backslash \\ here.'])
+    assert len(hts.audio) / hts.sample_rate == pytest.approx(hts.segments[-1].end, abs=0.01)
+    assert [name for _, name in hts.words][:3] == ["a", "quoted", "test"]
+
+
+@needs_teachers
+def test_tiny_corpus_aligned_and_split(tmp_path):
+    manifest = build(tmp_path, "tiny", jobs=2, progress=False)
+    voices = manifest["voices"]
+    assert voices[TTS_VOICE]["utterances"] == 15 and voices[TTS_VOICE]["aligned"] >= 13
+    assert voices["rms"]["heldout"] == voices["rms"]["utterances"] == 4
+    assert all(v["audio_seconds_per_cpu_second"] > 1 for v in voices.values())
+    shard = load_shard(tmp_path / f"{TTS_VOICE}.pt")
+    hop = TTS_MEL.hop_length
+    for i in range(len(shard["keys"])):
+        frames = int(shard["frames"][i])
+        if frames == 0:
+            continue
+        a, b = shard["id_offsets"][i], shard["id_offsets"][i + 1]
+        assert int(shard["durations"][a:b].sum()) == frames
+        assert int(shard["audio_offsets"][i + 1] - shard["audio_offsets"][i]) == frames * hop
+    slt = load_shard(tmp_path / "slt.pt")
+    assert slt["sample_rate"] == 16000 and sum(slt["heldout"]) == 2
+    assert not set(slt["keys"][:-2]) & set(shard["keys"])  # voices read different sentences
+
+
+def test_one_failing_sentence_does_not_sink_its_batch(monkeypatch):
+    from speechrt_train import corpus
+    from speechrt_train.teachers import Utterance
+
+    class Flaky:
+        def synthesize(self, voice, texts):
+            if any("bad" in t for t in texts):
+                raise TeacherError("festival: exit 255")
+            return [Utterance(np.zeros(160, dtype=np.float32), 16000) for _ in texts]
+
+    monkeypatch.setitem(corpus._worker, "teachers", Flaky())
+    out = corpus._synthesize_robustly("slt", ["fine one", "a bad one", "fine two"])
+    assert [u is None for u in out] == [False, True, False]
+    with pytest.raises(TeacherError):
+        corpus._synthesize_robustly("slt", ["bad", "bad too"])

@@ -1,0 +1,218 @@
+"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, export, evaluate,
+cards.
+
+Every training command is time-budgeted (`--minutes`) and resumable: run it again with the same
+`--run` folder and it continues from run/last.pt. See docs/models/README.md for the recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+TRAINED = ("fastpitch", "hifigan", "quartznet")
+
+
+def _device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def _common(p: argparse.ArgumentParser, model: str) -> None:
+    p.add_argument("--corpus", default="corpus", help="corpus folder (default: corpus)")
+    p.add_argument("--run", default=f"runs/{model}", help=f"run folder (default: runs/{model})")
+    p.add_argument("--minutes", type=float, default=8.0, help="wall-time budget (default: 8)")
+    p.add_argument("--max-steps", type=int, help="stop at this step count")
+    p.add_argument("--deadline", type=float, help="unix time by which to stop stepping")
+    p.add_argument("--preset", help="model size preset")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="any config field"
+    )
+    p.add_argument("--device", default="auto")
+    p.add_argument("--limit", type=int, help="use at most this many utterances (smoke tests)")
+    p.add_argument("--checkpoint-minutes", type=float, default=3.0)
+    p.add_argument("--log-every", type=int, default=100)
+    p.add_argument("--eval-every", type=int, help="evaluate every N steps (always at the end)")
+    p.add_argument("--warm-start", help="compact file to start from when the run has no last.pt")
+    p.add_argument("--compact-out", help="also write the weights (fp16) to this compact file")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m speechrt_train", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("corpus", help="synthesize the teacher corpus")
+    p.add_argument("--out", default="corpus")
+    p.add_argument(
+        "--plan", default="small", help="full, small, tiny or synthetic (default: small)"
+    )
+    p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--prefix", help="unpacked .debs (scripts/corpus/unpack.sh); default: system")
+    p.add_argument(
+        "--fortunes-root", help="Debian root holding the fortunes (default: prefix or /)"
+    )
+    p.add_argument("--minutes", type=float, help="stop handing out work after this long")
+    p.add_argument("--quiet", action="store_true")
+    for name in TRAINED:
+        _common(sub.add_parser(name, help=f"train {name} (time-budgeted, resumable)"), name)
+    p = sub.add_parser("export", help="runs -> model directories (+ evaluation)")
+    p.add_argument("--runs", default="runs", help="folder of run folders (default: runs)")
+    p.add_argument("--out", default="src/speechrt/defaults")
+    p.add_argument("--fp32", action="store_true", help="keep float32 weights")
+    p.add_argument("--evaluate", action="store_true", help="also run `evaluate` on the result")
+    p.add_argument("--corpus", default="corpus")
+    p.add_argument("--metrics", help="write the summary (JSON) here too")
+    p.add_argument("--device", default="auto")
+    p = sub.add_parser("cards", help="write docs/models/<model>.md from an export's metrics")
+    p.add_argument("--metrics", required=True)
+    p.add_argument("--out", default="docs/models")
+    p = sub.add_parser("evaluate", help="WERs of exported defaults through speechrt's pipelines")
+    p.add_argument("--defaults", default="src/speechrt/defaults")
+    p.add_argument("--corpus", default="corpus")
+    p.add_argument("--sentences", type=int, default=200)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--metrics", help="write the result (JSON) here too")
+    return parser
+
+
+def _overrides(args: argparse.Namespace, config: Any) -> Any:
+    import dataclasses
+
+    changes = {k: getattr(args, k) for k in ("preset", "batch_size", "lr") if getattr(args, k)}
+    fields = {f.name: f.type for f in dataclasses.fields(config)}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in fields:
+            raise SystemExit(f"--set {item}: no field {key!r} in {sorted(fields)}")
+        kind = {"int": int, "float": float, "bool": lambda v: v.lower() in ("1", "true")}
+        changes[key] = kind.get(str(fields[key]), str)(value)
+    return dataclasses.replace(config, **changes)
+
+
+def _trainer(args: argparse.Namespace, device: str) -> Any:
+    from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE, load_shard
+
+    corpus = Path(args.corpus)
+    if args.command in ("fastpitch", "hifigan"):
+        from speechrt_train.tts_data import load_voice
+
+        shard = load_shard(corpus / f"{TTS_VOICE}.pt")
+        train = load_voice(shard, heldout=False, device=device, limit=args.limit)
+        val = load_voice(shard, heldout=True, device=device, limit=args.limit)
+        if args.command == "fastpitch":
+            from speechrt_train.fastpitch_train import FastPitchConfig, FastPitchTrainer
+
+            return FastPitchTrainer(train, val, _overrides(args, FastPitchConfig()), device)
+        from speechrt_train.hifigan_train import HiFiGANConfig, HiFiGANTrainer
+
+        return HiFiGANTrainer(train, val, _overrides(args, HiFiGANConfig()), device)
+    from speechrt_train.asr_data import load_speech
+    from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
+
+    shards = [load_shard(p) for p in sorted(corpus.glob("*.pt")) if p.stem != HELDOUT_VOICE]
+    train = load_speech(shards, heldout=False, device=device, limit=args.limit)
+    val = load_speech([load_shard(corpus / f"{HELDOUT_VOICE}.pt")], True, device=device)
+    return QuartzNetTrainer(train, val, _overrides(args, QuartzNetConfig()), device)
+
+
+def train(args: argparse.Namespace) -> dict[str, Any]:
+    import time
+
+    import torch
+
+    from speechrt_train.loop import run, write_compact
+
+    device = _device(args.device)
+    if device.startswith("cuda"):
+        torch.set_float32_matmul_precision("high")  # TF32 for the float32 parts
+        # HiFi-GAN sees one segment shape: let cuDNN pick its fastest kernels once
+        torch.backends.cudnn.benchmark = args.command == "hifigan"
+    trainer = _trainer(args, device)
+    minutes = args.minutes
+    if args.deadline:  # data loading took part of the chunk: step only until the deadline
+        minutes = max(0.0, min(minutes, (args.deadline - time.time()) / 60))
+    summary = run(
+        trainer,
+        args.run,
+        minutes,
+        max_steps=args.max_steps,
+        checkpoint_minutes=args.checkpoint_minutes,
+        log_every=args.log_every,
+        eval_every=args.eval_every,
+        warm_start=args.warm_start,
+        progress=not args.quiet,
+        name=args.command,
+    )
+    if args.compact_out:
+        write_compact(trainer, args.run, args.compact_out)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "corpus" and args.plan == "synthetic":
+        from speechrt_train.synthetic import write_corpus
+
+        result: dict[str, Any] = write_corpus(args.out)
+    elif args.command == "corpus":
+        from speechrt_train.corpus import build
+
+        root = args.fortunes_root or args.prefix or "/"
+        result = build(
+            args.out, args.plan, args.jobs, args.prefix, root, args.minutes, not args.quiet
+        )
+    elif args.command in TRAINED:
+        result = train(args)
+    elif args.command == "export":
+        from speechrt_train.export import evaluate, export, write_metrics
+
+        runs = {m: Path(args.runs) / m for m in TRAINED if (Path(args.runs) / m).exists()}
+        if not runs:
+            print(f"no runs under {args.runs}", file=sys.stderr)
+            return 2
+        device = _device(args.device)
+        speech = None
+        if "quartznet" in runs and (Path(args.corpus) / "manifest.json").exists():
+            from speechrt_train.asr_data import load_speech
+            from speechrt_train.corpus import HELDOUT_VOICE, load_shard
+
+            shards = [
+                load_shard(p)
+                for p in sorted(Path(args.corpus).glob("*.pt"))
+                if p.stem != HELDOUT_VOICE
+            ]
+            speech = load_speech(shards, heldout=False, device=device, limit=1000)
+        result = {"export": export(runs, args.out, not args.fp32, speech, device)}
+        manifest = Path(args.corpus) / "manifest.json"
+        if manifest.exists():
+            result["corpus"] = json.loads(manifest.read_text())
+        if args.evaluate:
+            result["eval"] = evaluate(args.out, args.corpus, device=device)
+        if args.metrics:
+            write_metrics(args.metrics, result)
+    elif args.command == "cards":
+        from speechrt_train.cards import write_cards
+
+        result = {"written": [str(p) for p in write_cards(args.metrics, args.out)]}
+    else:
+        from speechrt_train.export import evaluate, write_metrics
+
+        result = evaluate(
+            args.defaults, args.corpus, n_sentences=args.sentences, device=_device(args.device)
+        )
+        if args.metrics:
+            write_metrics(args.metrics, result)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Model cards (docs/models/<model>.md) written from an export's metrics.json.
+
+`python -m speechrt_train cards --metrics out/metrics.json` after the final GPU chunk: every
+number in a card comes from that file (corpus manifest, export summary, evaluation).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+COMMANDS = """\
+```bash
+bash scripts/corpus/fetch.sh                 # here: .debs + wheels into .carry/ (git-ignored)
+# on the GPU machine, carrying .carry, one chunk per call (each < 10 min):
+bash scripts/gpu_train.sh 9.3                # 1st: unpack, corpus (<= 3 min), train, checkpoint
+bash scripts/gpu_train.sh 9.3                # 2nd: resumes runs/*/last.pt on the warm machine
+bash scripts/gpu_train.sh 9.3 --export       # last: train, export fp16, evaluate -> $OUT
+# back here: copy $OUT/defaults/* into src/speechrt/defaults/, then
+PYTHONPATH=src:train python -m speechrt_train cards --metrics $OUT/metrics.json
+```"""
+
+ABOUT = {
+    "fastpitch": (
+        "FastPitch acoustic model (`voice-acoustic`)",
+        "Text -> 80-band log-mel at 22.05 kHz, hop 256 (DLE's mel). Input: speechrt's English "
+        "front end with `p_arpabet = 1.0` (ARPAbet for words the CMU dictionary pronounces one "
+        "way, letters otherwise), symbol set `english_basic`, cleaners `english_cleaners_v2`. "
+        "Durations are exact: festival reports when each phone of the teacher ends, mapped onto "
+        "our symbols (train/speechrt_train/align.py); pitch (YIN) and energy are averaged per "
+        "symbol as in DLE. Loss: mel MSE + 0.1 x (log-duration, pitch, energy MSE).",
+    ),
+    "hifigan": (
+        "HiFi-GAN vocoder (`voice-vocoder`)",
+        "Log-mel -> 22.05 kHz audio; generator = HiFi-GAN V2 size, trained against multi-period "
+        "and multi-scale discriminators (narrowed to 1/4 width) with least-squares GAN, feature "
+        "matching (x2) and full-band mel L1 (x45) losses, on 8192-sample segments of the "
+        "teacher's audio and its ground-truth mels. Weight norm folded at export.",
+    ),
+    "quartznet": (
+        "QuartzNet 5x5 recogniser (`asr`)",
+        "16 kHz audio -> 64 log-mel features (DLE's front end, no dither) -> greedy CTC over "
+        "` a-z '`. Trained with CTC on every teacher voice except the held-out one, with speed "
+        "(x0.9-1.1), gain (+-6 dB), white noise (10-40 dB SNR, half the items) and SpecAugment; "
+        "BatchNorm folded into the convolutions at export.",
+    ),
+}
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    lines = ["| | |", "| --- | --- |"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def _corpus_rows(corpus: dict[str, Any]) -> list[tuple[str, Any]]:
+    rows = []
+    for voice, v in corpus.get("voices", {}).items():
+        aligned = f", {v['aligned']} aligned" if "aligned" in v else ""
+        rows.append(
+            (
+                f"voice {voice}",
+                f"{v['utterances']} utterances ({v.get('heldout', '?')} held-out{aligned}), "
+                f"{v.get('hours', '?')} h, "
+                f"{v.get('audio_seconds_per_cpu_second', '?')} audio-s/CPU-s",
+            )
+        )
+    if "wall_seconds" in corpus:
+        rows.append(("corpus generation", f"{corpus['wall_seconds']} s on {corpus['jobs']} cores"))
+    return rows
+
+
+def card(model: str, metrics: dict[str, Any]) -> str:
+    title, about = ABOUT[model]
+    export = metrics["export"][model]
+    ev = metrics.get("eval", {})
+    rows: list[tuple[str, Any]] = [
+        ("component", f"`src/speechrt/defaults/{export['dir']}/`"),
+        ("preset", export.get("config", {}).get("preset", "?")),
+        ("parameters", f"{export['parameters']:,}"),
+        (
+            "weights",
+            f"{export['dtype']}, {export['bytes'] / 1e6:.2f} MB "
+            f"(fp16 relative output change {export['fp16_rel_error']:.2e})",
+        ),
+        ("training steps", export["steps"]),
+        ("training time", f"{export['train_seconds'] / 60:.1f} min (one GPU shared by 3 runs)"),
+        ("final training losses", json.dumps(export.get("last_losses", {}))),
+        ("final evaluation", json.dumps(export.get("last_eval", {}))),
+    ]
+    if model == "quartznet" and "asr_heldout_voice" in ev:
+        a = ev["asr_heldout_voice"]
+        rows.append(
+            (
+                f"WER, held-out voice {a['voice']}",
+                f"{a['wer']:.3f} ({a['sentences']} held-out sentences)",
+            )
+        )
+        t = ev.get("asr_teacher_voice_heldout_text", {})
+        if t:
+            rows.append((f"WER, training voice {t['voice']}, held-out text", f"{t['wer']:.3f}"))
+    if model in ("fastpitch", "hifigan") and "tts_intelligibility" in ev:
+        t = ev["tts_intelligibility"]
+        rows.append(
+            (
+                "WER of our recogniser on our voice",
+                f"{t['wer']:.3f} ({t['sentences']} held-out sentences)",
+            )
+        )
+        rows.append(('"Hello world." heard as', repr(ev.get("hello_world", ""))))
+    config = export.get("config", {})
+    parts = [
+        f"# {title}",
+        "",
+        about,
+        "",
+        _table(rows),
+        "",
+        "## Data",
+        "",
+        "English sentences from Debian's `fortunes` (train/speechrt_train/texts.py), 3 % held "
+        "out by a hash of the text (no model trains on them), read by Debian's flite voices "
+        "(rms, slt, awb, kal16) and festival's HTS voice cmu_us_slt_arctic_hts (the TTS voice). "
+        "The held-out recogniser voice hears only held-out sentences.",
+        "",
+        _table(_corpus_rows(metrics.get("corpus", {}))),
+        "",
+        "## Training configuration",
+        "",
+        "```json",
+        json.dumps(config, indent=1),
+        "```",
+        "",
+        "## How it was made",
+        "",
+        COMMANDS,
+        "",
+        "Examples and full numbers: the metrics.json of the export (`eval`).",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def write_cards(metrics_path: str | Path, out_dir: str | Path = "docs/models") -> list[Path]:
+    metrics = json.loads(Path(metrics_path).read_text())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for model in ABOUT:
+        if model in metrics.get("export", {}):
+            path = out / f"{model}.md"
+            path.write_text(card(model, metrics))
+            written.append(path)
+    return written

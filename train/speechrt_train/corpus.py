@@ -1,0 +1,262 @@
+"""`python -m speechrt_train corpus`: every teacher voice reads its share of the sentences.
+
+    sentences (texts.py) -> per voice: train slice + held-out slice -> worker processes
+    (one festival process per batch; flite per sentence) -> resampled, aligned (TTS voice)
+    -> corpus/<voice>.pt (one "shard" per voice) + corpus/manifest.json (hours, speeds, skips)
+
+A shard is a dict of plain tensors and lists (torch.load(weights_only=True) reads it):
+    voice, sample_rate, keys, texts (the sentence), spoken (what the teacher read), heldout,
+    audio (int16, all utterances concatenated), audio_offsets (N + 1,),
+    and for the TTS voice: ids, id_offsets (N + 1,), durations (frames per id; no ids = not
+    aligned, so ASR-only), frames (N,).
+Train slices of different voices are disjoint where the sentences allow, so the recogniser hears
+as many different sentences as possible.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from speechrt.audio.io import resample
+from speechrt.audio.mel import MelConfig
+from speechrt_train.texts import Sentence, load_sentences, split
+
+TTS_VOICE = "slt-hts"  # the voice our FastPitch + HiFi-GAN learn
+HELDOUT_VOICE = "rms"  # the voice no recogniser trains on: its held-out sentences measure WER
+ASR_RATE = 16000
+TTS_MEL = MelConfig()  # DLE's: 22050 Hz, hop 256, 80 mels up to 8 kHz
+BATCH = 32  # sentences per worker task
+
+# voice -> (train sentences, held-out sentences). "full" ~ 5 h TTS voice + 3 h per flite voice,
+# about 1 700 CPU-seconds at the speeds measured on this project's machines (docs/models).
+PLANS: dict[str, dict[str, tuple[int, int]]] = {
+    "full": {
+        "slt-hts": (4900, 200),
+        "slt": (2900, 200),
+        "awb": (2900, 200),
+        "kal16": (2900, 200),
+        "rms": (0, 300),
+    },
+    "small": {v: (200, 20) for v in ("slt-hts", "slt", "awb", "kal16")} | {"rms": (0, 100)},
+    "tiny": {"slt-hts": (12, 3), "slt": (8, 2), "rms": (0, 4)},
+}
+
+
+@dataclass
+class Task:
+    voice: str
+    sentences: list[Sentence]
+
+
+def assign(plan: dict[str, tuple[int, int]], sentences: list[Sentence]) -> list[Task]:
+    """Each voice's batches: held-out sentences first, then a train slice (consecutive slices
+    for consecutive voices, wrapping round). Batches of all voices are interleaved in proportion,
+    so a run stopped at its deadline still has every voice's share done equally far."""
+    train, heldout = split(sentences)
+    ranked: list[tuple[float, int, Task]] = []
+    offset = 0
+    for v, (voice, (n_train, n_heldout)) in enumerate(plan.items()):
+        if n_train > len(train) or n_heldout > len(heldout):
+            raise ValueError(f"{voice}: plan wants more sentences than there are")
+        picked = heldout[:n_heldout] + [train[(offset + i) % len(train)] for i in range(n_train)]
+        offset += n_train
+        batches = [picked[i : i + BATCH] for i in range(0, len(picked), BATCH)]
+        ranked += [(k / len(batches), v, Task(voice, b)) for k, b in enumerate(batches)]
+    return [task for _, _, task in sorted(ranked, key=lambda r: r[:2])]
+
+
+_worker: dict[str, Any] = {}
+
+
+def _prepare(prefix: str | None) -> None:
+    """Load the front end once in the parent: forked workers share it (seconds per worker)."""
+    from scipy import signal  # noqa: F401  (imported once, before the fork)
+
+    from speechrt_train.align import make_processor
+    from speechrt_train.teachers import Teachers
+
+    _worker["teachers"] = Teachers(prefix)
+    _worker["tp"] = make_processor()
+    _worker["tp"].text_to_ids("warm up 1 2 3.")
+
+
+def _init() -> None:
+    torch.set_num_threads(1)
+
+
+def _synthesize_robustly(voice: str, texts: list[str]) -> list[Any]:
+    """The batch at once; if that fails, sentence by sentence, None where one fails (an
+    unattended run must not die for one odd sentence). Gives up when every one fails."""
+    from speechrt_train.teachers import TeacherError
+
+    teachers = _worker["teachers"]
+    try:
+        return teachers.synthesize(voice, texts)
+    except TeacherError:
+        out: list[Any] = []
+        for text in texts:
+            try:
+                out += teachers.synthesize(voice, [text])
+            except TeacherError:
+                out.append(None)
+        if all(u is None for u in out):
+            raise
+        return out
+
+
+def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
+    """Synthesize one batch -> (voice, utterances, CPU s of the synthesizer, CPU s of Python)."""
+    from speechrt_train.align import AlignError, align, tp_plain
+
+    tp = _worker["tp"]
+    self_before = time.process_time()
+    spoken = [tp_plain(tp).normalize(s.text).strip() for s in task.sentences]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    utts = _synthesize_robustly(task.voice, spoken)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out = []
+    for s, text, u in zip(task.sentences, spoken, utts, strict=True):
+        if u is None:  # the synthesizer failed on this sentence: left out
+            continue
+        item: dict[str, Any] = {"key": s.key, "text": s.text, "spoken": text, "heldout": s.heldout}
+        if task.voice == TTS_VOICE:
+            sr, hop = TTS_MEL.sampling_rate, TTS_MEL.hop_length
+            audio = resample(u.audio, u.sample_rate, sr)
+            try:
+                a = align(s.text, tp, u.words, u.segments, sr / hop)
+                start = int(round(a.start * sr))
+                audio = audio[start : start + a.frames * hop]
+                audio = np.pad(audio, (0, a.frames * hop - len(audio)))
+                item.update(ids=a.ids, durations=a.durations, frames=a.frames)
+            except AlignError as e:
+                item.update(ids=[], durations=[], frames=0, skip=str(e))
+        else:
+            audio = resample(u.audio, u.sample_rate, ASR_RATE)
+        item["audio"] = np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16)
+        out.append(item)
+    return task.voice, out, cpu, time.process_time() - self_before
+
+
+def _concat(parts: list[list[int]] | list[np.ndarray], dtype: torch.dtype) -> tuple:
+    lengths = [len(p) for p in parts]
+    offsets = torch.zeros(len(parts) + 1, dtype=torch.long)
+    offsets[1:] = torch.tensor(lengths, dtype=torch.long).cumsum(0)
+    flat = np.concatenate([np.asarray(p) for p in parts]) if parts else np.zeros(0)
+    return torch.from_numpy(flat.astype(np.int64)).to(dtype), offsets
+
+
+def make_shard(voice: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    items = sorted(items, key=lambda x: (x["heldout"], x["key"]))
+    audio, audio_offsets = _concat([x["audio"] for x in items], torch.int16)
+    shard: dict[str, Any] = {
+        "voice": voice,
+        "sample_rate": TTS_MEL.sampling_rate if voice == TTS_VOICE else ASR_RATE,
+        "keys": [x["key"] for x in items],
+        "texts": [x["text"] for x in items],
+        "spoken": [x["spoken"] for x in items],
+        "heldout": [bool(x["heldout"]) for x in items],
+        "audio": audio,
+        "audio_offsets": audio_offsets,
+    }
+    if voice == TTS_VOICE:
+        shard["ids"], shard["id_offsets"] = _concat([x["ids"] for x in items], torch.int16)
+        shard["durations"], _ = _concat([x["durations"] for x in items], torch.int16)
+        shard["frames"] = torch.tensor([x["frames"] for x in items], dtype=torch.long)
+        shard["mel"] = TTS_MEL.to_dict()
+    return shard
+
+
+def build(
+    out_dir: str | Path,
+    plan: str | dict[str, tuple[int, int]] = "small",
+    jobs: int = 0,
+    prefix: str | None = None,
+    fortunes_root: str | Path = "/",
+    minutes: float | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Synthesize the corpus into out_dir; returns (and writes) the manifest.
+
+    `minutes`: stop handing out batches after this long and keep what is done (the batches are
+    interleaved across voices, so each voice gets its proportional share)."""
+    from tqdm import tqdm
+
+    plan = PLANS[plan] if isinstance(plan, str) else plan
+    sentences = load_sentences(fortunes_root)
+    if not sentences:
+        raise FileNotFoundError(f"no fortune files under {fortunes_root} (unpack the .debs)")
+    tasks = assign(plan, sentences)
+    jobs = jobs or mp.cpu_count()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    _prepare(prefix)
+    items: dict[str, list[dict[str, Any]]] = {v: [] for v in plan}
+    synth_cpu = {v: 0.0 for v in plan}
+    python_cpu = {v: 0.0 for v in plan}
+    deadline = t0 + 60 * minutes if minutes else float("inf")
+    total = sum(len(t.sentences) for t in tasks)
+    stopped = False
+    with (
+        mp.get_context("fork").Pool(jobs, _init) as pool,
+        tqdm(total=total, unit="utt", desc="corpus", disable=not progress, mininterval=5) as bar,
+    ):
+        for voice, done, synth, python in pool.imap_unordered(_run_task, tasks):
+            items[voice] += done
+            synth_cpu[voice] += synth
+            python_cpu[voice] += python
+            bar.update(len(done))
+            if time.time() > deadline:
+                stopped = True
+                pool.terminate()
+                break
+    manifest: dict[str, Any] = {
+        "plan": plan,
+        "jobs": jobs,
+        "wall_seconds": round(time.time() - t0, 1),
+        "stopped_at_deadline": stopped,
+    }
+    voices = {}
+    for voice, its in items.items():
+        shard = make_shard(voice, its)
+        torch.save(shard, out / f"{voice}.pt")
+        seconds = len(shard["audio"]) / shard["sample_rate"]
+        cpu = synth_cpu[voice] + python_cpu[voice]
+        info = {
+            "utterances": len(its),
+            "heldout": sum(shard["heldout"]),
+            "hours": round(seconds / 3600, 3),
+            "synth_cpu_seconds": round(synth_cpu[voice], 1),
+            "python_cpu_seconds": round(python_cpu[voice], 1),
+            "audio_seconds_per_synth_cpu_second": round(seconds / max(synth_cpu[voice], 1e-9), 1),
+            "audio_seconds_per_cpu_second": round(seconds / max(cpu, 1e-9), 1),
+        }
+        if voice == TTS_VOICE:
+            skips = [x.get("skip") for x in its if x.get("skip")]
+            info["aligned"] = len(its) - len(skips)
+            info["skipped_examples"] = skips[:5]
+        voices[voice] = info
+    manifest["voices"] = voices
+    manifest["total_cpu_seconds"] = round(sum(synth_cpu.values()) + sum(python_cpu.values()), 1)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def load_shard(path: str | Path) -> dict[str, Any]:
+    return torch.load(path, weights_only=True)
+
+
+def utterance_audio(shard: dict[str, Any], i: int) -> torch.Tensor:
+    """Utterance i's samples as float32 in [-1, 1]."""
+    a, b = int(shard["audio_offsets"][i]), int(shard["audio_offsets"][i + 1])
+    return shard["audio"][a:b].float() / 32768.0

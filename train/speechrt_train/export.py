@@ -1,0 +1,249 @@
+"""Trained runs -> the model repository form speechrt ships, and their evaluation.
+
+    runs/fastpitch/last.pt -> <out>/voice-acoustic/   FastPitch, meta.text = our front end
+    runs/hifigan/last.pt   -> <out>/voice-vocoder/    HiFi-GAN, weight norm folded
+    runs/quartznet/last.pt -> <out>/asr/              QuartzNet, BatchNorm folded, labels, features
+each as model.json + model.safetensors (fp16 unless --fp32; speechrt loads either), then
+`evaluate`: through speechrt's own TTS and ASR pipelines, WER of the recogniser on the held-out
+voice, and of our voice read back by our recogniser (and the teacher's, for reference).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from speechrt.audio.features import FeatureConfig
+from speechrt.audio.io import resample
+from speechrt.audio.mel import MelConfig
+from speechrt.models.fastpitch import FastPitch, FastPitchDims
+from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
+from speechrt.models.jasper import LABELS, QuartzNetDims
+from speechrt.repo import ComponentInfo, save_component
+from speechrt_train.align import make_processor
+from speechrt_train.asr_data import SpeechData, transcript
+from speechrt_train.fastpitch_train import PRESETS as FASTPITCH_PRESETS
+from speechrt_train.hifigan_train import PRESETS as HIFIGAN_PRESETS
+from speechrt_train.hifigan_train import plain_generator
+from speechrt_train.loop import CHECKPOINT, LOG
+from speechrt_train.quartznet_train import PRESETS as QUARTZNET_PRESETS
+from speechrt_train.quartznet_train import TrainableJasper, precise_bn
+
+NAMES = {"fastpitch": "voice-acoustic", "hifigan": "voice-vocoder", "quartznet": "asr"}
+MAX_TOTAL_MB = 40.0
+
+
+def load_run(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run's last.pt (full) or compact file -> (trainer state, info: steps, seconds, and
+    the run's last logged losses and evaluation)."""
+    path = Path(path)
+    run_dir = path if path.is_dir() else None
+    if path.is_dir():
+        path = path / CHECKPOINT
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    trainer = state.get("trainer", state)
+    info: dict[str, Any] = {
+        "steps": int(trainer["step"]),
+        "train_seconds": round(float(state["elapsed"]), 1),
+        "config": trainer.get("config", {}),
+    }
+    log = run_dir / LOG if run_dir else None
+    if log is not None and log.exists():
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        losses = [r for r in records if "eval" not in r]
+        evals = [r for r in records if "eval" in r]
+        info["last_losses"] = losses[-1] if losses else {}
+        info["last_eval"] = evals[-1]["eval"] if evals else {}
+    return trainer, info
+
+
+def _float(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.float() if v.is_floating_point() else v for k, v in sd.items()}
+
+
+def fastpitch_component(trainer: dict[str, Any]) -> tuple[FastPitch, ComponentInfo]:
+    preset = trainer.get("config", {}).get("preset", "fastpitch-small")
+    model = FastPitch(FastPitchDims(**FASTPITCH_PRESETS[preset]))
+    model.load_state_dict(_float(trainer["model"]))
+    meta = {"text": make_processor().to_meta(), "preset": preset}
+    return model, ComponentInfo("fastpitch", model.dims, MelConfig(), meta)
+
+
+def hifigan_component(trainer: dict[str, Any]) -> tuple[HiFiGAN, ComponentInfo]:
+    preset = trainer.get("config", {}).get("preset", "hifigan-small")
+    gen = HiFiGAN(HiFiGANDims(**HIFIGAN_PRESETS[preset]), weight_norm=True)
+    gen.load_state_dict(_float(trainer["gen"]))
+    model = plain_generator(gen)
+    return model, ComponentInfo("hifigan", model.dims, MelConfig(), {"preset": preset})
+
+
+def quartznet_component(
+    trainer: dict[str, Any], data: SpeechData | None = None, device: str = "cpu"
+) -> tuple[torch.nn.Module, ComponentInfo]:
+    """With `data` (training speech), the BatchNorm statistics are recomputed for the final
+    weights (precise_bn) before they are folded."""
+    from speechrt.models.jasper import QuartzNet
+
+    config = trainer.get("config", {})
+    preset = config.get("preset", "quartznet-5x5")
+    features = FeatureConfig(dither=float(config.get("dither", 1e-5)))  # as trained
+    trainable = TrainableJasper(QuartzNetDims(**QUARTZNET_PRESETS[preset]))
+    trainable.load_state_dict(_float(trainer["model"]))
+    if data is not None:
+        precise_bn(trainable.to(device), data, features)
+    model = QuartzNet(trainable.net.dims)
+    model.load_state_dict(trainable.cpu().eval().folded_state_dict())
+    meta = {
+        "labels": list(LABELS),
+        "features": features.to_dict(),  # speechrt draws the dither per window from a seed
+        "pad_leading": 0,
+        "preset": preset,
+        "precise_bn": data is not None,
+    }
+    return model, ComponentInfo("quartznet", model.dims, None, meta)
+
+
+def _probe(name: str, model: torch.nn.Module) -> torch.Tensor:
+    """A fixed input's output, in float32 (for the fp16 check)."""
+    t = torch.arange(22050) / 22050
+    wave = sum(torch.sin(2 * torch.pi * 140 * k * t) / k for k in range(1, 6)) * 0.2
+    with torch.no_grad():
+        if name == "fastpitch":
+            ids = torch.tensor([make_processor().encode("Hello world, this is a test.")])
+            return model.infer(ids, torch.tensor([ids.shape[1]])).mel
+        if name == "hifigan":
+            from speechrt.audio.mel import mel_spectrogram
+
+            return model(mel_spectrogram(wave[None], MelConfig()))
+        from speechrt.audio.features import batch_features
+
+        feats, lengths = batch_features([wave[:16000]], FeatureConfig())
+        return model(feats, lengths)[0]
+
+
+def fp16_error(name: str, model: torch.nn.Module) -> float:
+    """Relative RMS change of the probe output when the weights are rounded to fp16."""
+    rounded = type(model)(model.dims)
+    rounded.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
+    a, b = _probe(name, model.eval()), _probe(name, rounded.eval())
+    if name == "quartznet":  # compare probabilities, not log-probabilities of unlikely labels
+        a, b = a.exp(), b.exp()
+    return float((a - b).square().mean().sqrt() / a.square().mean().sqrt().clamp(min=1e-12))
+
+
+FP16_TOLERANCE = 0.01
+
+BUILDERS = {
+    "fastpitch": fastpitch_component,
+    "hifigan": hifigan_component,
+    "quartznet": quartznet_component,
+}
+
+
+def export(
+    runs: dict[str, str | Path],
+    out_dir: str | Path,
+    fp16: bool = True,
+    speech: SpeechData | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Write each run (model name -> run dir or compact file) as a component under out_dir.
+    `speech`: training speech for the recogniser's BatchNorm statistics (precise_bn)."""
+    out = Path(out_dir)
+    summary: dict[str, Any] = {}
+    total = 0
+    for name, path in runs.items():
+        trainer, info = load_run(path)
+        if name == "quartznet":
+            model, component = quartznet_component(trainer, speech, device)
+        else:
+            model, component = BUILDERS[name](trainer)
+        component.source = {"trained_by": "speechrt_train", "steps": info["steps"]}
+        component.source["train_seconds"] = info["train_seconds"]
+        error = fp16_error(name, model)
+        dtype = torch.float16 if fp16 and error < FP16_TOLERANCE else None
+        target = save_component(out / NAMES[name], component, model.state_dict(), dtype)
+        size = sum(p.stat().st_size for p in target.iterdir())
+        total += size
+        params = sum(v.numel() for v in model.state_dict().values())
+        summary[name] = {**info, "dir": NAMES[name], "parameters": params, "bytes": size}
+        summary[name] |= {"dtype": "fp16" if dtype else "fp32", "fp16_rel_error": error}
+    summary["total_mb"] = round(total / 1e6, 2)
+    if total / 1e6 > MAX_TOTAL_MB:
+        raise ValueError(f"the defaults take {total / 1e6:.1f} MB (limit {MAX_TOTAL_MB} MB)")
+    return summary
+
+
+def _asr_wer(asr: Any, audios: list[np.ndarray], refs: list[str]) -> tuple[float, list[str]]:
+    from speechrt.metrics import wer
+
+    # an untrained voice can say (almost) nothing: pad to the recogniser's shortest input
+    shortest = asr.features.min_samples
+    audios = [np.pad(a, (0, max(0, shortest - len(a)))) for a in audios]
+    hyps = [t.text for t in asr.transcribe(audios, batch_size=16)]
+    return wer(refs, hyps), hyps
+
+
+def evaluate(
+    defaults: str | Path,
+    corpus: str | Path,
+    heldout_voice: str = "rms",
+    tts_voice: str = "slt-hts",
+    n_sentences: int = 200,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """WERs through speechrt's runtime: ASR on `heldout_voice`, our voice through our ASR."""
+    from speechrt.asr import ASR
+    from speechrt.tts import TTS
+    from speechrt_train.corpus import load_shard, utterance_audio
+
+    d = Path(defaults)
+    asr = ASR(d / "asr", device=device)
+    tts = TTS(d / "voice-acoustic", d / "voice-vocoder", device=device)
+    result: dict[str, Any] = {}
+    shard = load_shard(Path(corpus) / f"{heldout_voice}.pt")
+    idx = [i for i, h in enumerate(shard["heldout"]) if h][:n_sentences]
+    audios = [utterance_audio(shard, i).numpy() for i in idx]
+    refs = [transcript(shard["spoken"][i]) for i in idx]
+    score, hyps = _asr_wer(asr, audios, refs)
+    result["asr_heldout_voice"] = {"voice": heldout_voice, "sentences": len(idx), "wer": score}
+    result["asr_examples"] = [
+        {"ref": r, "hyp": h} for r, h in list(zip(refs, hyps, strict=True))[:5]
+    ]
+
+    teacher = load_shard(Path(corpus) / f"{tts_voice}.pt")
+    idx = [i for i, h in enumerate(teacher["heldout"]) if h][:n_sentences]
+    texts = [teacher["texts"][i] for i in idx]
+    refs = [transcript(teacher["spoken"][i]) for i in idx]
+    sr = teacher["sample_rate"]
+    audios = [resample(utterance_audio(teacher, i).numpy(), sr, asr.sample_rate) for i in idx]
+    score, _ = _asr_wer(asr, audios, refs)
+    result["asr_teacher_voice_heldout_text"] = {"voice": tts_voice, "wer": score}
+
+    t0 = time.perf_counter()
+    ours = tts.synthesize(texts, batch_size=16)
+    synth_seconds = time.perf_counter() - t0
+    audios = [resample(a, tts.sampling_rate, asr.sample_rate) for a in ours]
+    score, hyps = _asr_wer(asr, audios, refs)
+    result["tts_intelligibility"] = {
+        "sentences": len(texts),
+        "wer": score,
+        "audio_seconds": round(sum(len(a) for a in ours) / tts.sampling_rate, 1),
+        "synthesis_seconds": round(synth_seconds, 2),
+    }
+    result["tts_examples"] = [
+        {"ref": r, "hyp": h} for r, h in list(zip(refs, hyps, strict=True))[:5]
+    ]
+    hello = tts.synthesize(["Hello world."])[0]
+    _, heard = _asr_wer(asr, [resample(hello, tts.sampling_rate, asr.sample_rate)], ["hello world"])
+    result["hello_world"] = heard[0]
+    return result
+
+
+def write_metrics(path: str | Path, metrics: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(metrics, indent=1) + "\n")

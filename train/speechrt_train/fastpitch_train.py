@@ -1,0 +1,218 @@
+"""Training FastPitch (speechrt.models.fastpitch) with exact durations from the teacher.
+
+The inference module is trained as it is: its encoder, predictors, embeddings and decoder are
+called with the ground-truth durations, pitch and energy (teacher forcing, as DLE's forward):
+
+    ids -> encoder -> duration / pitch predictors; + pitch_emb(target pitch)
+        -> energy predictor; + energy_emb(target energy) -> repeat by target durations
+        -> decoder -> proj -> mel
+    loss = MSE(mel) + 0.1 * (MSE(log(1 + dur)) + MSE(pitch) + MSE(energy)), masked (DLE's weights)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from speechrt.models.fastpitch import FastPitch, FastPitchDims, lengths_mask
+from speechrt_train.loop import Batches, half, warmup_rsqrt
+from speechrt_train.tts_data import TextBatch, VoiceData, text_batch
+
+# ~7.9 M parameters (15.8 MB in fp16): 4 + 4 FFT layers of width 256.
+PRESETS: dict[str, dict[str, Any]] = {
+    "fastpitch-small": dict(
+        symbols_embedding_dim=256,
+        in_fft_n_layers=4,
+        in_fft_n_heads=2,
+        in_fft_d_head=64,
+        in_fft_conv1d_filter_size=512,
+        in_fft_output_size=256,
+        out_fft_n_layers=4,
+        out_fft_n_heads=2,
+        out_fft_d_head=64,
+        out_fft_conv1d_filter_size=512,
+        out_fft_output_size=256,
+        dur_predictor_filter_size=128,
+        pitch_predictor_filter_size=128,
+        energy_predictor_filter_size=128,
+    ),
+    "fastpitch-tiny": dict(  # tests
+        symbols_embedding_dim=32,
+        in_fft_n_layers=1,
+        in_fft_n_heads=2,
+        in_fft_d_head=16,
+        in_fft_conv1d_filter_size=64,
+        in_fft_output_size=32,
+        out_fft_n_layers=1,
+        out_fft_n_heads=2,
+        out_fft_d_head=16,
+        out_fft_conv1d_filter_size=64,
+        out_fft_output_size=32,
+        dur_predictor_filter_size=32,
+        pitch_predictor_filter_size=32,
+        energy_predictor_filter_size=32,
+    ),
+}
+
+
+@dataclass
+class FastPitchConfig:
+    preset: str = "fastpitch-small"
+    batch_size: int = 32
+    max_frames: int = 32 * 800  # padded mel frames per batch
+    lr: float = 1e-3
+    warmup: int = 1000
+    weight_decay: float = 1e-6
+    grad_clip: float = 1000.0
+    seed: int = 0
+    amp: bool = True  # bf16 autocast on CUDA
+
+
+class FastPitchOut:
+    def __init__(self, mel: Tensor, log_dur: Tensor, pitch: Tensor, energy: Tensor) -> None:
+        self.mel, self.log_dur, self.pitch, self.energy = mel, log_dur, pitch, energy
+
+
+def expand(durations: Tensor, enc: Tensor, frames: int) -> Tensor:
+    """Repeat symbol j of item b durations[b, j] times: enc (B, L, D) -> (B, frames, D), zero
+    past each item's total. As speechrt's regulate_length with integer durations, but with the
+    frame count known beforehand, so the GPU is never waited for."""
+    ends = durations.cumsum(dim=1)  # (B, L)
+    t = torch.arange(frames, device=enc.device)
+    index = (ends[:, None, :] <= t[None, :, None]).sum(dim=2)  # (B, T): symbol of frame t
+    inside = index < durations.shape[1]
+    index = index.clamp(max=enc.size(1) - 1)
+    out = enc.gather(1, index[:, :, None].expand(-1, -1, enc.size(2)))
+    return out * inside[:, :, None].to(enc.dtype)
+
+
+def teacher_forced(model: FastPitch, b: TextBatch) -> FastPitchOut:
+    """The training forward: predictions from ids, mel from the target durations/pitch/energy."""
+    B, L = b.ids.shape
+    inside_bl = lengths_mask(b.lengths, L)
+    sym_mask = inside_bl & (b.ids != model.dims.padding_idx)
+    enc = model.encoder(b.ids, sym_mask, inside_bl)  # (B, L, D)
+    mask = sym_mask[:, :, None].to(enc.dtype)
+    inside = inside_bl[:, None, :].to(enc.dtype)
+    log_dur = model.duration_predictor(enc, mask, inside).squeeze(2)  # (B, L)
+    pitch = model.pitch_predictor(enc, mask, inside).squeeze(2)  # (B, L), one formant
+    enc = enc + model.pitch_emb(b.pitch[:, None, :].to(enc.dtype)).transpose(1, 2)
+    energy = model.energy_predictor(enc, mask, inside).squeeze(2)
+    enc = enc + model.energy_emb(b.energy[:, None, :].to(enc.dtype)).transpose(1, 2)
+    frames = expand(b.durations, enc, b.mel.shape[2])
+    frames_mask = lengths_mask(b.mel_lengths, frames.size(1))
+    dec = model.decoder(frames, frames_mask, frames_mask)
+    mel = model.proj(dec).permute(0, 2, 1)  # (B, n_mels, T)
+    return FastPitchOut(mel, log_dur, pitch, energy)
+
+
+def losses(out: FastPitchOut, b: TextBatch) -> dict[str, Tensor]:
+    T = min(out.mel.shape[2], b.mel.shape[2])
+    fmask = lengths_mask(b.mel_lengths, T)[:, None, :].float()  # (B, 1, T)
+    mel_err = (out.mel[:, :, :T].float() - b.mel[:, :, :T]).square() * fmask
+    mel = mel_err.sum() / (fmask.sum() * out.mel.shape[1])
+    smask = lengths_mask(b.lengths, b.ids.shape[1]).float()
+
+    def masked_mse(pred: Tensor, target: Tensor) -> Tensor:
+        return ((pred.float() - target).square() * smask).sum() / smask.sum()
+
+    dur = masked_mse(out.log_dur, torch.log1p(b.durations.float()))
+    pitch = masked_mse(out.pitch, b.pitch)
+    energy = masked_mse(out.energy, b.energy)
+    total = mel + 0.1 * (dur + pitch + energy)
+    return {"loss": total, "mel": mel, "dur": dur, "pitch": pitch, "energy": energy}
+
+
+class FastPitchTrainer:
+    """One FastPitch, its optimizer and its data order (see loop.Trainer)."""
+
+    def __init__(
+        self,
+        train: VoiceData,
+        val: VoiceData | None,
+        config: FastPitchConfig,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.config, self.device = config, torch.device(device)
+        self.train, self.val = train, val
+        dims = FastPitchDims(**PRESETS[config.preset], n_mel_channels=train.mel_config.n_mels)
+        torch.manual_seed(config.seed)
+        self.model = FastPitch(dims).to(self.device)
+        self.model.pitch_mean.fill_(train.pitch_mean)
+        self.model.pitch_std.fill_(train.pitch_std)
+        with torch.no_grad():  # start every output at its training mean (log-mel is ~ -7)
+            frames = torch.cat([m.float() for m in train.mels], dim=1)  # (n_mels, all T)
+            self.model.proj.bias.copy_(frames.mean(dim=1))
+            log_dur = torch.cat([torch.log1p(d.float()) for d in train.durations])
+            self.model.duration_predictor.fc.bias.fill_(float(log_dur.mean()))
+            energy = torch.cat(train.energy)
+            self.model.energy_predictor.fc.bias.fill_(float(energy.mean()))
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), config.lr, (0.9, 0.98), 1e-9, config.weight_decay
+        )
+        self.batches = Batches(train.frames(), config.batch_size, config.seed, config.max_frames)
+        self.step_count = 0
+
+    def _autocast(self) -> Any:
+        on = self.config.amp and self.device.type == "cuda"
+        return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+
+    def step(self) -> dict[str, Tensor]:
+        self.model.train()
+        index = next(self.batches)
+        b = text_batch(self.train, index, self.train.pitch_mean, self.train.pitch_std)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
+        with self._autocast():
+            out = teacher_forced(self.model, b)
+        parts = losses(out, b)
+        self.optimizer.zero_grad(set_to_none=True)
+        parts["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.step_count += 1
+        return {k: v.detach() for k, v in parts.items()}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Teacher-forced losses on the held-out utterances (never trained on)."""
+        if self.val is None:
+            return {}
+        self.model.eval()
+        sums: dict[str, float] = {}
+        n = 0
+        for start in range(0, len(self.val), self.config.batch_size):
+            index = list(range(start, min(start + self.config.batch_size, len(self.val))))
+            b = text_batch(self.val, index, self.train.pitch_mean, self.train.pitch_std)
+            with self._autocast():
+                out = teacher_forced(self.model, b)
+            for k, v in losses(out, b).items():
+                sums[k] = sums.get(k, 0.0) + float(v) * len(index)
+            n += len(index)
+        return {f"val_{k}": v / n for k, v in sums.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "config": dataclasses.asdict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "batches": self.batches.state_dict(),
+            "step": self.step_count,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.batches.load_state_dict(state["batches"])
+        self.step_count = int(state["step"])
+
+    def compact_state(self) -> dict[str, Any]:
+        return {"model": half(self.model.state_dict()), "step": self.step_count}
+
+    def load_compact(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict({k: v.float() for k, v in state["model"].items()})
+        self.step_count = int(state["step"])

@@ -1,0 +1,288 @@
+"""Training HiFi-GAN (speechrt.models.hifigan) on the TTS voice: the GAN parts live here only.
+
+generator: speechrt's HiFiGAN(weight_norm=True); exported with the weight norm folded
+discriminators: multi-period (periods 2, 3, 5, 7, 11; 2-D convs over the folded waveform)
+                + multi-scale (raw, x1/2, x1/4; grouped 1-D convs), both narrower than
+                the paper's by `width` (4.6 M parameters at the default 1/4)
+losses (least squares GAN, as the paper): D: (1 - D(y))^2 + D(G(x))^2
+          G: (1 - D(G(x)))^2 + 2 * feature matching (L1) + 45 * L1(full-band log-mel)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.parametrizations import weight_norm
+
+from speechrt.audio.mel import MelConfig, mel_spectrogram
+from speechrt.checkpoints import fold_weight_norm
+from speechrt.models.hifigan import PRESETS as HIFIGAN_PRESETS
+from speechrt.models.hifigan import HiFiGAN, HiFiGANDims, dle_state_dict
+from speechrt_train.loop import Batches, half
+from speechrt_train.tts_data import VoiceData, segment_batch
+
+SLOPE = 0.1
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "hifigan-small": dict(HIFIGAN_PRESETS["hifigan-v2"]),  # 0.93 M parameters
+    "hifigan-tiny": dict(  # tests
+        upsample_rates=(8, 8, 4),
+        upsample_kernel_sizes=(16, 16, 8),
+        upsample_initial_channel=16,
+        resblock="1",
+        resblock_kernel_sizes=(3,),
+        resblock_dilation_sizes=((1, 3, 5),),
+    ),
+}
+
+
+class PeriodDiscriminator(nn.Module):
+    """The waveform folded into (T / p, p) columns, judged by 2-D convs along time."""
+
+    def __init__(self, period: int, width: float) -> None:
+        super().__init__()
+        self.period = period
+        ch = [1] + [max(8, int(c * width)) for c in (32, 128, 512, 1024, 1024)]
+        strides = (3, 3, 3, 3, 1)
+        self.convs = nn.ModuleList(
+            weight_norm(nn.Conv2d(ch[i], ch[i + 1], (5, 1), (strides[i], 1), (2, 0)))
+            for i in range(5)
+        )
+        self.post = weight_norm(nn.Conv2d(ch[-1], 1, (3, 1), 1, (1, 0)))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:  # x (B, 1, N)
+        B, C, N = x.shape
+        if N % self.period:
+            x = F.pad(x, (0, self.period - N % self.period), mode="reflect")
+        x = x.view(B, C, -1, self.period)
+        fmaps = []
+        for conv in self.convs:
+            x = F.leaky_relu(conv(x), SLOPE)
+            fmaps.append(x)
+        x = self.post(x)
+        fmaps.append(x)
+        return x.flatten(1), fmaps
+
+
+class ScaleDiscriminator(nn.Module):
+    """Grouped strided 1-D convs over the waveform (at one of three sampling rates)."""
+
+    def __init__(self, width: float) -> None:
+        super().__init__()
+
+        def c(n: int) -> int:  # a multiple of 16, the largest group count
+            return 16 * max(1, round(n * width / 16))
+
+        # (in, out, kernel, stride, groups) as the paper's, channels scaled
+        spec = [
+            (1, c(128), 15, 1, 1),
+            (c(128), c(128), 41, 2, 4),
+            (c(128), c(256), 41, 2, 16),
+            (c(256), c(512), 41, 4, 16),
+            (c(512), c(1024), 41, 4, 16),
+            (c(1024), c(1024), 41, 1, 16),
+            (c(1024), c(1024), 5, 1, 1),
+        ]
+        self.convs = nn.ModuleList(
+            weight_norm(nn.Conv1d(i, o, k, s, k // 2, groups=g)) for i, o, k, s, g in spec
+        )
+        self.post = weight_norm(nn.Conv1d(c(1024), 1, 3, 1, 1))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+        fmaps = []
+        for conv in self.convs:
+            x = F.leaky_relu(conv(x), SLOPE)
+            fmaps.append(x)
+        x = self.post(x)
+        fmaps.append(x)
+        return x.flatten(1), fmaps
+
+
+class Discriminators(nn.Module):
+    def __init__(self, width: float = 0.25, periods: tuple[int, ...] = (2, 3, 5, 7, 11)) -> None:
+        super().__init__()
+        self.mpd = nn.ModuleList(PeriodDiscriminator(p, width) for p in periods)
+        self.msd = nn.ModuleList(ScaleDiscriminator(width) for _ in range(3))
+
+    def forward(self, x: Tensor) -> tuple[list[Tensor], list[list[Tensor]]]:
+        """x (B, 1, N) -> every discriminator's scores and feature maps."""
+        outs, fmaps = [], []
+        for d in self.mpd:
+            o, f = d(x)
+            outs.append(o)
+            fmaps.append(f)
+        for i, d in enumerate(self.msd):
+            if i:
+                x = F.avg_pool1d(x, 4, 2, padding=2)
+            o, f = d(x)
+            outs.append(o)
+            fmaps.append(f)
+        return outs, fmaps
+
+
+def discriminator_loss(real: list[Tensor], fake: list[Tensor]) -> Tensor:
+    return sum(
+        ((1 - r.float()) ** 2).mean() + (f.float() ** 2).mean()
+        for r, f in zip(real, fake, strict=True)
+    )
+
+
+def generator_adv_loss(fake: list[Tensor]) -> Tensor:
+    return sum(((1 - f.float()) ** 2).mean() for f in fake)
+
+
+def feature_loss(real: list[list[Tensor]], fake: list[list[Tensor]]) -> Tensor:
+    return sum(
+        (r.float() - f.float()).abs().mean()
+        for rs, fs in zip(real, fake, strict=True)
+        for r, f in zip(rs, fs, strict=True)
+    )
+
+
+@dataclass
+class HiFiGANConfig:
+    preset: str = "hifigan-small"
+    disc_width: float = 0.25
+    batch_size: int = 16
+    segment_frames: int = 32  # 8192 samples at hop 256
+    lr: float = 2e-4
+    lr_decay: float = 0.999  # per 1000 steps
+    mel_weight: float = 45.0
+    fm_weight: float = 2.0
+    seed: int = 0
+    amp: bool = True  # bf16 autocast for the discriminators on CUDA
+
+
+def plain_generator(gen: HiFiGAN) -> HiFiGAN:
+    """The inference form: a weight-norm generator's weights folded into a plain HiFiGAN."""
+    plain = HiFiGAN(gen.dims)
+    sd = fold_weight_norm({k: v.detach().float().cpu() for k, v in dle_state_dict(gen).items()})
+    plain.load_state_dict(sd)
+    return plain
+
+
+class HiFiGANTrainer:
+    """Generator + discriminators + optimizers + data order (see loop.Trainer)."""
+
+    def __init__(
+        self,
+        train: VoiceData,
+        val: VoiceData | None,
+        config: HiFiGANConfig,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.config, self.device = config, torch.device(device)
+        self.train, self.val = train, val
+        self.mel = train.mel_config
+        dims = HiFiGANDims(**PRESETS[config.preset], n_mels=self.mel.n_mels)
+        if dims.hop_length != self.mel.hop_length:
+            raise ValueError(f"generator hop {dims.hop_length} != mel hop {self.mel.hop_length}")
+        self.loss_mel = MelConfig(**{**self.mel.to_dict(), "fmax": None})  # full band
+        torch.manual_seed(config.seed)
+        self.gen = HiFiGAN(dims, weight_norm=True).to(self.device)
+        self.disc = Discriminators(config.disc_width).to(self.device)
+        betas = (0.8, 0.99)
+        self.opt_g = torch.optim.AdamW(self.gen.parameters(), config.lr, betas, weight_decay=0.01)
+        self.opt_d = torch.optim.AdamW(self.disc.parameters(), config.lr, betas, weight_decay=0.01)
+        self.batches = Batches(train.frames(), config.batch_size, config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)  # segment starts
+        self.step_count = 0
+
+    def _autocast(self) -> Any:
+        on = self.config.amp and self.device.type == "cuda"
+        return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+
+    def step(self) -> dict[str, Tensor]:
+        cfg = self.config
+        self.gen.train()
+        self.disc.train()
+        lr = cfg.lr * cfg.lr_decay ** (self.step_count / 1000)
+        for opt in (self.opt_g, self.opt_d):
+            for group in opt.param_groups:
+                group["lr"] = lr
+        mel, audio = segment_batch(
+            self.train, next(self.batches), cfg.segment_frames, self.generator
+        )
+        y = audio[:, None, :]  # (B, 1, N)
+        # the generator stays float32: bf16's 8-bit mantissa would be a -48 dB noise floor in
+        # the waveform; the discriminators run under autocast
+        y_hat = self.gen(mel)
+        # discriminators
+        with self._autocast():
+            real, _ = self.disc(y)
+            fake, _ = self.disc(y_hat.detach())
+        loss_d = discriminator_loss(real, fake)
+        self.opt_d.zero_grad(set_to_none=True)
+        loss_d.backward()
+        self.opt_d.step()
+        # generator (the real audio's feature maps are targets: no gradient needed)
+        with self._autocast():
+            with torch.no_grad():
+                _, fmap_real = self.disc(y)
+            fake, fmap_fake = self.disc(y_hat)
+        mel_l1 = F.l1_loss(
+            mel_spectrogram(y_hat[:, 0].float(), self.loss_mel),
+            mel_spectrogram(audio, self.loss_mel),
+        )
+        adv = generator_adv_loss(fake)
+        fm = feature_loss(fmap_real, fmap_fake)
+        loss_g = adv + cfg.fm_weight * fm + cfg.mel_weight * mel_l1
+        self.opt_g.zero_grad(set_to_none=True)
+        loss_g.backward()
+        self.opt_g.step()
+        self.step_count += 1
+        losses = {"g": loss_g, "d": loss_d, "adv": adv, "fm": fm, "mel_l1": mel_l1}
+        return {k: v.detach() for k, v in losses.items()}  # floats only when logged: no sync
+
+    @torch.no_grad()
+    def evaluate(self, limit: int = 16) -> dict[str, float]:
+        """Full-band log-mel L1 of whole held-out utterances re-synthesized from their mels."""
+        if self.val is None:
+            return {}
+        self.gen.eval()
+        total = 0.0
+        n = min(limit, len(self.val))
+        for i in range(n):
+            y_hat = self.gen(self.val.mels[i][None])[0, 0]
+            a = mel_spectrogram(y_hat.float(), self.loss_mel)
+            b = mel_spectrogram(self.val.audio[i], self.loss_mel)
+            total += float(F.l1_loss(a, b))
+        return {"val_mel_l1": total / n}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "config": dataclasses.asdict(self.config),
+            "gen": self.gen.state_dict(),
+            "disc": self.disc.state_dict(),
+            "opt_g": self.opt_g.state_dict(),
+            "opt_d": self.opt_d.state_dict(),
+            "batches": self.batches.state_dict(),
+            "generator": self.generator.get_state(),
+            "step": self.step_count,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.gen.load_state_dict(state["gen"])
+        self.disc.load_state_dict(state["disc"])
+        self.opt_g.load_state_dict(state["opt_g"])
+        self.opt_d.load_state_dict(state["opt_d"])
+        self.batches.load_state_dict(state["batches"])
+        self.generator.set_state(state["generator"])
+        self.step_count = int(state["step"])
+
+    def compact_state(self) -> dict[str, Any]:
+        return {
+            "gen": half(self.gen.state_dict()),
+            "disc": half(self.disc.state_dict()),
+            "step": self.step_count,
+        }
+
+    def load_compact(self, state: dict[str, Any]) -> None:
+        self.gen.load_state_dict({k: v.float() for k, v in state["gen"].items()})
+        self.disc.load_state_dict({k: v.float() for k, v in state["disc"].items()})
+        self.step_count = int(state["step"])

@@ -1,0 +1,249 @@
+"""Time-budgeted, resumable training: the loop every model shares.
+
+    run(trainer, run_dir, minutes)   resume run_dir/last.pt (or warm-start from a compact file),
+                                     step until the budget (or max_steps) is spent, checkpoint
+                                     every few minutes and at the end, log JSON lines
+
+A trainer is anything with `step() -> dict[str, float]`, `evaluate() -> dict[str, float]`,
+`state_dict()` / `load_state_dict()` (everything: weights, optimizers, RNGs, data order) and
+`compact_state()` / `load_compact()` (weights only, fp16: small enough to carry between machines).
+Resuming from last.pt continues bit-for-bit as if never stopped (tested on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+CHECKPOINT = "last.pt"
+LOG = "log.jsonl"
+
+
+class Trainer(Protocol):
+    step_count: int
+
+    def step(self) -> dict[str, torch.Tensor]: ...  # detached losses (0-d, on the device)
+    def evaluate(self) -> dict[str, float]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def compact_state(self) -> dict[str, Any]: ...
+    def load_compact(self, state: dict[str, Any]) -> None: ...
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def warmup_rsqrt(step: int, warmup: int) -> float:
+    """LR factor: linear warm-up to 1, then 1 / sqrt(step / warmup) (needs no run length)."""
+    step = max(step, 1)
+    return min(step / warmup, math.sqrt(warmup / step))
+
+
+class Batches:
+    """Deterministic length-bucketed batches: epoch e's order is a function of (seed, e).
+
+    Items are shuffled, cut into pools of `pool` batches, each pool sorted by length and cut
+    into batches whose padded size (items x longest) stays under `max_units` (or `batch_size`
+    items), and the batches shuffled again. `position` resumes mid-epoch."""
+
+    def __init__(
+        self,
+        lengths: list[int] | np.ndarray,
+        batch_size: int,
+        seed: int = 0,
+        max_units: int | None = None,
+        pool: int = 32,
+    ) -> None:
+        if len(lengths) == 0:
+            raise ValueError("no training items")
+        self.lengths = np.asarray(lengths)
+        self.batch_size, self.seed, self.max_units, self.pool = batch_size, seed, max_units, pool
+        self.epoch, self.position = 0, 0
+        self._order = self._epoch_batches(0)
+
+    def _epoch_batches(self, epoch: int) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, epoch])
+        perm = rng.permutation(len(self.lengths))
+        batches: list[list[int]] = []
+        span = self.batch_size * self.pool
+        for start in range(0, len(perm), span):
+            chunk = sorted(perm[start : start + span].tolist(), key=lambda i: self.lengths[i])
+            batch: list[int] = []
+            for i in chunk:
+                longest = max(self.lengths[j] for j in [*batch, i])
+                over = self.max_units is not None and longest * (len(batch) + 1) > self.max_units
+                if batch and (len(batch) >= self.batch_size or over):
+                    batches.append(batch)
+                    batch = []
+                batch.append(i)
+            if batch:
+                batches.append(batch)
+        order = rng.permutation(len(batches))
+        return [batches[k] for k in order]
+
+    def __next__(self) -> list[int]:
+        if self.position >= len(self._order):
+            self.epoch, self.position = self.epoch + 1, 0
+            self._order = self._epoch_batches(self.epoch)
+        batch = self._order[self.position]
+        self.position += 1
+        return batch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.seed, self.epoch, self.position = state["seed"], state["epoch"], state["position"]
+        self._order = self._epoch_batches(self.epoch)
+
+
+def _log(run_dir: Path, record: dict[str, Any]) -> None:
+    with open(run_dir / LOG, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def run(
+    trainer: Trainer,
+    run_dir: str | Path,
+    minutes: float,
+    max_steps: int | None = None,
+    checkpoint_minutes: float = 3.0,
+    log_every: int = 100,
+    eval_every: int | None = None,
+    warm_start: str | Path | None = None,
+    progress: bool = True,
+    name: str = "train",
+) -> dict[str, Any]:
+    """Train for `minutes` of wall time (or until trainer.step_count == max_steps); resumable.
+
+    Returns a summary: steps, seconds, last logged losses, last evaluation."""
+    from tqdm import tqdm
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = run_dir / CHECKPOINT
+    elapsed_before = 0.0
+    if ckpt.exists():
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        trainer.load_state_dict(state["trainer"])
+        set_rng_state(state["rng"])
+        elapsed_before = float(state["elapsed"])
+        print(f"{name}: resumed {ckpt} at step {trainer.step_count}", file=sys.stderr)
+    elif warm_start and Path(warm_start).exists():
+        compact = torch.load(warm_start, map_location="cpu", weights_only=True)
+        trainer.load_compact(compact)
+        elapsed_before = float(compact.get("elapsed", 0.0))
+        print(f"{name}: warm start from {warm_start} (step {trainer.step_count})", file=sys.stderr)
+
+    start = time.time()
+    budget = 60.0 * minutes
+    last_ckpt = start
+    sums: dict[str, Any] = {}
+    count = 0
+    last: dict[str, float] = {}
+    evaluation: dict[str, float] = {}
+    interactive = sys.stderr.isatty()
+    first = True  # log the first step of every chunk
+    printed = 0.0  # without a bar, a log line goes to stderr at most once a minute
+    bar = tqdm(
+        total=max(int(budget), 1),
+        desc=name,
+        unit="s",
+        disable=not progress,
+        mininterval=1 if interactive else 30,
+        bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} s {postfix}",
+    )
+
+    def save() -> None:
+        total = elapsed_before + time.time() - start
+        state = {"trainer": trainer.state_dict(), "rng": rng_state(), "elapsed": total}
+        save_atomic(state, ckpt)
+
+    with bar:
+        while time.time() - start < budget and (
+            max_steps is None or trainer.step_count < max_steps
+        ):
+            losses = trainer.step()
+            for k, v in losses.items():  # summed on the device; read at log time only
+                sums[k] = sums.get(k, 0.0) + v
+            count += 1
+            step = trainer.step_count
+            if step % log_every == 0 or first:
+                first = False
+                last = {k: float(v) / count for k, v in sums.items()}
+                record = {"step": step, "seconds": round(elapsed_before + time.time() - start, 1)}
+                _log(run_dir, {**record, **{k: round(v, 5) for k, v in last.items()}})
+                if not progress and time.time() - printed >= 60:
+                    print(f"{name}: {json.dumps({**record, **last})}", file=sys.stderr)
+                    printed = time.time()
+                bar.set_postfix_str(
+                    f"step {step} " + " ".join(f"{k} {v:.3f}" for k, v in last.items())
+                )
+                sums, count = {}, 0
+            if eval_every and step % eval_every == 0:
+                evaluation = trainer.evaluate()
+                _log(run_dir, {"step": step, "eval": evaluation})
+            now = min(int(time.time() - start), bar.total)
+            if now > bar.n:
+                bar.update(now - bar.n)
+            if time.time() - last_ckpt > 60 * checkpoint_minutes:
+                save()
+                last_ckpt = time.time()
+        if count:  # the steps since the last log line
+            last = {k: float(v) / count for k, v in sums.items()}
+            record = {
+                "step": trainer.step_count,
+                "seconds": round(elapsed_before + time.time() - start, 1),
+            }
+            _log(run_dir, {**record, **{k: round(v, 5) for k, v in last.items()}})
+        evaluation = trainer.evaluate()
+        _log(run_dir, {"step": trainer.step_count, "eval": evaluation})
+        save()
+    total = elapsed_before + time.time() - start
+    summary = {"steps": trainer.step_count, "seconds": round(total, 1), "last": last}
+    summary["eval"] = evaluation
+    return summary
+
+
+def write_compact(trainer: Trainer, run_dir: str | Path, path: str | Path) -> Path:
+    """The trainer's weights (fp16) + step + elapsed time: a file to carry to another machine."""
+    ckpt = Path(run_dir) / CHECKPOINT
+    elapsed = 0.0
+    if ckpt.exists():
+        elapsed = float(torch.load(ckpt, map_location="cpu", weights_only=True)["elapsed"])
+    state = {**trainer.compact_state(), "elapsed": elapsed}
+    save_atomic(state, Path(path))
+    return Path(path)
+
+
+def half(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Float tensors to fp16 (for compact files); others unchanged."""
+    return {k: v.half() if v.is_floating_point() else v for k, v in state.items()}

@@ -1,0 +1,300 @@
+"""Training QuartzNet (speechrt.models.jasper) with CTC; BatchNorm exists only while training.
+
+`TrainableJasper` wraps the inference module and adds what inference folds away: a BatchNorm
+(eps 1e-3, as DLE) after every sub-block conv and residual projection, and dropout after each
+ReLU. The BatchNorms take their statistics over each item's valid frames only, so padding never
+shifts them, and `precise_bn` recomputes their running statistics for the final weights before
+export. The forward is Jasper.forward with these inserted; `folded_state_dict()` folds every
+BatchNorm into the conv before it, giving weights that load strictly into QuartzNet(dims) and
+compute the same thing as the trainable model in eval mode (tested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speechrt.audio.features import FeatureConfig, batch_features
+from speechrt.metrics import wer
+from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, QuartzNetDims, _preset, mask_frames
+from speechrt.models.jasper import PRESETS as JASPER_PRESETS
+from speechrt_train.asr_data import Augment, SpeechData, speech_batch
+from speechrt_train.loop import Batches, half, warmup_rsqrt
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "quartznet-5x5": JASPER_PRESETS["quartznet-5x5"],  # 6.7 M parameters
+    "quartznet-tiny": _preset(  # tests: (filters, kernel, repeat, stride, dilation, sep, res)
+        [
+            (16, 11, 1, 2, 1, True, "none"),
+            (16, 13, 2, 1, 1, True, "plain"),
+            (24, 15, 2, 1, 1, True, "plain"),
+            (32, 17, 1, 1, 2, True, "none"),
+            (32, 1, 1, 1, 1, False, "none"),
+        ]
+    ),
+}
+
+
+class MaskedBatchNorm1d(nn.BatchNorm1d):
+    """BatchNorm over the frames t < lengths[b] (training); running statistics in eval."""
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:  # (B, C, T)
+        if not self.training or lengths is None:
+            return super().forward(x)
+        t = torch.arange(x.shape[2], device=x.device)
+        mask = (t[None, :] < lengths[:, None]).to(torch.float32)[:, None, :]  # (B, 1, T)
+        xf = x.float()
+        n = mask.sum().clamp(min=2)
+        mean = (xf * mask).sum(dim=(0, 2)) / n
+        var = ((xf - mean[None, :, None]).square() * mask).sum(dim=(0, 2)) / n
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            # momentum None: the plain average of every batch so far (precise_bn)
+            m = self.momentum if self.momentum is not None else 1 / int(self.num_batches_tracked)
+            self.running_mean.lerp_(mean.detach(), m)
+            self.running_var.lerp_(var.detach() * n / (n - 1), m)
+        scale = self.weight / torch.sqrt(var + self.eps)
+        out = (xf - mean[None, :, None]) * scale[None, :, None] + self.bias[None, :, None]
+        return out.to(x.dtype)
+
+
+def _fold(weight: Tensor, bias: Tensor | None, bn: nn.BatchNorm1d) -> tuple[Tensor, Tensor]:
+    # BN(W x + b) = s (W x + b - mean) + beta, s = gamma / sqrt(var + eps)
+    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+    b = bias if bias is not None else torch.zeros_like(bn.running_mean)
+    return weight * scale[:, None, None], (b - bn.running_mean) * scale + bn.bias
+
+
+class TrainableJasper(nn.Module):
+    """QuartzNet / Jasper with BatchNorm and dropout, for training."""
+
+    def __init__(self, dims: QuartzNetDims, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.net = QuartzNet(dims)
+        self.dropout = dropout
+
+        def bn(c: int) -> MaskedBatchNorm1d:
+            return MaskedBatchNorm1d(c, eps=BN_EPS)
+
+        f = dims.filters
+        self.sub_bn = nn.ModuleList(
+            nn.ModuleList(bn(f[b]) for _ in blk.subs) for b, blk in enumerate(self.net.blocks)
+        )
+        self.res_bn = nn.ModuleList(
+            nn.ModuleList(bn(f[b]) for _ in blk.res) for b, blk in enumerate(self.net.blocks)
+        )
+
+    def forward(self, feats: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """feats (B, n_feats, T), lengths (B,) -> log-probs (B, T', n_classes) float32, (B,)."""
+        xs = [feats]
+        drop = self.dropout if self.training else 0.0
+        for b, (block, keep) in enumerate(zip(self.net.blocks, self.net._keeps, strict=True)):
+            x, out_lengths = xs[-1], lengths
+            for j, sub in enumerate(block.subs):
+                x, out_lengths = sub(x, out_lengths)
+                x = self.sub_bn[b][j](x, out_lengths)
+                if j < len(block.subs) - 1:
+                    x = F.dropout(F.relu(x), drop, self.training)
+            for conv, norm, src in zip(block.res, self.res_bn[b], xs, strict=False):
+                x = x + norm(conv(mask_frames(src, lengths)), out_lengths)
+            out = F.dropout(F.relu(x), drop, self.training)
+            lengths = out_lengths
+            xs = [*xs, out] if keep else [out]
+        logits = self.net.decoder(xs[-1]).transpose(1, 2)
+        return F.log_softmax(logits.float(), dim=-1), lengths
+
+    @torch.no_grad()
+    def folded_state_dict(self) -> dict[str, Tensor]:
+        """Inference weights for QuartzNet(dims): every BatchNorm folded into its conv."""
+        sd = {k: v.detach().clone() for k, v in self.net.state_dict().items()}
+        for b, block in enumerate(self.net.blocks):
+            for j, sub in enumerate(block.subs):
+                name = "pointwise" if sub.separable else "conv"
+                conv = getattr(sub, name)
+                w, bias = _fold(conv.weight, conv.bias, self.sub_bn[b][j])
+                sd[f"blocks.{b}.subs.{j}.{name}.weight"] = w
+                sd[f"blocks.{b}.subs.{j}.{name}.bias"] = bias
+            for r, conv in enumerate(block.res):
+                w, bias = _fold(conv.weight, conv.bias, self.res_bn[b][r])
+                sd[f"blocks.{b}.res.{r}.weight"] = w
+                sd[f"blocks.{b}.res.{r}.bias"] = bias
+        return {k: v.float().cpu() for k, v in sd.items()}
+
+
+@torch.no_grad()
+def precise_bn(
+    model: TrainableJasper,
+    data: SpeechData,
+    features: FeatureConfig,
+    batches: int = 100,
+    batch_size: int = 32,
+) -> None:
+    """Replace every BatchNorm's running statistics by their average over `batches` batches
+    of `data` (training-mode statistics of the final weights; no dropout, no gradient): the
+    running averages lag behind weights that were still moving."""
+    norms = [m for m in model.modules() if isinstance(m, MaskedBatchNorm1d)]
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    dropout, model.dropout = model.dropout, 0.0
+    model.train()
+    order = np.random.default_rng(0).permutation(len(data)).tolist()
+    order.sort(key=lambda i: data.audio[i].shape[0])  # similar lengths together: little padding
+    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    pick = np.random.default_rng(1).permutation(len(chunks))[:batches]
+    for k in pick.tolist():
+        feats, lengths, _, _ = speech_batch(data, chunks[k], features)
+        model(feats, lengths)
+    for m, momentum in zip(norms, momenta, strict=True):
+        m.momentum = momentum
+    model.dropout = dropout
+    model.eval()
+
+
+def ctc_text(ids: list[int], blank: int) -> str:
+    """Greedy CTC: merge repeats, drop blanks, join labels."""
+    out, prev = [], blank
+    for i in ids:
+        if i != prev and i != blank:
+            out.append(LABELS[i])
+        prev = i
+    return " ".join("".join(out).split())
+
+
+DEFAULT_AUGMENT = Augment()
+
+
+@dataclass
+class QuartzNetConfig:
+    preset: str = "quartznet-5x5"
+    batch_size: int = 64
+    max_samples: int = 64 * 16000 * 5  # padded audio samples per batch
+    lr: float = 1e-3
+    warmup: int = 1000
+    weight_decay: float = 1e-3
+    dropout: float = 0.1
+    dither: float = 1e-5  # DLE's; kept in the exported features (speechrt seeds it per window)
+    seed: int = 0
+    amp: bool = True
+
+
+class QuartzNetTrainer:
+    """A trainable QuartzNet, its optimizer, data order and augmentation RNGs."""
+
+    def __init__(
+        self,
+        train: SpeechData,
+        val: SpeechData | None,
+        config: QuartzNetConfig,
+        device: str | torch.device = "cpu",
+        augment: Augment | None = DEFAULT_AUGMENT,
+    ) -> None:
+        self.config, self.device = config, torch.device(device)
+        self.train, self.val, self.augment = train, val, augment
+        # DLE's features (16 kHz, 64 mels, 10 ms hop) with DLE's dither, in training and in the
+        # exported model alike: teachers write exact digital silence, log(0 + 1e-20) features
+        # otherwise, and the dither is what keeps such frames in the range the model has seen
+        self.features = FeatureConfig(dither=config.dither)
+        dims = QuartzNetDims(**PRESETS[config.preset])
+        if dims.n_classes != len(LABELS) + 1 or dims.n_feats != self.features.n_mels:
+            raise ValueError("preset does not match the labels / features")
+        torch.manual_seed(config.seed)
+        self.model = TrainableJasper(dims, config.dropout).to(self.device)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), config.lr, weight_decay=config.weight_decay
+        )
+        lengths = [a.shape[0] for a in train.audio]
+        self.batches = Batches(lengths, config.batch_size, config.seed, config.max_samples)
+        self.g = torch.Generator().manual_seed(config.seed)
+        self.g_noise = torch.Generator(device=self.device).manual_seed(config.seed + 1)
+        self.step_count = 0
+
+    def _autocast(self) -> Any:
+        on = self.config.amp and self.device.type == "cuda"
+        return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+
+    def step(self) -> dict[str, Tensor]:
+        self.model.train()
+        index = next(self.batches)
+        gens = (self.g, self.g_noise)
+        feats, lengths, targets, target_lengths = speech_batch(
+            self.train, index, self.features, self.augment, gens
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
+        with self._autocast():
+            log_probs, out_lengths = self.model(feats, lengths)
+        loss = F.ctc_loss(
+            log_probs.float().transpose(0, 1),
+            targets,
+            out_lengths,
+            target_lengths,
+            blank=len(LABELS),
+            reduction="mean",
+            zero_infinity=True,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 100.0)
+        self.optimizer.step()
+        self.step_count += 1
+        return {"ctc": loss.detach()}  # a float only when logged: no device sync per step
+
+    @torch.no_grad()
+    def transcribe(self, data: SpeechData, batch_size: int = 32) -> list[str]:
+        """Greedy CTC with the exported features (dither from a fixed seed: deterministic)."""
+        self.model.eval()
+        texts = []
+        g = torch.Generator(device=self.device).manual_seed(0)
+        for start in range(0, len(data), batch_size):
+            index = list(range(start, min(start + batch_size, len(data))))
+            feats, lengths = batch_features(
+                [data.audio[i] for i in index], self.features, [g] * len(index)
+            )
+            with self._autocast():
+                log_probs, out_lengths = self.model(feats, lengths)
+            best = log_probs.argmax(dim=-1).cpu()
+            for i, n in enumerate(out_lengths.cpu().tolist()):
+                texts.append(ctc_text(best[i, :n].tolist(), len(LABELS)))
+        return texts
+
+    def evaluate(self) -> dict[str, float]:
+        """Word error rate on the held-out voice's held-out sentences (greedy CTC)."""
+        if self.val is None:
+            return {}
+        return {"val_wer": wer(self.val.texts, self.transcribe(self.val)), "val_n": len(self.val)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "config": dataclasses.asdict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "batches": self.batches.state_dict(),
+            "g": self.g.get_state(),
+            "g_noise": self.g_noise.get_state(),
+            "step": self.step_count,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.batches.load_state_dict(state["batches"])
+        self.g.set_state(state["g"])
+        self.g_noise.set_state(state["g_noise"])
+        self.step_count = int(state["step"])
+
+    def compact_state(self) -> dict[str, Any]:
+        return {"model": half(self.model.state_dict()), "step": self.step_count}
+
+    def load_compact(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(
+            {k: v.float() if v.is_floating_point() else v for k, v in state["model"].items()}
+        )
+        self.step_count = int(state["step"])

@@ -1,0 +1,191 @@
+"""The teacher voices: Debian's flite and festival, run as programs, one utterance at a time.
+
+    flite -voice NAME -t TEXT -o out.wav                  rms, slt, awb, kal16 (16 kHz)
+    festival -b script.scm  (one process per batch)       slt-hts: HTS voice (32 kHz) that also
+                                                          writes each phone's end time
+
+Both run either from the system (apt-get install flite festival festvox-us-slt-hts) or from
+Debian packages unpacked with `dpkg -x` into a prefix (the GPU machine: scripts/corpus/unpack.sh);
+`Teachers(prefix)` sets PATH-free program paths, LD_LIBRARY_PATH and festival's --libdir for it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+FLITE_VOICES = ("rms", "slt", "awb", "kal16")
+FESTIVAL_VOICES = {"slt-hts": "voice_cmu_us_slt_arctic_hts"}
+VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES)
+LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "lib/x86_64-linux-gnu",
+    "usr/lib/x86_64-linux-gnu/pulseaudio",
+)
+
+# Festival program: synthesize, save the wave, write "phone end_seconds word_id" per segment and
+# "word id name" per word (word ids tie phones to words; pauses have word id 0).
+_FESTIVAL_PRELUDE = """
+(define (speechrt-dump utt path)
+  (let ((fd (fopen path "w")))
+    (mapcar (lambda (w) (format fd "W %s %s\\n" (item.feat w "id") (item.name w)))
+            (utt.relation.items utt 'Word))
+    (mapcar (lambda (s) (format fd "S %s %f %s\\n" (item.name s) (item.feat s "end")
+                                (item.feat s "R:SylStructure.parent.parent.id")))
+            (utt.relation.items utt 'Segment))
+    (fclose fd)))
+(define (speechrt-say stem text)
+  (let ((utt (utt.synth (eval (list 'Utterance 'Text text)))))
+    (utt.save.wave utt (string-append stem ".wav") 'riff)
+    (speechrt-dump utt (string-append stem ".seg"))))
+"""
+
+
+class TeacherError(RuntimeError):
+    """A synthesizer is missing or failed."""
+
+
+@dataclass
+class Segment:
+    """One festival segment: a phone (or "pau") ending at `end` s, in word `word` ("0": none)."""
+
+    phone: str
+    end: float
+    word: str
+
+
+@dataclass
+class Utterance:
+    """A teacher's rendering of one sentence."""
+
+    audio: np.ndarray  # (N,) float32 in [-1, 1]
+    sample_rate: int
+    segments: list[Segment] = field(default_factory=list)  # festival voices only
+    words: list[tuple[str, str]] = field(default_factory=list)  # (word id, name), in order
+
+
+def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
+    """A 16-bit mono RIFF file -> (float32 samples, rate); stdlib only (no libsndfile there)."""
+    with wave.open(str(path), "rb") as w:
+        if w.getsampwidth() != 2 or w.getnchannels() != 1:
+            raise TeacherError(f"{path}: expected 16-bit mono audio")
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+        return pcm.astype(np.float32) / 32768.0, w.getframerate()
+
+
+def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int) -> None:
+    pcm = np.clip(np.round(np.asarray(audio) * 32767.0), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(pcm.tobytes())
+
+
+def scheme_string(text: str) -> str:
+    """`text` as a Scheme string literal (festival's reader: backslash escapes)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class Teachers:
+    """Runs the teacher synthesizers: installed system-wide (prefix None) or unpacked in one."""
+
+    def __init__(self, prefix: str | Path | None = None) -> None:
+        self.prefix = Path(prefix).resolve() if prefix else None
+        self.env = dict(os.environ)
+        if self.prefix is not None:
+            libs = [str(self.prefix / d) for d in LIB_DIRS]
+            old = self.env.get("LD_LIBRARY_PATH")
+            self.env["LD_LIBRARY_PATH"] = ":".join(libs + ([old] if old else []))
+
+    def program(self, name: str) -> str:
+        if self.prefix is not None:
+            path = self.prefix / "usr" / "bin" / name
+            if not path.exists():
+                raise TeacherError(f"{path} missing: unpack the .debs (scripts/corpus/unpack.sh)")
+            return str(path)
+        found = shutil.which(name)
+        if found is None:
+            raise TeacherError(f"{name} not installed (apt-get install flite festival ...)")
+        return found
+
+    def festival_args(self) -> list[str]:
+        args = [self.program("festival")]
+        if self.prefix is not None:
+            # Debian's festival reads its Scheme from --datadir (init.scm, voices/, dicts/)
+            args += ["--libdir", str(self.prefix / "usr" / "lib" / "festival")]
+            args += ["--datadir", str(self.prefix / "usr" / "share" / "festival")]
+        return args
+
+    def available(self, voice: str) -> bool:
+        try:
+            self.program("festival" if voice in FESTIVAL_VOICES else "flite")
+        except TeacherError:
+            return False
+        return True
+
+    def synthesize(self, voice: str, texts: list[str]) -> list[Utterance]:
+        """Each text spoken by `voice` (one of VOICES)."""
+        if voice in FESTIVAL_VOICES:
+            return self._festival(FESTIVAL_VOICES[voice], texts)
+        if voice in FLITE_VOICES:
+            return [self._flite(voice, t) for t in texts]
+        raise TeacherError(f"unknown voice {voice!r}; known: {', '.join(VOICES)}")
+
+    def _run(self, args: list[str], what: str, timeout: float) -> None:
+        try:
+            done = subprocess.run(
+                args, env=self.env, capture_output=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise TeacherError(f"{what}: timed out after {timeout:.0f} s") from None
+        if done.returncode != 0:
+            err = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
+            raise TeacherError(f"{what}: exit {done.returncode}: {' | '.join(err)}")
+
+    def _flite(self, voice: str, text: str) -> Utterance:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "out.wav"
+            args = [self.program("flite"), "-voice", voice, "-t", text, "-o", str(out)]
+            self._run(args, f"flite {voice}", timeout=60)
+            audio, sr = read_wav(out)
+        return Utterance(audio, sr)
+
+    def _festival(self, voice_fn: str, texts: list[str]) -> list[Utterance]:
+        with tempfile.TemporaryDirectory() as tmp:
+            stems = [str(Path(tmp) / f"u{i}") for i in range(len(texts))]
+            lines = [_FESTIVAL_PRELUDE, f"({voice_fn})"]
+            lines += [
+                f"(speechrt-say {scheme_string(s)} {scheme_string(t)})"
+                for s, t in zip(stems, texts, strict=True)
+            ]
+            script = Path(tmp) / "run.scm"
+            script.write_text("\n".join(lines) + "\n", encoding="latin-1", errors="replace")
+            self._run([*self.festival_args(), "-b", str(script)], "festival", 30 + 10 * len(texts))
+            out = []
+            for stem in stems:
+                audio, sr = read_wav(stem + ".wav")
+                words, segments = parse_festival_dump(Path(stem + ".seg").read_text())
+                out.append(Utterance(audio, sr, segments, words))
+        return out
+
+
+def parse_festival_dump(text: str) -> tuple[list[tuple[str, str]], list[Segment]]:
+    """The file `speechrt-dump` writes -> (words as (id, name), segments)."""
+    words, segments = [], []
+    for line in text.splitlines():
+        parts = line.split(" ")
+        if parts[0] == "W" and len(parts) >= 3:
+            words.append((parts[1], " ".join(parts[2:])))
+        elif parts[0] == "S" and len(parts) == 4:
+            segments.append(Segment(parts[1], float(parts[2]), parts[3]))
+        elif line.strip():
+            raise TeacherError(f"unexpected festival output line {line!r}")
+    return words, segments

@@ -1,0 +1,133 @@
+"""The TTS voice's shard turned into training tensors, all held on the training device.
+
+shard (corpus.py) -> per aligned utterance: audio (N,), log-mel (n_mels, T) with T = N / hop
+(speechrt's mel, the one the runtime uses), ids (L,), durations (L,), pitch Hz and energy (L,)
+-> padded batches for FastPitch; random aligned (mel, audio) segments for HiFi-GAN
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from speechrt.audio.mel import MelConfig, mel_spectrogram
+from speechrt_train.features import normalize_pitch, symbol_targets
+
+
+@dataclass
+class VoiceData:
+    """Aligned utterances of one voice, as lists of device tensors."""
+
+    mel_config: MelConfig
+    keys: list[str]
+    audio: list[Tensor]  # (N,) float32, N = T * hop
+    mels: list[Tensor]  # (n_mels, T)
+    ids: list[Tensor]  # (L,) long
+    durations: list[Tensor]  # (L,) long, sums to T
+    pitch: list[Tensor]  # (L,) Hz, 0 = unvoiced
+    energy: list[Tensor]  # (L,)
+    pitch_mean: float = 0.0  # Hz over the voiced frames' symbol averages of the training items
+    pitch_std: float = 1.0
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def frames(self) -> list[int]:
+        return [m.shape[1] for m in self.mels]
+
+
+def load_voice(
+    shard: dict,
+    heldout: bool = False,
+    device: str | torch.device = "cpu",
+    limit: int | None = None,
+) -> VoiceData:
+    """Aligned training (or, with heldout=True, held-out) utterances of a TTS-voice shard."""
+    cfg = MelConfig.from_dict(shard["mel"])
+    if shard["sample_rate"] != cfg.sampling_rate:
+        raise ValueError(f"shard at {shard['sample_rate']} Hz, mel config {cfg.sampling_rate}")
+    picked = [
+        i
+        for i in range(len(shard["keys"]))
+        if shard["heldout"][i] == heldout and int(shard["frames"][i]) > 0
+    ][:limit]
+    if not picked:
+        raise ValueError(f"no aligned {'held-out' if heldout else 'training'} utterances")
+    data = VoiceData(cfg, [], [], [], [], [], [], [])
+    ao, io = shard["audio_offsets"], shard["id_offsets"]
+    for i in picked:
+        audio = shard["audio"][int(ao[i]) : int(ao[i + 1])].to(device).float() / 32768.0
+        frames = int(shard["frames"][i])
+        if audio.shape[0] != frames * cfg.hop_length:
+            raise ValueError(f"{shard['keys'][i]}: {audio.shape[0]} samples for {frames} frames")
+        mel = mel_spectrogram(audio, cfg)[:, :frames]  # (n_mels, T); the extra centred frame off
+        ids = shard["ids"][int(io[i]) : int(io[i + 1])].long().to(device)
+        dur = shard["durations"][int(io[i]) : int(io[i + 1])].long()
+        if int(dur.sum()) != frames:  # checked on the host: no device sync per utterance
+            raise ValueError(f"{shard['keys'][i]}: durations sum to {int(dur.sum())} != {frames}")
+        dur = dur.to(device)
+        pitch, energy = symbol_targets(audio, mel, dur, cfg.sampling_rate, cfg.hop_length)
+        data.keys.append(shard["keys"][i])
+        data.audio.append(audio)
+        data.mels.append(mel)
+        data.ids.append(ids)
+        data.durations.append(dur)
+        data.pitch.append(pitch)
+        data.energy.append(energy)
+    voiced = torch.cat([p[p > 0] for p in data.pitch])
+    if voiced.numel() > 1:
+        data.pitch_mean, data.pitch_std = float(voiced.mean()), float(voiced.std())
+    return data
+
+
+@dataclass
+class TextBatch:
+    ids: Tensor  # (B, L) zero-padded
+    lengths: Tensor  # (B,)
+    durations: Tensor  # (B, L)
+    pitch: Tensor  # (B, L) normalised
+    energy: Tensor  # (B, L)
+    mel: Tensor  # (B, n_mels, T) zero-padded
+    mel_lengths: Tensor  # (B,)
+
+
+def _pad(rows: list[Tensor], value: float = 0.0) -> Tensor:
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
+
+
+def text_batch(data: VoiceData, index: list[int], pitch_mean: float, pitch_std: float) -> TextBatch:
+    """Items `index` of `data`, padded (FastPitch's teacher-forced inputs and targets)."""
+    mels = [data.mels[i].T for i in index]  # (T, n_mels) for padding along time
+    return TextBatch(
+        ids=_pad([data.ids[i] for i in index]),
+        lengths=torch.tensor([len(data.ids[i]) for i in index], device=mels[0].device),
+        durations=_pad([data.durations[i] for i in index]),
+        pitch=_pad([normalize_pitch(data.pitch[i], pitch_mean, pitch_std) for i in index]),
+        energy=_pad([data.energy[i] for i in index]),
+        mel=_pad(mels).transpose(1, 2),
+        mel_lengths=torch.tensor([m.shape[0] for m in mels], device=mels[0].device),
+    )
+
+
+def segment_batch(
+    data: VoiceData, index: list[int], frames: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """For HiFi-GAN: a random `frames`-long window of each item -> (mel (B, n_mels, frames),
+    audio (B, frames * hop)); items shorter than the window are zero-padded."""
+    hop = data.mel_config.hop_length
+    mels, audios = [], []
+    for i in index:
+        mel, audio = data.mels[i], data.audio[i]
+        room = mel.shape[1] - frames
+        start = int(torch.randint(0, room + 1, (1,), generator=generator)) if room > 0 else 0
+        m = mel[:, start : start + frames]
+        a = audio[start * hop : (start + frames) * hop]
+        if m.shape[1] < frames:  # pad the log-mel with its floor, the audio with silence
+            floor = torch.log(torch.tensor(data.mel_config.log_clamp))
+            m = torch.nn.functional.pad(m, (0, frames - m.shape[1]), value=float(floor))
+            a = torch.nn.functional.pad(a, (0, frames * hop - a.shape[0]))
+        mels.append(m)
+        audios.append(a)
+    return torch.stack(mels), torch.stack(audios)
