@@ -200,3 +200,26 @@ def test_default_dims_checkpoints_through_convert_and_synthesize(tmp_path):
         ref = hg(mel[:, :, : int(n[0])])[0, 0].clamp(-1, 1).numpy()
     assert sr == 22050 and audio.shape == ref.shape and len(ref) > 22050 // 4
     assert np.abs(audio - ref).max() <= 1e-5
+
+
+def test_cli_falls_back_to_bundled_defaults(tiny_voice, tiny_asr, tmp_path, monkeypatch, capsys):
+    """With no model given, synthesize and transcribe use speechrt/defaults/<name> when shipped."""
+    import shutil
+
+    import speechrt.defaults
+
+    bundle = tmp_path / "defaults"
+    shutil.copytree(tiny_voice[0], bundle / "voice-acoustic")
+    shutil.copytree(tiny_voice[1], bundle / "voice-vocoder")
+    monkeypatch.setattr(speechrt.defaults, "DEFAULTS", tmp_path / "none")
+    assert main(["synthesize", "Hi.", "-o", str(tmp_path / "x.wav")]) == 2
+    assert "none bundled" in capsys.readouterr().err
+    monkeypatch.setattr(speechrt.defaults, "DEFAULTS", bundle)
+    out = tmp_path / "hello.wav"
+    assert main(["synthesize", "Hello world.", "-o", str(out), "--device", "cpu"]) == 0
+    assert sf.info(str(out)).samplerate == 22050
+    assert main(["transcribe", str(out), "--device", "cpu"]) == 2  # no ASR bundled yet
+    assert "none bundled" in capsys.readouterr().err
+    shutil.copytree(tiny_asr, bundle / "asr")
+    assert main(["transcribe", str(out), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.startswith(str(out))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from speechrt.defaults import VOICE_ACOUSTIC, VOICE_VOCODER, default_model
 from speechrt.errors import SpeechRTError
 
 MAX_CLI_CHARS = 1_000_000
@@ -87,9 +88,12 @@ def run(args: argparse.Namespace) -> int:
         max_decoder_steps=args.max_decoder_steps,
         seed=args.seed,
     )
+    if args.url is None and args.acoustic is None and args.vocoder is None:
+        args.acoustic = default_model(VOICE_ACOUSTIC)
+        args.vocoder = default_model(VOICE_VOCODER)
     if args.url is None and (args.acoustic is None or args.vocoder is None):
         raise SpeechRTError(
-            "no voice given: pass --acoustic DIR --vocoder DIR "
+            "no voice given and none bundled: pass --acoustic DIR --vocoder DIR "
             "(make them from DLE/NGC checkpoints with `speechrt convert CHECKPOINT DIR`)"
         )
     ext = args.format or "wav"

@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "files", nargs="+", metavar="FILE", help="audio files (WAV, FLAC, OGG; any rate)"
     )
-    p.add_argument("--model", help="ASR model directory (Jasper, QuartzNet)")
+    p.add_argument("--model", help="ASR model directory (default: the bundled model, if any)")
     p.add_argument("--url", help="use a running `speechrt serve` at URL instead of --model")
     p.add_argument("--json", action="store_true", help="JSON lines with word times")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from speechrt.asr import ASR
+    from speechrt.defaults import ASR_MODEL, default_model
     from speechrt.errors import SpeechRTError
 
     if args.url is not None:
@@ -35,7 +36,12 @@ def run(args: argparse.Namespace) -> int:
 
         return transcribe_files(args.url, args.files, args.json)
     if args.model is None:
-        raise SpeechRTError("give --model DIR (or --url URL of a running `speechrt serve`)")
+        args.model = default_model(ASR_MODEL)
+    if args.model is None:
+        raise SpeechRTError(
+            "no model given and none bundled: give --model DIR "
+            "(or --url URL of a running `speechrt serve`)"
+        )
     asr = ASR(args.model, device=args.device, precision=args.precision)
     failed = 0
     # Files are read and transcribed a chunk at a time, so memory stays bounded for long lists.
