@@ -30,7 +30,7 @@ from speechrt_train.asr_data import SpeechData, transcript
 from speechrt_train.fastpitch_train import PRESETS as FASTPITCH_PRESETS
 from speechrt_train.hifigan_train import PRESETS as HIFIGAN_PRESETS
 from speechrt_train.hifigan_train import plain_generator
-from speechrt_train.loop import CHECKPOINT, LOG
+from speechrt_train.loop import CHECKPOINT, LOG, full
 from speechrt_train.quartznet_train import PRESETS as QUARTZNET_PRESETS
 from speechrt_train.quartznet_train import TrainableJasper, precise_bn
 
@@ -62,14 +62,10 @@ def load_run(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return trainer, info
 
 
-def _float(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.float() if v.is_floating_point() else v for k, v in sd.items()}
-
-
 def fastpitch_component(trainer: dict[str, Any]) -> tuple[FastPitch, ComponentInfo]:
     preset = trainer.get("config", {}).get("preset", "fastpitch-small")
     model = FastPitch(FastPitchDims(**FASTPITCH_PRESETS[preset]))
-    model.load_state_dict(_float(trainer["model"]))
+    model.load_state_dict(full(trainer["model"]))
     meta = {"text": make_processor().to_meta(), "preset": preset}
     return model, ComponentInfo("fastpitch", model.dims, MelConfig(), meta)
 
@@ -77,7 +73,7 @@ def fastpitch_component(trainer: dict[str, Any]) -> tuple[FastPitch, ComponentIn
 def hifigan_component(trainer: dict[str, Any]) -> tuple[HiFiGAN, ComponentInfo]:
     preset = trainer.get("config", {}).get("preset", "hifigan-small")
     gen = HiFiGAN(HiFiGANDims(**HIFIGAN_PRESETS[preset]), weight_norm=True)
-    gen.load_state_dict(_float(trainer["gen"]))
+    gen.load_state_dict(full(trainer["gen"]))
     model = plain_generator(gen)
     return model, ComponentInfo("hifigan", model.dims, MelConfig(), {"preset": preset})
 
@@ -93,7 +89,7 @@ def quartznet_component(
     preset = config.get("preset", "quartznet-5x5")
     features = FeatureConfig(dither=float(config.get("dither", 1e-5)))  # as trained
     trainable = TrainableJasper(QuartzNetDims(**QUARTZNET_PRESETS[preset]))
-    trainable.load_state_dict(_float(trainer["model"]))
+    trainable.load_state_dict(full(trainer["model"]))
     if data is not None:
         precise_bn(trainable.to(device), data, features)
     model = QuartzNet(trainable.net.dims)

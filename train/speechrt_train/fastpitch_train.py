@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from speechrt.models.fastpitch import FastPitch, FastPitchDims, lengths_mask
-from speechrt_train.loop import Batches, half, warmup_rsqrt
+from speechrt_train.loop import Batches, full, half, warmup_rsqrt
 from speechrt_train.tts_data import TextBatch, VoiceData, text_batch
 
 # ~7.9 M parameters (15.8 MB in fp16): 4 + 4 FFT layers of width 256.
@@ -214,5 +214,5 @@ class FastPitchTrainer:
         return {"model": half(self.model.state_dict()), "step": self.step_count}
 
     def load_compact(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict({k: v.float() for k, v in state["model"].items()})
+        self.model.load_state_dict(full(state["model"]))
         self.step_count = int(state["step"])

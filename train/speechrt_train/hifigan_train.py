@@ -23,7 +23,7 @@ from speechrt.audio.mel import MelConfig, mel_spectrogram
 from speechrt.checkpoints import fold_weight_norm
 from speechrt.models.hifigan import PRESETS as HIFIGAN_PRESETS
 from speechrt.models.hifigan import HiFiGAN, HiFiGANDims, dle_state_dict
-from speechrt_train.loop import Batches, half
+from speechrt_train.loop import Batches, full, half
 from speechrt_train.tts_data import VoiceData, segment_batch
 
 SLOPE = 0.1
@@ -283,6 +283,6 @@ class HiFiGANTrainer:
         }
 
     def load_compact(self, state: dict[str, Any]) -> None:
-        self.gen.load_state_dict({k: v.float() for k, v in state["gen"].items()})
-        self.disc.load_state_dict({k: v.float() for k, v in state["disc"].items()})
+        self.gen.load_state_dict(full(state["gen"]))
+        self.disc.load_state_dict(full(state["disc"]))
         self.step_count = int(state["step"])

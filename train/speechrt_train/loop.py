@@ -247,3 +247,8 @@ def write_compact(trainer: Trainer, run_dir: str | Path, path: str | Path) -> Pa
 def half(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Float tensors to fp16 (for compact files); others unchanged."""
     return {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+
+
+def full(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of `half`: float tensors back to fp32; others unchanged."""
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}

@@ -25,7 +25,7 @@ from speechrt.metrics import wer
 from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, QuartzNetDims, _preset, mask_frames
 from speechrt.models.jasper import PRESETS as JASPER_PRESETS
 from speechrt_train.asr_data import Augment, SpeechData, speech_batch
-from speechrt_train.loop import Batches, half, warmup_rsqrt
+from speechrt_train.loop import Batches, full, half, warmup_rsqrt
 
 PRESETS: dict[str, dict[str, Any]] = {
     "quartznet-5x5": JASPER_PRESETS["quartznet-5x5"],  # 6.7 M parameters
@@ -294,7 +294,5 @@ class QuartzNetTrainer:
         return {"model": half(self.model.state_dict()), "step": self.step_count}
 
     def load_compact(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(
-            {k: v.float() if v.is_floating_point() else v for k, v in state["model"].items()}
-        )
+        self.model.load_state_dict(full(state["model"]))
         self.step_count = int(state["step"])
