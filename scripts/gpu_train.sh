@@ -42,12 +42,19 @@ DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
 echo "== training for $(( DEADLINE - $(date +%s) )) s"
 declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
                   [quartznet]="${QUARTZNET_ARGS:-}")
+# One GPU: the three share it. Two: HiFi-GAN (the slowest to converge) gets one to itself.
+# Three or more: one each.
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+declare -A GPU=([hifigan]=0 [quartznet]=0 [fastpitch]=0)
+[ "${NGPU:-0}" -ge 2 ] && GPU=([hifigan]=0 [quartznet]=1 [fastpitch]=1)
+[ "${NGPU:-0}" -ge 3 ] && GPU=([hifigan]=0 [quartznet]=1 [fastpitch]=2)
 PIDS=()
 for m in fastpitch hifigan quartznet; do
   args=(--corpus corpus --run "runs/$m" --minutes 600 --deadline "$DEADLINE"
         --warm-start ".carry/resume/$m.pt" --quiet)
   [ -z "$EXPORT" ] && args+=(--compact-out "$OUT/$m.pt")
   # shellcheck disable=SC2086
+  [ "${NGPU:-0}" -ge 1 ] && export CUDA_VISIBLE_DEVICES=${GPU[$m]}
   python3 -m speechrt_train "$m" "${args[@]}" ${EXTRA[$m]} > >(sed -u "s/^/[$m] /") 2>&1 &
   PIDS+=($!)
 done
@@ -58,6 +65,7 @@ for m in fastpitch hifigan quartznet; do
 done
 [ "$FAILED" = 0 ] || { echo "== a trainer failed"; exit 1; }
 
+unset CUDA_VISIBLE_DEVICES
 if [ -n "$EXPORT" ]; then
   echo "== export + evaluate"
   python3 -m speechrt_train export --runs runs --out "$OUT/defaults" --evaluate \
