@@ -32,6 +32,7 @@ def resolve_precision(name: str) -> torch.dtype:
 
 
 _batch_invariant = False
+_mkldnn_before = True  # torch.backends.mkldnn.enabled before the mode was turned on
 MKL_STRICT = "AUTO,STRICT"  # MKL_CBWR value: one reduction order per output, whatever the shape
 
 
@@ -50,12 +51,17 @@ def set_batch_invariant(on: bool = True) -> None:
     sum every output in an order that does not depend on the matrix shape. MKL reads MKL_CBWR once,
     at its first operation, so call this before the process runs any model (the server does), or
     start the process with MKL_CBWR=AUTO,STRICT. Measured, not promised by MKL: see docs/design.md.
-    Nothing changes on CUDA, where no batch-invariant kernels are used.
+    Off restores oneDNN as it was. Nothing changes on CUDA (no batch-invariant kernels there).
     """
-    global _batch_invariant
+    global _batch_invariant, _mkldnn_before
+    if on == _batch_invariant:
+        return
     if on:
         cbwr = os.environ.setdefault("MKL_CBWR", MKL_STRICT)
         if "STRICT" not in cbwr.upper():
             raise SpeechRTError(f"batch-invariant mode needs MKL_CBWR={MKL_STRICT}, not {cbwr!r}")
+        _mkldnn_before = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = False
+    else:
+        torch.backends.mkldnn.enabled = _mkldnn_before  # MKL_CBWR stays: MKL has read it
     _batch_invariant = on
-    torch.backends.mkldnn.enabled = not on
