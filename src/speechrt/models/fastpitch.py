@@ -202,7 +202,12 @@ class TransformerLayer(nn.Module):
         self.pos_ff = PositionwiseConvFF(d_model, d_inner, kernel)
 
     def forward(
-        self, x: Tensor, mask: Tensor, keep: Tensor, inside: Tensor, lengths: list[int] | None
+        self,
+        x: Tensor,
+        mask: Tensor,
+        keep: Tensor,
+        inside: Tensor,
+        lengths: list[int] | None = None,
     ) -> Tensor:
         """x (B, T, D); mask (B, T) bool and keep (B, T, 1) float: valid keys / outputs;
         inside (B, 1, T) float: within the item; lengths: per-item attention (or None)."""
