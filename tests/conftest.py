@@ -1,7 +1,13 @@
+import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# MKL reads this once, at its first operation: set before any test runs a model, so tests can
+# turn batch-invariant mode on in-process (speechrt.device.set_batch_invariant).
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
+import torch  # noqa: E402
 
 # Tiny models: one intra-op thread is many times faster than two on a 2-core machine, and oneDNN
 # spends seconds building a primitive for every new conv shape.
@@ -124,7 +130,7 @@ def speech_server(start_server, tiny_voice: tuple[Path, Path], tiny_asr: Path) -
     """Base URL of one server with the tiny voice and ASR model, shared by the serving tests."""
     url, _ = start_server(
         *("--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])),
-        *("--asr", str(tiny_asr), "--device", "cpu", "--threads", "1"),
+        *("--asr", str(tiny_asr), "--device", "cpu", "--threads", "1", "--batch-invariant"),
         *("--max-batch-size", "8", "--max-queue-delay-ms", "20", "--max-queue-size", "512"),
         *("--max-text-chars", "2000", "--max-upload-mb", "1", "--max-audio-seconds", "30"),
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from speechrt.errors import SpeechRTError
@@ -27,3 +29,39 @@ def resolve_precision(name: str) -> torch.dtype:
         return PRECISIONS[name]
     except KeyError:
         raise SpeechRTError(f"unknown precision {name!r}; choose {', '.join(PRECISIONS)}") from None
+
+
+_batch_invariant = False
+_mkldnn_before = True  # torch.backends.mkldnn.enabled before the mode was turned on
+MKL_STRICT = "AUTO,STRICT"  # MKL_CBWR value: one reduction order per output, whatever the shape
+
+
+def batch_invariant() -> bool:
+    """Whether batch-invariant mode is on (see set_batch_invariant)."""
+    return _batch_invariant
+
+
+def set_batch_invariant(on: bool = True) -> None:
+    """Batch-invariant mode for eager CPU inference: an item's output is bitwise the same whether
+    it runs alone or batched, at any position, with any batch-mates and any padded length.
+
+    It turns oneDNN off (its convolutions pick kernels by batch shape), makes FastPitch attend
+    over each item's own length (the padded length would otherwise enter the attention sums) and
+    asks MKL for strict conditional numerical reproducibility, under which its matrix products
+    sum every output in an order that does not depend on the matrix shape. MKL reads MKL_CBWR once,
+    at its first operation, so call this before the process runs any model (the server does), or
+    start the process with MKL_CBWR=AUTO,STRICT. Measured, not promised by MKL: see docs/design.md.
+    Off restores oneDNN as it was. Nothing changes on CUDA (no batch-invariant kernels there).
+    """
+    global _batch_invariant, _mkldnn_before
+    if on == _batch_invariant:
+        return
+    if on:
+        cbwr = os.environ.setdefault("MKL_CBWR", MKL_STRICT)
+        if "STRICT" not in cbwr.upper():
+            raise SpeechRTError(f"batch-invariant mode needs MKL_CBWR={MKL_STRICT}, not {cbwr!r}")
+        _mkldnn_before = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = False
+    else:
+        torch.backends.mkldnn.enabled = _mkldnn_before  # MKL_CBWR stays: MKL has read it
+    _batch_invariant = on

@@ -21,6 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
     p.add_argument("--backend", choices=("auto", "eager"), default="auto", help="runtime backend")
     p.add_argument("--threads", type=int, help="CPU threads per operator (default: torch's choice)")
+    p.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="CPU only: every response is bitwise the same as the request sent alone, whatever "
+        "it is batched with (oneDNN off, MKL strict reproducibility, per-item attention; "
+        "about 2x slower HiFi-GAN on CPU). Without it, batched audio may differ from the "
+        "same request alone by an int16 step in a few samples",
+    )
     g = p.add_argument_group("batching")
     g.add_argument("--max-batch-size", type=int, default=8, help="items per batch (default: 8)")
     g.add_argument(
@@ -65,6 +73,12 @@ def run(args: argparse.Namespace) -> int:
     for name in ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout"):
         if getattr(args, name) <= 0:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
+    if args.batch_invariant:
+        from speechrt.device import resolve_device, set_batch_invariant
+
+        if resolve_device(args.device).type != "cpu" or args.precision != "fp32":
+            raise SpeechRTError("--batch-invariant needs --device cpu --precision fp32")
+        set_batch_invariant(True)  # before anything runs: MKL reads its setting once
     if args.threads is not None:
         if args.threads < 1:
             raise SpeechRTError("--threads must be >= 1")

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechrt.audio.mel import MelConfig
+from speechrt.device import batch_invariant
 from speechrt.errors import SpeechRTError
 from speechrt.models import Converted
 from speechrt.options import SynthesisOptions
@@ -145,18 +146,32 @@ class MultiHeadAttn(nn.Module):
         self.o_net = nn.Linear(n_heads * d_head, d_model, bias=False)
         self.layer_norm = nn.LayerNorm(d_model)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:  # x (B, T, D), mask (B, T) bool
+    def forward(self, x: Tensor, mask: Tensor, lengths: list[int] | None = None) -> Tensor:
+        """x (B, T, D), mask (B, T) bool: valid keys. With `lengths` (batch-invariant mode, see
+        speechrt.device), each item attends over its own first lengths[b] positions only, so the
+        padded length T never enters the softmax or the attention-weighted sum."""
         B, T, _ = x.shape
         q, k, v = (
             t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, d_head)
             for t in self.qkv_net(x).chunk(3, dim=2)
         )
+        if lengths is None:
+            context = self._attend(q, k, v, mask)
+        else:
+            context = torch.zeros_like(q)  # padded query rows are zeroed by the caller anyway
+            for b, n in enumerate(lengths):
+                one = slice(b, b + 1)
+                context[one, :, :n] = self._attend(q[one, :, :n], k[one, :, :n], v[one, :, :n],
+                                                   mask[one, :n])  # fmt: skip
+        context = context.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)
+        return self.layer_norm(x + self.o_net(context))
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """q, k, v (B, H, T, d_head), mask (B, T) -> context (B, H, T, d_head)."""
         scores = torch.matmul(q, k.transpose(2, 3)) * (1 / self.d_head**0.5)
         # finfo.min instead of -inf: identical where a key is valid, finite for an empty item
         scores = scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min)
-        context = torch.matmul(F.softmax(scores, dim=3), v)
-        context = context.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)
-        return self.layer_norm(x + self.o_net(context))
+        return torch.matmul(F.softmax(scores, dim=3), v)
 
 
 class PositionwiseConvFF(nn.Module):
@@ -186,9 +201,17 @@ class TransformerLayer(nn.Module):
         self.dec_attn = MultiHeadAttn(n_heads, d_model, d_head)
         self.pos_ff = PositionwiseConvFF(d_model, d_inner, kernel)
 
-    def forward(self, x: Tensor, mask: Tensor, keep: Tensor, inside: Tensor) -> Tensor:
-        """x (B, T, D); mask (B, T) bool and keep (B, T, 1) float: valid keys / outputs."""
-        x = self.dec_attn(x, mask) * keep
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor,
+        keep: Tensor,
+        inside: Tensor,
+        lengths: list[int] | None = None,
+    ) -> Tensor:
+        """x (B, T, D); mask (B, T) bool and keep (B, T, 1) float: valid keys / outputs;
+        inside (B, 1, T) float: within the item; lengths: per-item attention (or None)."""
+        x = self.dec_attn(x, mask, lengths) * keep
         return self.pos_ff(x, inside) * keep
 
 
@@ -220,8 +243,9 @@ class FFTransformer(nn.Module):
         keep = mask[:, :, None].to(x.dtype)
         x = x + self.pos_emb(x.size(1), x.dtype)[None] * keep + conditioning
         inside_ = inside[:, None, :].to(x.dtype)
+        lengths = inside.sum(1).tolist() if batch_invariant() and x.size(0) > 1 else None
         for layer in self.layers:
-            x = layer(x, mask, keep, inside_)
+            x = layer(x, mask, keep, inside_, lengths)
         return x
 
 
