@@ -59,6 +59,36 @@ def test_check_feeds() -> None:
         graphs_of("nonesuch")
 
 
+def test_defaults_bounds_and_lengths() -> None:
+    c = contract("fastpitch", {"n_symbols": 10, "n_speakers": 3})
+    assert [t.name for t in c.inputs if t.optional] == [
+        "pace",
+        "pitch_shift",
+        "pitch_scale",
+        "speaker",
+    ]
+    assert c.spec("pace").default == 1.0 and c.spec("speaker").bounds == (0, 2)
+    assert c.spec("lengths").counts == "symbols" and c.spec("mel_lengths").counts == "frames"
+    feeds = {
+        "ids": np.array([[1, 9, 0]]),
+        "lengths": np.array([2]),
+        "pace": np.ones(1, np.float32),
+        "pitch_shift": np.zeros(1, np.float32),
+        "pitch_scale": np.ones(1, np.float32),
+        "speaker": np.array([2]),
+    }
+    c.check_values(feeds, c.check_feeds(feeds))
+    bad = {
+        "ids": (np.array([[1, 10, 0]]), "'ids': values must lie within \\[0, 9\\]"),
+        "lengths": (np.array([4]), "lengths must lie within \\[1, 3\\] \\(symbols\\)"),
+        "pace": (np.full(1, 0.01, np.float32), "within \\[0.1, 10\\]"),
+        "speaker": (np.array([3]), "'speaker': values must lie within \\[0, 2\\]"),
+    }
+    for name, (value, message) in bad.items():
+        with pytest.raises(SpeechRTError, match=message):
+            c.check_values(feeds | {name: value}, c.check_feeds(feeds | {name: value}))
+
+
 def test_contracts_import_no_torch() -> None:
     code = "import sys, speechrt.contracts; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -3,7 +3,13 @@
 A contract lists a graph's inputs and outputs: name, dtype and shape, where every dimension is
 either a fixed size (an int read off the model's dims) or a named dynamic axis ("batch",
 "symbols", "frames", ...). The ONNX export (input/output names, dynamic axes), every runner (eager,
-cuda, onnx), `speechrt verify` and the KServe v2 model metadata all read the same contract.
+cuda, onnx), `speechrt verify` and the KServe v2 model metadata and request checks all read the
+same contract.
+
+Besides name, dtype and shape, an input may say what values it accepts (`bounds`, and `counts` for
+a lengths tensor: each item's valid length along that axis) and a `default` (an optional
+per-item input: absent, every item gets that value). Runners always get every input; the server
+fills defaults and checks values (check_values) before it runs a graph for a client.
 
 This module imports no torch: the ONNX runtime uses it.
 
@@ -23,20 +29,29 @@ FFT-based STFT and per-item normalisation have no exported graph yet.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from speechrt.errors import SpeechRTError
 
-# numpy dtype name -> KServe v2 / Triton datatype
+# numpy dtype name -> KServe v2 / Triton datatype ("object": an array of bytes objects)
 KSERVE_DATATYPES = {
-    "float32": "FP32",
-    "float16": "FP16",
-    "bfloat16": "BF16",
-    "int64": "INT64",
-    "int32": "INT32",
     "bool": "BOOL",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "float32": "FP32",
+    "float64": "FP64",
+    "bfloat16": "BF16",
+    "object": "BYTES",
 }
 
 Axis = int | str  # a fixed size, or the name of a dynamic axis
@@ -51,6 +66,13 @@ class TensorSpec:
     shape: tuple[Axis, ...]
     doc: str = ""
     pad: float = 0  # what fills positions added along a length axis (1 = True for masks)
+    default: float | None = None  # optional (batch,) input: absent, every item gets this value
+    counts: str | None = None  # a (batch,) lengths tensor: valid positions along this axis
+    bounds: tuple[float, float] | None = None  # inclusive range of every value
+
+    @property
+    def optional(self) -> bool:
+        return self.default is not None
 
     def dynamic_axes(self) -> dict[int, str]:
         """{dim index: axis name} for the dynamic dimensions (torch.onnx.export's format)."""
@@ -79,6 +101,25 @@ class TensorSpec:
                     raise SpeechRTError(f"{where} must have shape {self.shape_text()}, got {shape}")
             elif sizes.setdefault(axis, n) != n:
                 raise SpeechRTError(f"{where}: axis {axis!r} is {n} here, {sizes[axis]} elsewhere")
+
+    def check_values(self, value: Any, sizes: Mapping[str, int], graph: str) -> None:
+        """Check `bounds`, and that a `counts` tensor's lengths lie in [1, size of its axis].
+
+        `value` is a numpy array or torch tensor already passed check(); `sizes` as it returned.
+        """
+        if (self.bounds is None and self.counts is None) or not math.prod(value.shape):
+            return
+        low, high = float(value.min()), float(value.max())
+        where = f"{graph}: input {self.name!r}"
+        if self.bounds is not None and not self.bounds[0] <= low <= high <= self.bounds[1]:
+            lo, hi = (f"{b:g}" for b in self.bounds)
+            raise SpeechRTError(f"{where}: values must lie within [{lo}, {hi}]")
+        if self.counts is not None and self.counts in sizes:
+            limit = sizes[self.counts]
+            if not 1 <= low <= high <= limit:
+                raise SpeechRTError(
+                    f"{where}: lengths must lie within [1, {limit}] ({self.counts})"
+                )
 
     def shape_text(self) -> str:
         return "(" + ", ".join(str(a) for a in self.shape) + ")"
@@ -123,6 +164,11 @@ class Contract:
             t.check(feeds[t.name], sizes, self.name)
         return sizes
 
+    def check_values(self, feeds: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
+        """Every input's values within its bounds and lengths (after check_feeds)."""
+        for t in self.inputs:
+            t.check_values(feeds[t.name], sizes, self.name)
+
     def kserve_metadata(self, model_name: str, platform: str = "speechrt") -> dict[str, Any]:
         """The KServe v2 `GET /v2/models/{name}` response body for this graph."""
         return {
@@ -134,12 +180,33 @@ class Contract:
         }
 
 
-def _t(name: str, dtype: str, *shape: Axis, doc: str = "", pad: float = 0) -> TensorSpec:
-    return TensorSpec(name, dtype, tuple(shape), doc, pad)
+def _t(
+    name: str,
+    dtype: str,
+    *shape: Axis,
+    doc: str = "",
+    pad: float = 0,
+    default: float | None = None,
+    counts: str | None = None,
+    bounds: tuple[float, float] | None = None,
+) -> TensorSpec:
+    return TensorSpec(name, dtype, tuple(shape), doc, pad, default, counts, bounds)
 
 
 F32, I64, BOOL = "float32", "int64", "bool"
 B = "batch"
+INF = math.inf
+PACE, SHIFT = (0.1, 10.0), (-2000.0, 2000.0)  # SynthesisOptions' ranges
+
+
+def _ids(name: str, d: Mapping[str, Any], doc: str = "") -> TensorSpec:
+    """Symbol ids (batch, symbols), right-padded with 0, below the dims' n_symbols."""
+    n = d.get("n_symbols")
+    return _t(name, I64, B, "symbols", doc=doc, bounds=(0, INF if n is None else n - 1))
+
+
+def _lengths(name: str, axis: str) -> TensorSpec:
+    return _t(name, I64, B, counts=axis)
 
 
 # -- one builder per graph: dims (the model.json "dims" dict) -> Contract -----------------------
@@ -147,17 +214,25 @@ B = "batch"
 
 def fastpitch(d: Mapping[str, Any]) -> Contract:
     inputs = [
-        _t("ids", I64, B, "symbols", doc="symbol ids, right-padded"),
-        _t("lengths", I64, B),
-        _t("pace", F32, B, doc="speaking rate, > 1 is faster"),
-        _t("pitch_shift", F32, B, doc="Hz added to the pitch contour"),
-        _t("pitch_scale", F32, B, doc="multiplies the pitch deviation; 0 = monotone"),
+        _ids("ids", d, doc="symbol ids, right-padded"),
+        _lengths("lengths", "symbols"),
+        _t("pace", F32, B, doc="speaking rate, > 1 is faster", default=1.0, bounds=PACE),
+        _t("pitch_shift", F32, B, doc="Hz added to the pitch contour", default=0.0, bounds=SHIFT),
+        _t(
+            "pitch_scale",
+            F32,
+            B,
+            doc="multiplies the pitch deviation; 0 = monotone",
+            default=1.0,
+            bounds=(0.0, 10.0),
+        ),
     ]
-    if d.get("n_speakers", 1) > 1:
-        inputs.append(_t("speaker", I64, B))
+    n_speakers = d.get("n_speakers", 1)
+    if n_speakers > 1:
+        inputs.append(_t("speaker", I64, B, default=0, bounds=(0, n_speakers - 1)))
     outputs = [
         _t("mel", F32, B, d.get("n_mel_channels", 80), "frames"),
-        _t("mel_lengths", I64, B),
+        _lengths("mel_lengths", "frames"),
         _t("durations", F32, B, "symbols", doc="frames per symbol before pace and rounding"),
         _t("pitch", F32, B, d.get("pitch_conditioning_formants", 1), "symbols"),
     ]
@@ -169,8 +244,8 @@ def fastpitch(d: Mapping[str, Any]) -> Contract:
 def hifigan(d: Mapping[str, Any]) -> Contract:
     return Contract(
         "hifigan",
-        (_t("mel", F32, B, d.get("n_mels", 80), "frames"), _t("mel_lengths", I64, B)),
-        (_t("audio", F32, B, "samples"), _t("audio_lengths", I64, B)),
+        (_t("mel", F32, B, d.get("n_mels", 80), "frames"), _lengths("mel_lengths", "frames")),
+        (_t("audio", F32, B, "samples"), _lengths("audio_lengths", "samples")),
     )
 
 
@@ -180,8 +255,14 @@ def denoiser(d: Mapping[str, Any]) -> Contract:
         "denoiser",
         (
             _t("audio", F32, B, "samples"),
-            _t("audio_lengths", I64, B),
-            _t("strength", F32, B, doc="multiple of the vocoder's bias spectrum to subtract"),
+            _lengths("audio_lengths", "samples"),
+            _t(
+                "strength",
+                F32,
+                B,
+                doc="multiple of the vocoder's bias spectrum to subtract",
+                bounds=(0.0, 1.0),
+            ),
         ),
         (_t("denoised", F32, B, "samples"),),
     )
@@ -191,7 +272,7 @@ def tacotron2_encoder(d: Mapping[str, Any]) -> Contract:
     e = d.get("encoder_embedding_dim", 512)
     return Contract(
         "tacotron2.encoder",
-        (_t("sequences", I64, B, "symbols"), _t("sequence_lengths", I64, B)),
+        (_ids("sequences", d), _lengths("sequence_lengths", "symbols")),
         (
             _t("memory", F32, B, "symbols", e),
             _t("processed_memory", F32, B, "symbols", d.get("attention_dim", 128)),
@@ -235,7 +316,7 @@ def tacotron2_postnet(d: Mapping[str, Any]) -> Contract:
     n_mels = d.get("n_mel_channels", 80)
     return Contract(
         "tacotron2.postnet",
-        (_t("mel_outputs", F32, B, n_mels, "frames"), _t("mel_lengths", I64, B)),
+        (_t("mel_outputs", F32, B, n_mels, "frames"), _lengths("mel_lengths", "frames")),
         (_t("mel_outputs_postnet", F32, B, n_mels, "frames"),),
     )
 
@@ -244,11 +325,18 @@ def fastspeech(d: Mapping[str, Any]) -> Contract:
     return Contract(
         "fastspeech",
         (
-            _t("ids", I64, B, "symbols"),
-            _t("lengths", I64, B),
-            _t("pace", F32, B, doc="speaking rate, > 1 is faster (DLE's alpha = 1 / pace)"),
+            _ids("ids", d),
+            _lengths("lengths", "symbols"),
+            _t(
+                "pace",
+                F32,
+                B,
+                doc="speaking rate, > 1 is faster (DLE's alpha = 1 / pace)",
+                default=1.0,
+                bounds=PACE,
+            ),
         ),
-        (_t("mel", F32, B, d.get("n_mels", 80), "frames"), _t("mel_lengths", I64, B)),
+        (_t("mel", F32, B, d.get("n_mels", 80), "frames"), _lengths("mel_lengths", "frames")),
     )
 
 
@@ -257,13 +345,13 @@ def waveglow(d: Mapping[str, Any]) -> Contract:
         "waveglow",
         (
             _t("mel", F32, B, d.get("n_mel_channels", 80), "frames"),
-            _t("mel_lengths", I64, B),
+            _lengths("mel_lengths", "frames"),
             _t(
                 "z", F32, B, d.get("n_group", 8), "groups", doc="latent noise, frames * hop / group"
             ),
-            _t("sigma", F32, B, doc="scales the first latent channels"),
+            _t("sigma", F32, B, doc="scales the first latent channels", bounds=(0.0, 2.0)),
         ),
-        (_t("audio", F32, B, "samples"), _t("audio_lengths", I64, B)),
+        (_t("audio", F32, B, "samples"), _lengths("audio_lengths", "samples")),
     )
 
 
@@ -272,11 +360,11 @@ def jasper(d: Mapping[str, Any]) -> Contract:
         "jasper",
         (
             _t("features", F32, B, d.get("n_feats", 64), "feature_frames"),
-            _t("feature_lengths", I64, B),
+            _lengths("feature_lengths", "feature_frames"),
         ),
         (
             _t("log_probs", F32, B, "output_frames", d.get("n_classes", 29), doc="blank last"),
-            _t("log_prob_lengths", I64, B),
+            _lengths("log_prob_lengths", "output_frames"),
         ),
     )
 

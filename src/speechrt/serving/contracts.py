@@ -1,106 +1,78 @@
-"""Named-tensor I/O of every model the server exposes over KServe v2, in one place.
+"""What the server adds to speechrt.contracts: the pipeline models, component names, datatypes.
 
-Components (the acoustic model, the vocoder, the ASR acoustic model) follow the pipeline
-interfaces (ids + lengths -> mel + mel_lengths -> audio + audio_lengths; features + lengths ->
-log-probs + lengths). When speechrt.contracts lands (the runtime's shared contract module), the
-COMPONENTS table below is the one thing to derive from it. -1 marks a dynamic axis.
+Every KServe v2 model is described by a `speechrt.contracts.Contract`; its `/v2/models/{name}`
+metadata is `contract.kserve_metadata(name, platform)` and its infer requests are checked against
+it (speechrt.serving.v2models.ContractModel.check).
+
+- Components are served by the runtime's shared contracts, one v2 model per graph
+  (component_names): `<kind>` for a kind's main graph when it is not named `<kind>.<part>`
+  (fastpitch, fastspeech, hifigan, waveglow, jasper, quartznet), `<kind>.<part>` for every other
+  graph (hifigan.denoiser, waveglow.denoiser, tacotron2.encoder, tacotron2.decoder_step,
+  tacotron2.postnet).
+- The pipelines `tts` and `asr` exist only in the server: their contracts are here (BYTES text).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import numpy as np
 
-# KServe v2 datatype -> numpy dtype string (little-endian); BYTES is an object array of bytes.
-DATATYPES: dict[str, str] = {
-    "BOOL": "|b1",
-    "UINT8": "|u1",
-    "UINT16": "<u2",
-    "UINT32": "<u4",
-    "UINT64": "<u8",
-    "INT8": "|i1",
-    "INT16": "<i2",
-    "INT32": "<i4",
-    "INT64": "<i8",
-    "FP16": "<f2",
-    "FP32": "<f4",
-    "FP64": "<f8",
-    "BYTES": "O",
-}
+from speechrt.contracts import KSERVE_DATATYPES, Contract, TensorSpec, graphs_of
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    datatype: str  # a KServe v2 datatype
-    shape: tuple[int, ...]  # -1 = dynamic
-    optional: bool = False
-    any_shape: bool = False  # accept any shape (flattened), e.g. texts as [B] or [B, 1]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
-
-    def check(self, shape: tuple[int, ...], datatype: str) -> str | None:
-        """None when an input of this shape and datatype fits, else why not."""
-        if datatype != self.datatype:
-            return f"input {self.name!r} must be {self.datatype}, got {datatype}"
-        if self.any_shape:
-            return None
-        if len(shape) != len(self.shape) or any(
-            want not in (-1, got) for want, got in zip(self.shape, shape, strict=True)
-        ):
-            want = "[" + ", ".join("-1" if d < 0 else str(d) for d in self.shape) + "]"
-            return f"input {self.name!r} must have shape {want}, got {list(shape)}"
-        return None
+def _numpy_dtypes() -> dict[str, np.dtype]:
+    """KServe datatype -> little-endian numpy dtype, for those numpy has (not BF16)."""
+    out = {}
+    for name, datatype in KSERVE_DATATYPES.items():
+        try:
+            out[datatype] = np.dtype(name).newbyteorder("<")
+        except TypeError:
+            continue
+    return out
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
+NUMPY_DTYPES: dict[str, np.dtype] = _numpy_dtypes()
 
 
-def component_spec(role: str, channels: int, classes: int = -1) -> ModelSpec:
-    """The contract of one component role; `channels` = mel bins / feature count."""
-    if role == "acoustic":
-        return ModelSpec(
-            (TensorSpec("ids", "INT64", (-1, -1)), TensorSpec("lengths", "INT64", (-1,))),
-            (
-                TensorSpec("mel", "FP32", (-1, channels, -1)),
-                TensorSpec("mel_lengths", "INT64", (-1,)),
-            ),
-        )
-    if role == "vocoder":
-        return ModelSpec(
-            (
-                TensorSpec("mel", "FP32", (-1, channels, -1)),
-                TensorSpec("mel_lengths", "INT64", (-1,)),
-            ),
-            (TensorSpec("audio", "FP32", (-1, -1)), TensorSpec("audio_lengths", "INT64", (-1,))),
-        )
-    if role == "asr":
-        return ModelSpec(
-            (
-                TensorSpec("features", "FP32", (-1, channels, -1)),
-                TensorSpec("lengths", "INT64", (-1,)),
-            ),
-            (
-                TensorSpec("log_probs", "FP32", (-1, -1, classes)),
-                TensorSpec("log_prob_lengths", "INT64", (-1,)),
-            ),
-        )
-    raise ValueError(f"no serving contract for component role {role!r}")
+def datatype_of(arr: np.ndarray) -> str:
+    """The KServe datatype of a numpy array."""
+    for datatype, dtype in NUMPY_DTYPES.items():
+        if dtype == arr.dtype.newbyteorder("<"):
+            return datatype
+    raise TypeError(f"no KServe datatype for {arr.dtype}")
 
 
-TTS_SPEC = ModelSpec(
-    (TensorSpec("TEXT", "BYTES", (-1,), any_shape=True),),
-    (TensorSpec("AUDIO", "FP32", (-1, -1)), TensorSpec("AUDIO_LENGTHS", "INT64", (-1,))),
+def component_names(kind: str) -> dict[str, str]:
+    """{v2 model name: graph name} for a component kind (see the module docstring)."""
+    graphs = list(graphs_of(kind))
+    names = {}
+    for i, graph in enumerate(graphs):
+        if graph.startswith(kind + "."):
+            names[graph] = graph
+        elif i == 0:
+            names[kind] = graph
+        else:
+            names[f"{kind}.{graph}"] = graph
+    return names
+
+
+def _t(name: str, dtype: str, *shape: str, doc: str = "", counts: str | None = None):
+    return TensorSpec(name, dtype, shape, doc, counts=counts)
+
+
+TTS = Contract(
+    "tts",
+    (_t("TEXT", "object", "batch", doc="UTF-8 texts; [B, 1] is accepted too"),),
+    (
+        _t("AUDIO", "float32", "batch", "samples", doc="zero-padded"),
+        _t("AUDIO_LENGTHS", "int64", "batch", counts="samples"),
+    ),
 )
 
-ASR_SPEC = ModelSpec(
+ASR = Contract(
+    "asr",
     (
-        TensorSpec("AUDIO", "FP32", (-1, -1)),
-        TensorSpec("AUDIO_LENGTHS", "INT64", (-1,), optional=True),
+        _t("AUDIO", "float32", "batch", "samples", doc="at the model's rate, or `sample_rate`"),
+        _t("AUDIO_LENGTHS", "int64", "batch", doc="optional: whole rows", counts="samples"),
     ),
-    (TensorSpec("TEXT", "BYTES", (-1,)),),
+    (_t("TEXT", "object", "batch"),),
 )

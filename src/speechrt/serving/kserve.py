@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from speechrt import __version__
+from speechrt.contracts import KSERVE_DATATYPES, TensorSpec
 from speechrt.errors import SpeechRTError
 from speechrt.serving.errors import ApiError
 from speechrt.serving.metrics import VERSION
@@ -57,20 +58,11 @@ async def ready(request: Request) -> Response:
     return Response(status_code=200 if server_of(request).ready else 503)
 
 
-def _metadata(m: V2Model) -> dict[str, Any]:
-    return {
-        "name": m.name,
-        "versions": [VERSION],
-        "platform": m.platform,
-        "inputs": [t.to_json() for t in m.spec.inputs],
-        "outputs": [t.to_json() for t in m.spec.outputs],
-    }
-
-
 @router.get("/models/{name}")
 @router.get("/models/{name}/versions/{version}")
 async def model_metadata(name: str, request: Request, version: str | None = None) -> Any:
-    return _metadata(model_of(request, name, version))
+    m = model_of(request, name, version)
+    return m.contract.kserve_metadata(m.name, m.platform)
 
 
 @router.get("/models/{name}/ready")
@@ -89,16 +81,17 @@ async def model_config(name: str, request: Request, version: str | None = None) 
     m = model_of(request, name, version)
     batch = server_of(request).config.batch
 
-    def dims(t: Any) -> dict[str, Any]:
-        d = {"name": t.name, "data_type": f"TYPE_{t.datatype.replace('BYTES', 'STRING')}"}
-        return {**d, "dims": list(t.shape[1:]) or [1], "optional": t.optional}
+    def dims(t: TensorSpec) -> dict[str, Any]:
+        shape = t.kserve()["shape"][1:] or [1]  # without the batch axis
+        datatype = KSERVE_DATATYPES[t.dtype].replace("BYTES", "STRING")
+        return {"name": t.name, "data_type": f"TYPE_{datatype}", "dims": shape}
 
     return {
         "name": m.name,
         "platform": m.platform,
         "max_batch_size": batch.max_batch_size,
-        "input": [dims(t) for t in m.spec.inputs],
-        "output": [dims(t) for t in m.spec.outputs],
+        "input": [{**dims(t), "optional": m.is_optional(t.name)} for t in m.contract.inputs],
+        "output": [dims(t) for t in m.contract.outputs],
         "dynamic_batching": {
             "max_queue_delay_microseconds": int(batch.max_queue_delay_ms * 1000),
             "default_queue_policy": {"max_queue_size": batch.max_queue_size},
@@ -121,23 +114,6 @@ def _decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     return out
 
 
-def _check_inputs(m: V2Model, request_inputs: dict[str, Any], datatypes: dict[str, str]) -> None:
-    specs = {t.name: t for t in m.spec.inputs}
-    for name in request_inputs:
-        if name not in specs:
-            raise SpeechRTError(
-                f"model {m.name!r} has no input {name!r}; inputs: {', '.join(specs)}"
-            )
-    for t in m.spec.inputs:
-        if t.name not in request_inputs:
-            if t.optional:
-                continue
-            raise SpeechRTError(f"model {m.name!r} needs input {t.name!r}")
-        why = t.check(tuple(request_inputs[t.name].shape), datatypes[t.name])
-        if why:
-            raise SpeechRTError(f"model {m.name!r}: {why}")
-
-
 @router.post("/models/{name}/infer")
 @router.post("/models/{name}/versions/{version}/infer")
 async def infer(name: str, request: Request, version: str | None = None) -> Response:
@@ -149,7 +125,7 @@ async def infer(name: str, request: Request, version: str | None = None) -> Resp
             body, request.headers.get("content-encoding"), srv.config.limits.max_upload_bytes
         )
         req = parse_request(body, request.headers.get(HEADER))
-        _check_inputs(m, req.inputs, req.datatypes)
-        outputs = await m.infer(req.inputs, req.parameters)
+        inputs = m.check(req.inputs, req.datatypes)
+        outputs = await m.infer(inputs, req.parameters)
         data, headers = encode_response(m.name, VERSION, req, outputs)
     return Response(data, headers=headers)

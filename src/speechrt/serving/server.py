@@ -18,9 +18,10 @@ from speechrt.serving.pipelines import ASRAdapter, ASRService, Limits, TTSAdapte
 from speechrt.serving.v2models import (
     ASRModel,
     ComponentAdapter,
+    ComponentModel,
     TTSModel,
     V2Model,
-    component_model,
+    component_runners,
 )
 
 log = logging.getLogger("speechrt.serving")
@@ -73,17 +74,9 @@ class Server:
         return engine
 
     def _add_components(self, tts: Any, asr: Any) -> None:
-        parts = []
-        if tts is not None and hasattr(tts, "acoustic_info"):
-            n_mels = tts.mel.n_mels
-            parts.append((tts.acoustic_info.kind, "acoustic", tts.acoustic, tts, n_mels, -1))
-            parts.append((tts.vocoder_info.kind, "vocoder", tts.vocoder, tts, n_mels, -1))
-        if asr is not None and hasattr(asr, "info"):
-            feats, classes = asr.features.n_mels, len(asr.labels) + 1
-            parts.append((asr.info.kind, "asr", asr.model, asr, feats, classes))
-        for name, role, module, owner, channels, classes in parts:
-            adapter = ComponentAdapter(role, module, owner.device, owner.dtype)
-            model = component_model(name, role, self._engine(name, adapter), channels, classes)
+        for name, runner in component_runners(tts, asr):
+            engine = self._engine(name, ComponentAdapter(runner))
+            model = ComponentModel(name, runner.contract, engine)
             model.timeout = self.config.limits.request_timeout_s
             self.v2[name] = model
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from speechrt.errors import SpeechRTError
-from speechrt.serving.contracts import DATATYPES
+from speechrt.serving.contracts import NUMPY_DTYPES, datatype_of
 
 HEADER = "Inference-Header-Content-Length"
 
@@ -92,7 +92,7 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> n
     elif datatype[0] in "IU" and not all(isinstance(x, int) for x in flat):
         raise SpeechRTError(f"input {name!r}: {datatype} data must be integers")
     try:
-        return np.array(flat, dtype=DATATYPES[datatype]).reshape(shape)
+        return np.array(flat, dtype=NUMPY_DTYPES[datatype]).reshape(shape)
     except OverflowError:
         raise SpeechRTError(f"input {name!r}: a value does not fit {datatype}") from None
 
@@ -128,7 +128,7 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         if name in inputs:
             raise SpeechRTError(f"input {name!r} given twice")
         datatype = t.get("datatype")
-        if datatype not in DATATYPES:
+        if datatype not in NUMPY_DTYPES:
             raise SpeechRTError(f"input {name!r}: unsupported datatype {datatype!r}")
         shape = _shape(t.get("shape"), name)
         tparams = t.get("parameters") or {}
@@ -165,21 +165,12 @@ def _from_raw(chunk: bytes, datatype: str, shape: tuple[int, ...], name: str) ->
     count = math.prod(shape)
     if datatype == "BYTES":
         return decode_bytes(chunk, count, name).reshape(shape)
-    dtype = np.dtype(DATATYPES[datatype])
+    dtype = NUMPY_DTYPES[datatype]
     if len(chunk) != count * dtype.itemsize:
         raise SpeechRTError(
             f"input {name!r}: {len(chunk)} bytes do not hold shape {list(shape)} of {datatype}"
         )
     return np.frombuffer(chunk, dtype=dtype).reshape(shape)
-
-
-def datatype_of(arr: np.ndarray) -> str:
-    if arr.dtype == object:
-        return "BYTES"
-    for name, code in DATATYPES.items():
-        if code != "O" and np.dtype(code) == arr.dtype.newbyteorder("<"):
-            return name
-    raise TypeError(f"no KServe datatype for {arr.dtype}")
 
 
 def encode_response(

@@ -1,7 +1,14 @@
-"""The models the KServe v2 routes serve: the `tts` and `asr` pipelines and each component.
+"""The models the KServe v2 routes serve: the `tts` and `asr` pipelines and each component graph.
 
-A v2 model takes and returns named numpy arrays. Requests are split into rows, and every row is
-one batch item of the model's engine, so rows of concurrent requests are batched together.
+Every model is a `ContractModel`: its contract (speechrt.contracts.Contract) is its
+`/v2/models/{name}` metadata, and `check` turns a decoded request into the contract's inputs
+(optional inputs filled with their defaults) or a SpeechRTError (HTTP 400).
+
+A component model runs one graph of a loaded component through the runtime's eager runner, exactly
+as its contract says. One request is one batch item of its engine: requests whose inputs have the
+same shapes (apart from the batch) are stacked into one call, and each gets back its own rows,
+cropped to what it would get alone. Pipeline requests are split into texts / waveforms, which the
+pipelines' engines batch.
 """
 
 from __future__ import annotations
@@ -9,26 +16,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Hashable
 from dataclasses import fields
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
+from speechrt.contracts import KSERVE_DATATYPES, Contract
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
-from speechrt.serving.contracts import ASR_SPEC, TTS_SPEC, ModelSpec, component_spec
+from speechrt.runtime.base import Runner
+from speechrt.serving.contracts import ASR, TTS, component_names
 from speechrt.serving.engine import Engine
 from speechrt.serving.pipelines import ASRService, TTSService
 
 Arrays = dict[str, np.ndarray]
-
-
-class V2Model(Protocol):
-    name: str
-    platform: str
-    spec: ModelSpec
-
-    async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays: ...
 
 
 def pad_stack(arrays: list[np.ndarray], axis: int) -> tuple[np.ndarray, np.ndarray]:
@@ -58,72 +59,145 @@ def split_rows(x: np.ndarray, lengths: np.ndarray | None, axis: int, name: str) 
     return [np.take(row, np.arange(int(n)), axis=axis) for row, n in zip(x, lengths, strict=True)]
 
 
+class ContractModel:
+    """A v2 model behind a Contract; subclasses define name, platform, contract and infer."""
+
+    name: str
+    platform: str
+    contract: Contract
+    optional: frozenset[str] = frozenset()  # inputs a request may leave out, besides defaults
+
+    def is_optional(self, name: str) -> bool:
+        return self.contract.spec(name).optional or name in self.optional
+
+    def check(self, inputs: Arrays, datatypes: dict[str, str]) -> Arrays:
+        """The request's inputs checked against the contract, defaults filled in."""
+        c, where = self.contract, f"model {self.name!r}"
+        for name in inputs:
+            if name not in c.input_names:
+                raise SpeechRTError(
+                    f"{where} has no input {name!r}; inputs: {', '.join(c.input_names)}"
+                )
+        for t in c.inputs:
+            if t.name not in inputs:
+                if not self.is_optional(t.name):
+                    raise SpeechRTError(f"{where} needs input {t.name!r}")
+                continue
+            want, got = KSERVE_DATATYPES[t.dtype], datatypes.get(t.name)
+            if got != want:
+                raise SpeechRTError(f"{where}: input {t.name!r} must be {want}, got {got}")
+        sizes: dict[str, int] = {}
+        for t in c.inputs:
+            if t.name in inputs:
+                t.check(inputs[t.name], sizes, self.name)
+        batch = sizes["batch"]
+        if batch == 0:
+            raise SpeechRTError(f"{where}: the batch is empty")
+        feeds = dict(inputs)
+        for t in c.inputs:
+            if t.name not in feeds and t.default is not None:
+                feeds[t.name] = np.full((batch,), t.default, dtype=t.dtype)
+            value = feeds.get(t.name)
+            if value is None:
+                continue
+            if value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise SpeechRTError(f"{where}: input {t.name!r} holds NaN or infinity")
+            t.check_values(value, sizes, self.name)
+        return feeds
+
+    async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
+        raise NotImplementedError
+
+
+# Kept for the routes' type hints: every v2 model is a ContractModel.
+V2Model = ContractModel
+
+
 # -- components ----------------------------------------------------------------------------------
 
 
+def component_runners(tts: Any, asr: Any) -> list[tuple[str, Runner]]:
+    """(v2 model name, eager runner) for every graph of the loaded components of a voice
+    (speechrt.tts.TTS) and an ASR model (speechrt.asr.ASR); stand-ins without them give none."""
+    from speechrt.runtime.stages import make_runner
+
+    parts = []
+    if tts is not None and hasattr(tts, "acoustic_info"):
+        parts += [(tts.acoustic, tts.acoustic_info, tts), (tts.vocoder, tts.vocoder_info, tts)]
+    if asr is not None and hasattr(asr, "info"):
+        parts.append((asr.model, asr.info, asr))
+    runners = []
+    for module, info, owner in parts:
+        for name, graph in component_names(info.kind).items():
+            runners.append((name, make_runner(graph, module, info, "eager", owner.device)))
+    return runners
+
+
 class ComponentAdapter:
-    """One component on a batch of per-item arrays: pad in, run, trim out (device thread)."""
+    """Runs batches of whole requests (each a dict of contract inputs) on the device thread."""
 
-    def __init__(self, role: str, module: torch.nn.Module, device: torch.device, dtype: Any):
-        self.role, self.module, self.device, self.dtype = role, module, device, dtype
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.contract = runner.contract
 
-    def length(self, item: np.ndarray) -> int:
-        return int(item.shape[-1])
+    def length(self, item: Arrays) -> int:
+        return 0  # only requests of equal shapes share a batch: nothing is padded
 
-    def key(self, item: np.ndarray) -> Hashable:
-        return None
+    def key(self, item: Arrays) -> Hashable:
+        return tuple((t.name, item[t.name].shape[1:]) for t in self.contract.inputs)
 
-    @torch.inference_mode()
-    def run_batch(self, items: list[np.ndarray]) -> list[np.ndarray]:
-        # items: ids (L,) | mel (n_mels, T) | features (F, T), padded along their last axis
-        x, lengths = pad_stack(items, axis=-1)
-        xt = torch.from_numpy(x).to(self.device)
-        lt = torch.from_numpy(lengths).to(self.device)
-        if self.role == "acoustic":  # ids (B, L) -> mel (B, n_mels, T)
-            seeds = torch.zeros(len(items), dtype=torch.long)
-            out, out_lengths = self.module.generate_mel(xt, lt, SynthesisOptions(), seeds)
-        elif self.role == "vocoder":  # mel (B, n_mels, T) -> audio (B, S)
-            out, out_lengths = self.module.mel_to_audio(xt.to(self.dtype), lt, SynthesisOptions())
-        else:  # features (B, F, T) -> log-probs (B, T', V)
-            out, out_lengths = self.module(xt.to(self.dtype), lt)
-        out = out.float().cpu().numpy()
-        n = out_lengths.tolist()
-        if self.role == "asr":
-            return [o[: n[i]].copy() for i, o in enumerate(out)]  # (T'_i, V)
-        return [o[..., : n[i]].copy() for i, o in enumerate(out)]  # (n_mels, T_i) | (S_i,)
+    def run_batch(self, items: list[Arrays]) -> list[Arrays]:
+        c = self.contract
+        free = self._free_axes(items[0])
+        if len(items) > 1 and None in free.values():  # no way to crop: run each alone
+            return [out for item in items for out in self.run_batch([item])]
+        feeds = {
+            n: torch.from_numpy(np.concatenate([it[n] for it in items])) for n in c.input_names
+        }
+        outs = {k: v.detach().cpu().numpy() for k, v in self.runner.run(feeds).items()}
+        results, start = [], 0
+        for item in items:
+            rows = slice(start, start + len(item[c.input_names[0]]))
+            start = rows.stop
+            mine = {k: v[rows] for k, v in outs.items()}
+            # a free axis is as long as the batch's longest item: cut it to this request's own
+            ends = {axis: int(mine[n].max(initial=0)) for axis, n in free.items() if n}
+            for name, value in mine.items():
+                for dim, axis in c.spec(name).dynamic_axes().items():
+                    if axis in ends:
+                        value = value[(slice(None),) * dim + (slice(0, ends[axis]),)]
+                mine[name] = np.ascontiguousarray(value)
+            results.append(mine)
+        return results
+
+    def _free_axes(self, item: Arrays) -> dict[str, str | None]:
+        """Output axes that neither an input's shape nor the graph fixes (e.g. FastPitch's
+        frames) -> the output counting each item's length along them (None: none does)."""
+        c = self.contract
+        fixed = {a for t in c.inputs for a in t.shape if isinstance(a, str)}
+        sizes = {a: item[t.name].shape[i] for t in c.inputs for i, a in t.dynamic_axes().items()}
+        derive = getattr(getattr(self.runner, "graph", None), "derived_sizes", None)
+        fixed |= set(derive(sizes)) if derive else set()
+        free: dict[str, str | None] = {}
+        for t in c.outputs:
+            for axis in t.dynamic_axes().values():
+                if axis not in fixed:
+                    free[axis] = next((o.name for o in c.outputs if o.counts == axis), None)
+        return free
 
 
-class ComponentModel:
-    """A component behind its contract (contracts.component_spec)."""
+class ComponentModel(ContractModel):
+    """One graph of a component behind its shared contract."""
 
     platform = "pytorch_libtorch"
 
-    def __init__(
-        self, name: str, role: str, engine: Engine[np.ndarray, np.ndarray], spec: ModelSpec
-    ):
-        self.name, self.role, self.engine, self.spec = name, role, engine, spec
+    def __init__(self, name: str, contract: Contract, engine: Engine[Arrays, Arrays]) -> None:
+        self.name, self.contract, self.engine = name, contract, engine
         self.timeout = 60.0
 
     async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
-        (x_spec, len_spec), (y_spec, ylen_spec) = self.spec.inputs, self.spec.outputs
-        x, lengths = inputs[x_spec.name], inputs[len_spec.name]
-        if self.role == "acoustic":
-            rows = [r.astype(np.int64) for r in split_rows(x, lengths, 0, self.name)]
-        else:
-            rows = [r.astype(np.float32) for r in split_rows(x, lengths, 1, self.name)]
-            if not all(np.isfinite(r).all() for r in rows):
-                raise SpeechRTError(f"{self.name}: input {x_spec.name!r} holds NaN or infinity")
-        if not rows:
-            raise SpeechRTError(f"{self.name}: empty batch")
-        outs = await self.engine.infer(rows, self.timeout)
-        y, ylen = pad_stack(outs, axis=0 if self.role == "asr" else -1)
-        return {y_spec.name: y.astype(np.float32), ylen_spec.name: ylen}
-
-
-def component_model(
-    name: str, role: str, engine: Engine[np.ndarray, np.ndarray], channels: int, classes: int = -1
-) -> ComponentModel:
-    return ComponentModel(name, role, engine, component_spec(role, channels, classes))
+        (out,) = await self.engine.infer([inputs], self.timeout)
+        return out
 
 
 # -- pipelines -----------------------------------------------------------------------------------
@@ -143,18 +217,25 @@ def options_from_params(params: dict[str, Any]) -> SynthesisOptions:
     return SynthesisOptions(**given)
 
 
-class TTSModel:
-    """TEXT (BYTES, any shape: [B] or [B, 1]) -> AUDIO (FP32 [B, S], zero-padded) + lengths.
+class TTSModel(ContractModel):
+    """TEXT (BYTES [B], or [B, 1] as Triton clients send it) -> AUDIO (FP32 [B, S],
+    zero-padded) + AUDIO_LENGTHS (INT64 [B]).
 
     Parameters: any SynthesisOptions field; text i uses seed `seed + i` (default seed 0).
     """
 
     name = "tts"
     platform = "speechrt_pipeline"
-    spec = TTS_SPEC
+    contract = TTS
 
     def __init__(self, service: TTSService) -> None:
         self.service = service
+
+    def check(self, inputs: Arrays, datatypes: dict[str, str]) -> Arrays:
+        text = inputs.get("TEXT")
+        if text is not None and text.ndim == 2 and text.shape[1] == 1:
+            inputs = {**inputs, "TEXT": text.reshape(-1)}
+        return super().check(inputs, datatypes)
 
     async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
         texts = []
@@ -172,13 +253,14 @@ class TTSModel:
         return {"AUDIO": padded.astype(np.float32), "AUDIO_LENGTHS": lengths}
 
 
-class ASRModel:
+class ASRModel(ContractModel):
     """AUDIO (FP32 [B, S] at the model's rate, or `sample_rate` parameter) + optional
     AUDIO_LENGTHS (INT64 [B]) -> TEXT (BYTES [B])."""
 
     name = "asr"
     platform = "speechrt_pipeline"
-    spec = ASR_SPEC
+    contract = ASR
+    optional = frozenset({"AUDIO_LENGTHS"})
 
     def __init__(self, service: ASRService) -> None:
         self.service = service
