@@ -10,8 +10,9 @@
 # each resuming runs/<model>/last.pt (same warm machine) or else warm-starting from
 # .carry/resume/<model>.pt (an earlier chunk's $OUT/<model>.pt, carried). Into $OUT (<= 8 files):
 #   without --export: train.log, corpus-manifest.json, <model>.pt x 3 (fp16 weights, to carry)
-#   with --export:    train.log, metrics.json, defaults/{voice-acoustic,voice-vocoder,asr}/
-#                     model.{json,safetensors} (copy into src/speechrt/defaults/)
+#   with --export:    train.log, metrics.json, bundle.tar.part-?? (<= 6 parts of 15 MiB) holding
+#                     defaults/{voice-acoustic,voice-vocoder,asr}/model.{json,safetensors} and
+#                     resume/<model>.pt; here: cat bundle.tar.part-* | tar -x -C DIR
 # Local smoke run: PLAN=tiny FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o bash ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,8 @@ if [ ! -f corpus/manifest.json ]; then
 fi
 [ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
 
+RESUME=$OUT  # without --export the compact files come back as they are; with it, in the tar
+if [ -n "$EXPORT" ]; then RESUME=bundle/resume; rm -rf bundle; mkdir -p "$RESUME"; fi
 RESERVE=45
 [ -n "$EXPORT" ] && RESERVE=150
 DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
@@ -52,7 +55,7 @@ PIDS=()
 for m in fastpitch hifigan quartznet; do
   args=(--corpus corpus --run "runs/$m" --minutes 600 --deadline "$DEADLINE"
         --warm-start ".carry/resume/$m.pt" --quiet)
-  [ -z "$EXPORT" ] && args+=(--compact-out "$OUT/$m.pt")
+  args+=(--compact-out "$RESUME/$m.pt")
   # shellcheck disable=SC2086
   [ "${NGPU:-0}" -ge 1 ] && export CUDA_VISIBLE_DEVICES=${GPU[$m]}
   python3 -m speechrt_train "$m" "${args[@]}" ${EXTRA[$m]} > >(sed -u "s/^/[$m] /") 2>&1 &
@@ -68,8 +71,10 @@ done
 unset CUDA_VISIBLE_DEVICES
 if [ -n "$EXPORT" ]; then
   echo "== export + evaluate"
-  python3 -m speechrt_train export --runs runs --out "$OUT/defaults" --evaluate \
+  python3 -m speechrt_train export --runs runs --out bundle/defaults --evaluate \
     --corpus corpus --metrics "$OUT/metrics.json" || exit 1
+  # $OUT returns at most 8 files of <= 16 MiB: the defaults and the resume files in one tar
+  tar -c bundle | split -b 15M - "$OUT/bundle.tar.part-" || exit 1
 fi
 echo "== done in $(( $(date +%s) - START )) s"
 sleep 1  # let tee write the log's last lines before $OUT is collected

@@ -141,11 +141,13 @@ def test_nothing_to_serve_is_refused():
         raise AssertionError("Server() without pipelines must fail")
 
 
-def test_serve_cli_refuses_bad_setups(capsys, tmp_path):
+def test_serve_cli_refuses_bad_setups(capsys, tmp_path, monkeypatch):
+    import speechrt.defaults
     from speechrt.cli import main
 
+    monkeypatch.setattr(speechrt.defaults, "DEFAULTS", tmp_path / "none")  # nothing bundled
     assert main(["serve"]) == 2
-    assert "nothing to serve" in capsys.readouterr().err
+    assert "none bundled" in capsys.readouterr().err
     assert main(["serve", "--acoustic", str(tmp_path)]) == 2
     assert "--vocoder" in capsys.readouterr().err
     assert main(["serve", "--asr", str(tmp_path / "missing")]) == 2

@@ -276,3 +276,8 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert main(["cards", "--metrics", str(metrics), "--out", str(tmp_path / "cards")]) == 0
     card = (tmp_path / "cards" / "quartznet.md").read_text()
     assert "WER, held-out voice rms" in card and "quartznet-tiny" in card
+    shipped = ["--models", "fastpitch", "hifigan", "--hardware", "1x H200"]
+    assert main(["cards", "--metrics", str(metrics), "--out", str(tmp_path / "c2"), *shipped]) == 0
+    assert sorted(p.name for p in (tmp_path / "c2").iterdir()) == ["fastpitch.md", "hifigan.md"]
+    card = (tmp_path / "c2" / "hifigan.md").read_text()
+    assert "(1x H200)" in card and "teacher's (slt-hts) audio" in card

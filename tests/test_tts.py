@@ -104,13 +104,17 @@ def test_cli_bad_input_one_line(tiny_voice, tmp_path, capsys, args, message):
     assert not (tmp_path / "x.wav").exists()
 
 
-def test_cli_model_errors(tiny_voice, tmp_path, capsys):
+def test_cli_model_errors(tiny_voice, tmp_path, capsys, monkeypatch):
+    import speechrt.defaults
+
     def run(*extra):
         code = main(["synthesize", "Hi.", "-o", str(tmp_path / "x.wav"), *extra])
         err = capsys.readouterr().err.strip().splitlines()
         assert code != 0 and len(err) == 1
         return err[0]
 
+    assert "needs both" in run("--acoustic", str(tiny_voice[0]))
+    monkeypatch.setattr(speechrt.defaults, "DEFAULTS", tmp_path / "none")  # an install without
     assert "no voice given" in run()
     assert "not a model directory" in run("--acoustic", str(tmp_path / "nope"), "--vocoder", "x")
     corrupt = tmp_path / "corrupt"

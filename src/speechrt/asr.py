@@ -87,7 +87,7 @@ class ASR:
 
     def __init__(
         self,
-        model_dir: str | Path,
+        model_dir: str | Path | None = None,
         device: str = "cpu",
         precision: str = "fp32",
         *,
@@ -98,17 +98,20 @@ class ASR:
         decode_padding: bool = True,
         backend: str = "eager",
     ) -> None:
-        """`dither` overrides the model's (0 = deterministic); noise is drawn per window from
-        `seed`. `decode_padding` decodes the zero-padded tail frames too, as DLE inference.py
-        does (at batch size 1); False decodes the valid frames only. `backend`: eager (the
-        module), cuda, onnx or auto (speechrt.runtime) runs the acoustic model; the features
-        are computed in torch on every backend."""
+        """`model_dir` None: the bundled default recogniser (speechrt.defaults). `dither`
+        overrides the model's (0 = deterministic); noise is drawn per window from `seed`.
+        `decode_padding` decodes the zero-padded tail frames too, as DLE inference.py does (at
+        batch size 1); False decodes the valid frames only. `backend`: eager (the module),
+        cuda, onnx or auto (speechrt.runtime) runs the acoustic model; the features are
+        computed in torch on every backend."""
         if window < 1.0:
             raise SpeechRTError(f"window must be >= 1 s, got {window}")
         if not 0 <= overlap < window / 2:
             raise SpeechRTError(f"overlap must be within [0, window / 2), got {overlap}")
+        from speechrt.defaults import asr_dir
         from speechrt.runtime import resolve_backend
 
+        model_dir = asr_dir(model_dir)
         self.device = resolve_device(device)
         self.dtype = resolve_precision(precision)
         self.backend = resolve_backend(backend, self.device.type, [model_dir])

@@ -44,16 +44,20 @@ class TTS:
 
     def __init__(
         self,
-        acoustic: str | Path,
-        vocoder: str | Path,
+        acoustic: str | Path | None = None,
+        vocoder: str | Path | None = None,
         device: str = "auto",
         precision: str = "fp32",
         backend: str = "eager",
         buckets: Buckets | None = None,
     ) -> None:
-        """`backend`: eager (the modules themselves), cuda, onnx or auto (speechrt.runtime)."""
+        """Model directories (neither: the bundled default voice, speechrt.defaults);
+        `backend`: eager (the modules themselves), cuda, onnx or auto (speechrt.runtime)."""
+        from speechrt.defaults import voice_dirs
         from speechrt.runtime import resolve_backend
         from speechrt.text import TextProcessor
+
+        acoustic, vocoder = voice_dirs(acoustic, vocoder)
 
         self.device = resolve_device(device)
         self.dtype = resolve_precision(precision)

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cards", help="write docs/models/<model>.md from an export's metrics")
     p.add_argument("--metrics", required=True)
     p.add_argument("--out", default="docs/models")
+    p.add_argument("--models", nargs="+", choices=TRAINED, help="only these (default: all)")
+    p.add_argument("--hardware", default="GPU", help="where it trained, for the cards")
     p = sub.add_parser("evaluate", help="WERs of exported defaults through speechrt's pipelines")
     p.add_argument("--defaults", default="src/speechrt/defaults")
     p.add_argument("--corpus", default="corpus")
@@ -201,7 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "cards":
         from speechrt_train.cards import write_cards
 
-        result = {"written": [str(p) for p in write_cards(args.metrics, args.out)]}
+        result = {
+            "written": [
+                str(p) for p in write_cards(args.metrics, args.out, args.models, args.hardware)
+            ]
+        }
     else:
         from speechrt_train.export import evaluate, write_metrics
 

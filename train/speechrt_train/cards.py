@@ -71,7 +71,7 @@ def _corpus_rows(corpus: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
-def card(model: str, metrics: dict[str, Any]) -> str:
+def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
     title, about = ABOUT[model]
     export = metrics["export"][model]
     ev = metrics.get("eval", {})
@@ -85,7 +85,7 @@ def card(model: str, metrics: dict[str, Any]) -> str:
             f"(fp16 relative output change {export['fp16_rel_error']:.2e})",
         ),
         ("training steps", export["steps"]),
-        ("training time", f"{export['train_seconds'] / 60:.1f} min (one GPU shared by 3 runs)"),
+        ("training time", f"{export['train_seconds'] / 60:.1f} min ({hardware})"),
         ("final training losses", json.dumps(export.get("last_losses", {}))),
         ("final evaluation", json.dumps(export.get("last_eval", {}))),
     ]
@@ -108,6 +108,11 @@ def card(model: str, metrics: dict[str, Any]) -> str:
                 f"{t['wer']:.3f} ({t['sentences']} held-out sentences)",
             )
         )
+        t = ev.get("asr_teacher_voice_heldout_text", {})
+        if t:  # the recogniser's own limit: the teacher's real audio of the same sentences
+            rows.append(
+                (f"same recogniser on the teacher's ({t['voice']}) audio", f"{t['wer']:.3f}")
+            )
         rows.append(('"Hello world." heard as', repr(ev.get("hello_world", ""))))
     config = export.get("config", {})
     parts = [
@@ -142,14 +147,20 @@ def card(model: str, metrics: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def write_cards(metrics_path: str | Path, out_dir: str | Path = "docs/models") -> list[Path]:
+def write_cards(
+    metrics_path: str | Path,
+    out_dir: str | Path = "docs/models",
+    models: list[str] | None = None,
+    hardware: str = "GPU",
+) -> list[Path]:
+    """A card per exported model (or per name in `models`: the ones that ship)."""
     metrics = json.loads(Path(metrics_path).read_text())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for model in ABOUT:
-        if model in metrics.get("export", {}):
+        if model in metrics.get("export", {}) and (models is None or model in models):
             path = out / f"{model}.md"
-            path.write_text(card(model, metrics))
+            path.write_text(card(model, metrics, hardware))
             written.append(path)
     return written

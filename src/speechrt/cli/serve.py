@@ -1,4 +1,5 @@
-"""`speechrt serve --acoustic DIR --vocoder DIR [--asr DIR]`: the HTTP server.
+"""`speechrt serve [--acoustic DIR --vocoder DIR] [--asr DIR]`: the HTTP server (no model
+given: the bundled defaults, speechrt.defaults).
 
 OpenAI audio API under /v1, KServe v2 (Triton) under /v2, Prometheus metrics at /metrics.
 SIGTERM or Ctrl-C stops accepting connections, finishes what is in flight, then exits.
@@ -14,7 +15,9 @@ from speechrt.errors import SpeechRTError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 = any free)")
-    p.add_argument("--acoustic", help="acoustic model directory (FastPitch, ...)")
+    p.add_argument(
+        "--acoustic", help="acoustic model directory (FastPitch, ...; no model: the bundled ones)"
+    )
     p.add_argument("--vocoder", help="vocoder model directory (HiFi-GAN, ...)")
     p.add_argument("--asr", help="speech recognition model directory (QuartzNet, Jasper)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
@@ -95,6 +98,14 @@ def run(args: argparse.Namespace) -> int:
         ),
         components=not args.no_components,
     )
+    if args.acoustic is None and args.vocoder is None and args.asr is None:
+        from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+
+        args.acoustic, args.vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
+        args.asr = default_model(ASR_MODEL)
+        if args.acoustic is None and args.asr is None:
+            raise SpeechRTError("no model given and none bundled: pass --acoustic DIR "
+                                "--vocoder DIR and/or --asr DIR")  # fmt: skip
     server = Server.load(
         args.acoustic,
         args.vocoder,

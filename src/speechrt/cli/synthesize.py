@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from speechrt.defaults import VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+from speechrt.defaults import voice_dirs
 from speechrt.errors import SpeechRTError
 
 MAX_CLI_CHARS = 1_000_000
@@ -88,14 +88,8 @@ def run(args: argparse.Namespace) -> int:
         max_decoder_steps=args.max_decoder_steps,
         seed=args.seed,
     )
-    if args.url is None and args.acoustic is None and args.vocoder is None:
-        args.acoustic = default_model(VOICE_ACOUSTIC)
-        args.vocoder = default_model(VOICE_VOCODER)
-    if args.url is None and (args.acoustic is None or args.vocoder is None):
-        raise SpeechRTError(
-            "no voice given and none bundled: pass --acoustic DIR --vocoder DIR "
-            "(make them from DLE/NGC checkpoints with `speechrt convert CHECKPOINT DIR`)"
-        )
+    if args.url is None:
+        args.acoustic, args.vocoder = voice_dirs(args.acoustic, args.vocoder)
     ext = args.format or "wav"
     if args.file is None:
         outputs = [Path(args.output or f"out.{ext}")]

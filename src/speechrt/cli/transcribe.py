@@ -28,21 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from speechrt.asr import ASR
-    from speechrt.defaults import ASR_MODEL, default_model
+    from speechrt.defaults import asr_dir
     from speechrt.errors import SpeechRTError
 
     if args.url is not None:
         from speechrt.client import transcribe_files
 
         return transcribe_files(args.url, args.files, args.json)
-    if args.model is None:
-        args.model = default_model(ASR_MODEL)
-    if args.model is None:
-        raise SpeechRTError(
-            "no model given and none bundled: give --model DIR "
-            "(or --url URL of a running `speechrt serve`)"
-        )
-    asr = ASR(args.model, device=args.device, precision=args.precision)
+    asr = ASR(asr_dir(args.model), device=args.device, precision=args.precision)
     failed = 0
     # Files are read and transcribed a chunk at a time, so memory stays bounded for long lists.
     for first in range(0, len(args.files), FILES_PER_CHUNK):

@@ -1,0 +1,84 @@
+"""The bundled default models (src/speechrt/defaults/): the CLI, the Python API and the server
+use them when given no model, and they say something of the right length."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechrt.cli import main
+from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+from speechrt.errors import SpeechRTError
+
+pytestmark = pytest.mark.skipif(
+    default_model(VOICE_ACOUSTIC) is None or default_model(VOICE_VOCODER) is None,
+    reason="no default voice bundled",
+)
+
+SENTENCES = [
+    "Hello world.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Please call Stella and ask her to bring these things with her from the store.",
+]
+
+
+@pytest.fixture(scope="module")
+def voice():
+    from speechrt.tts import TTS
+
+    return TTS(device="cpu")  # no model given: the bundled voice
+
+
+def test_bundled_voice_is_the_trained_small_one(voice):
+    assert voice.acoustic_info.kind == "fastpitch" and voice.vocoder_info.kind == "hifigan"
+    assert voice.acoustic_info.source["trained_by"] == "speechrt_train"
+    assert voice.sampling_rate == 22050
+
+
+def test_bundled_voice_speaks_at_a_speaking_rate(voice):
+    """Duration tracks the text (about 2-4 words a second) and the audio is voiced speech, not
+    silence or noise: most of its energy lies below 4 kHz, as in the teacher's speech."""
+    audios = voice.synthesize(SENTENCES)
+    for text, audio in zip(SENTENCES, audios, strict=True):
+        seconds = len(audio) / voice.sampling_rate
+        words = len(text.split())
+        assert words / 5.0 <= seconds <= words / 1.5 + 0.5, (text, seconds)
+        assert np.abs(audio).max() <= 1.0 and np.sqrt(np.mean(audio**2)) > 0.02
+        spectrum = np.abs(np.fft.rfft(audio)) ** 2
+        freqs = np.fft.rfftfreq(len(audio), 1 / voice.sampling_rate)
+        assert spectrum[freqs < 4000].sum() > 0.8 * spectrum.sum()
+
+
+def test_cli_synthesize_with_no_model_uses_the_bundled_voice(voice, tmp_path):
+    out = tmp_path / "hello.wav"
+    assert main(["synthesize", "Hello world.", "-o", str(out), "--device", "cpu"]) == 0
+    audio, sr = sf.read(out, dtype="float32")
+    ref = voice.synthesize(["Hello world."])[0]
+    assert sr == 22050 and audio.shape == ref.shape
+    assert np.abs(audio - ref).max() <= 1 / 32768 + 1e-7  # int16 WAV of the same audio
+
+
+def test_half_a_voice_is_an_error(tmp_path, capsys):
+    from speechrt.tts import TTS
+
+    with pytest.raises(SpeechRTError, match="both"):
+        TTS(default_model(VOICE_ACOUSTIC), None)
+    args = ["synthesize", "Hi.", "-o", str(tmp_path / "x.wav"), "--vocoder", "x"]
+    assert main(args) == 2
+    assert "both" in capsys.readouterr().err
+
+
+def test_serve_with_no_model_serves_the_bundled_models(start_server):
+    url, _ = start_server("--device", "cpu")
+    models = httpx.get(f"{url}/v1/models").json()["data"]
+    assert "tts" in {m["id"] for m in models}
+    r = httpx.post(
+        f"{url}/v1/audio/speech",
+        json={"model": "tts", "input": "Hello world.", "voice": "0", "response_format": "wav"},
+        timeout=60,
+    )
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+    if default_model(ASR_MODEL) is not None:
+        assert "asr" in {m["id"] for m in models}
