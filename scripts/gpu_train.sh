@@ -13,7 +13,8 @@
 #   with --export:    train.log, metrics.json, bundle.tar.part-?? (<= 6 parts of 15 MiB) holding
 #                     defaults/{voice-acoustic,voice-vocoder,asr}/model.{json,safetensors} and
 #                     resume/<model>.pt; here: cat bundle.tar.part-* | tar -x -C DIR
-# Local smoke run: PLAN=tiny FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o bash ...
+# Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
+# bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -54,7 +55,7 @@ declare -A GPU=([hifigan]=0 [quartznet]=0 [fastpitch]=0)
 PIDS=()
 for m in fastpitch hifigan quartznet; do
   args=(--corpus corpus --run "runs/$m" --minutes 600 --deadline "$DEADLINE"
-        --warm-start ".carry/resume/$m.pt" --quiet)
+        --warm-start "${WARM:-.carry/resume}/$m.pt" --quiet)
   args+=(--compact-out "$RESUME/$m.pt")
   # shellcheck disable=SC2086
   [ "${NGPU:-0}" -ge 1 ] && export CUDA_VISIBLE_DEVICES=${GPU[$m]}
