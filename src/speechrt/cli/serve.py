@@ -73,11 +73,13 @@ def log_to_stderr(level: str) -> None:
     """Show speechrt's own log lines (loaded backends, served models) as uvicorn shows its own."""
     import logging
 
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
     logger = logging.getLogger("speechrt")
-    logger.addHandler(handler)
     logger.setLevel(level.upper())
+    if not any(getattr(h, "speechrt_serve", False) for h in logger.handlers):  # once a process
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        handler.speechrt_serve = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,7 +96,6 @@ def run(args: argparse.Namespace) -> int:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
     if args.threads is not None and args.threads < 1:
         raise SpeechRTError("--threads must be >= 1")
-    log_to_stderr(args.log_level)
     config = ServeConfig(
         batch=BatchConfig(args.max_batch_size, args.max_queue_delay_ms, args.max_queue_size),
         limits=Limits(
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)  # the device thread's operators use this pool
+    log_to_stderr(args.log_level)  # after load: a failed start prints only its error line
     uvicorn.run(
         create_app(server),
         host=args.host,

@@ -145,9 +145,6 @@ class Server:
             from speechrt.asr import ASR
 
             asr_pipe = ASR(asr, device=str(dev), precision=precision, backend=backends["asr"])
-        for name, resolved in backends.items():
-            log.info("%s runs on the %s backend (--backend %s, %s, %s)", name, resolved, backend,
-                     dev, precision)  # fmt: skip
         return cls(tts_pipe, asr_pipe, config)
 
     # -- names ---------------------------------------------------------------------------------
@@ -174,6 +171,7 @@ class Server:
         for engine in self.engines.values():
             engine.start()
         self.ready = True
+        # e.g. "serving tts [onnx], asr [onnx], fastpitch [onnx], ...": each model's backend
         log.info("serving %s", ", ".join(f"{n} [{m.backend}]" for n, m in self.v2.items()))
 
     async def stop(self) -> None:
