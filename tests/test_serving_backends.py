@@ -127,12 +127,20 @@ def test_components_run_on_onnx(onnx_server, exported, tiny_voice):
         assert np.abs(row[:n] - r[:n]).max() <= EAGER_TOL
 
 
-def test_auto_resolves_per_pipeline(exported, tiny_asr):
-    """auto on a CPU: onnx for the exported voice, eager for the unexported ASR model."""
-    a, v, _ = exported
+def test_auto_resolves_per_pipeline_and_components_share_runners(exported, tiny_asr):
+    """auto on a CPU: onnx for the exported voice, eager for the unexported ASR model; on onnx
+    the component models run the pipeline's own runners (one onnxruntime session per graph)."""
+    a, v, asr = exported
     server = Server.load(a, v, tiny_asr, device="cpu", config=ServeConfig(components=False))
     assert (server.v2["tts"].backend, server.v2["asr"].backend) == ("onnx", "eager")
-    assert server.tts is not None and server.tts.tts.backend == "onnx"
+    server = Server.load(a, v, asr, device="cpu")
+    assert {m.backend for m in server.v2.values()} == {"onnx"}
+    assert server.tts is not None and server.asr is not None
+    stages, runner = server.tts.tts.stages, server.engines["quartznet"].adapter.runner
+    assert runner is server.asr.asr.runner
+    assert server.engines["fastpitch"].adapter.runner is stages.acoustic.runner
+    assert server.engines["hifigan"].adapter.runner is stages.vocoder.runner
+    assert server.engines["hifigan.denoiser"].adapter.runner is stages.denoiser.runner
 
 
 def refused(capsys, *args: str) -> str:

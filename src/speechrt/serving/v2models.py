@@ -129,9 +129,24 @@ class Component(NamedTuple):
     derived_sizes: Callable[[dict[str, int]], dict[str, int]] | None
 
 
+def pipeline_runners(owner: Any) -> dict[str, Runner]:
+    """{graph: runner} of the runners a pipeline already holds (cuda and onnx backends; eager
+    calls its modules). Its component models share them: one onnxruntime session, one compiled
+    copy per graph, and everything runs on the server's one device thread."""
+    found = [getattr(owner, "runner", None)]  # ASR
+    stages = getattr(owner, "stages", None)  # TTS
+    if stages is not None:
+        loop = getattr(stages.acoustic, "loop", None)  # Tacotron 2's decoder-step loop
+        for stage in (stages.acoustic, stages.vocoder, loop):
+            found += [getattr(stage, a, None) for a in ("runner", "encoder", "postnet", "step")]
+        found.append(stages.denoiser.runner)  # built now: its component needs it anyway
+    return {r.contract.name: r for r in found if hasattr(r, "contract") and hasattr(r, "run")}
+
+
 def component_runners(tts: Any, asr: Any) -> list[Component]:
     """Every graph of the loaded components of a voice (speechrt.tts.TTS) and an ASR model
-    (speechrt.asr.ASR), each on its pipeline's backend; stand-ins without them give none.
+    (speechrt.asr.ASR), each on its pipeline's backend (sharing the pipeline's runners where it
+    has them); stand-ins without them give none.
 
     A graph the backend cannot run (e.g. no ONNX file for the onnx backend) raises SpeechRTError
     here, at startup, naming the component.
@@ -152,9 +167,10 @@ def component_runners(tts: Any, asr: Any) -> list[Component]:
         backend = getattr(owner, "backend", "eager")
         precision = getattr(owner, "precision", "fp32")
         buckets = getattr(getattr(owner, "stages", None), "buckets", None)
+        shared = pipeline_runners(owner)
         for name, graph in component_names(info.kind).items():
             try:
-                runner = make_runner(
+                runner = shared.get(graph) or make_runner(
                     graph, module, info, backend, owner.device, precision, model_dir, buckets
                 )
             except SpeechRTError as e:
