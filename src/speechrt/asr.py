@@ -114,7 +114,9 @@ class ASR:
         model_dir = asr_dir(model_dir)
         self.device = resolve_device(device)
         self.dtype = resolve_precision(precision)
+        self.precision = precision
         self.backend = resolve_backend(backend, self.device.type, [model_dir])
+        self.model_dir = Path(model_dir)
         # Runners start from float32 weights (cuda casts what it runs; onnx is float32).
         load_dtype = self.dtype if self.backend == "eager" else torch.float32
         try:

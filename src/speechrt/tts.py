@@ -61,7 +61,9 @@ class TTS:
 
         self.device = resolve_device(device)
         self.dtype = resolve_precision(precision)
+        self.precision = precision
         self.backend = resolve_backend(backend, self.device.type, [acoustic, vocoder])
+        self.acoustic_dir, self.vocoder_dir = Path(acoustic), Path(vocoder)
         # Runners start from float32 weights (cuda casts what it runs in half; onnx is float32).
         load_dtype = self.dtype if self.backend == "eager" else torch.float32
         self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic", load_dtype)

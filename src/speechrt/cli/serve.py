@@ -22,15 +22,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--asr", help="speech recognition model directory (QuartzNet, Jasper)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
-    p.add_argument("--backend", choices=("auto", "eager"), default="auto", help="runtime backend")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "eager", "onnx", "cuda"),
+        default="auto",
+        help="runtime of every pipeline and component: eager (torch modules), cuda (fp16/bf16, "
+        "length buckets, torch.compile, CUDA graphs), onnx (onnxruntime; needs `speechrt export` "
+        "in each model dir), or auto (default): cuda on a GPU, else onnx for a pipeline whose "
+        "model dirs are all exported, else eager",
+    )
     p.add_argument("--threads", type=int, help="CPU threads per operator (default: torch's choice)")
     p.add_argument(
         "--batch-invariant",
         action="store_true",
-        help="CPU only: every response is bitwise the same as the request sent alone, whatever "
-        "it is batched with (oneDNN off, MKL strict reproducibility, per-item attention; "
-        "about 2x slower HiFi-GAN on CPU). Without it, batched audio may differ from the "
-        "same request alone by an int16 step in a few samples",
+        help="eager backend, CPU, fp32 only: every response is bitwise the same as the request "
+        "sent alone, whatever it is batched with (oneDNN off, MKL strict reproducibility, "
+        "per-item attention; about 2x slower HiFi-GAN on CPU). Without it, batched audio may "
+        "differ from the same request alone by an int16 step in a few samples",
     )
     g = p.add_argument_group("batching")
     g.add_argument("--max-batch-size", type=int, default=8, help="items per batch (default: 8)")
@@ -64,6 +72,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
+def log_to_stderr(level: str) -> None:
+    """Show speechrt's own log lines (loaded backends, served models) as uvicorn shows its own."""
+    import logging
+
+    logger = logging.getLogger("speechrt")
+    logger.setLevel(level.upper())
+    if not any(getattr(h, "speechrt_serve", False) for h in logger.handlers):  # once a process
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        handler.speechrt_serve = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -76,18 +97,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout"):
         if getattr(args, name) <= 0:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
-    if args.batch_invariant:
-        from speechrt.device import resolve_device, set_batch_invariant
-
-        if resolve_device(args.device).type != "cpu" or args.precision != "fp32":
-            raise SpeechRTError("--batch-invariant needs --device cpu --precision fp32")
-        set_batch_invariant(True)  # before anything runs: MKL reads its setting once
-    if args.threads is not None:
-        if args.threads < 1:
-            raise SpeechRTError("--threads must be >= 1")
-        import torch
-
-        torch.set_num_threads(args.threads)  # the device thread's operators use this pool
+    if args.threads is not None and args.threads < 1:
+        raise SpeechRTError("--threads must be >= 1")
     config = ServeConfig(
         batch=BatchConfig(args.max_batch_size, args.max_queue_delay_ms, args.max_queue_size),
         limits=Limits(
@@ -114,7 +125,13 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         backend=args.backend,
         config=config,
+        batch_invariant=args.batch_invariant,  # checked against the resolved backend there
     )
+    if args.threads is not None:  # after load: --batch-invariant must set MKL up first
+        import torch
+
+        torch.set_num_threads(args.threads)  # the device thread's operators use this pool
+    log_to_stderr(args.log_level)  # after load: a failed start prints only its error line
     uvicorn.run(
         create_app(server),
         host=args.host,

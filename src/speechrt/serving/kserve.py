@@ -89,6 +89,7 @@ async def model_config(name: str, request: Request, version: str | None = None) 
     return {
         "name": m.name,
         "platform": m.platform,
+        "backend": m.backend,  # the runtime backend: eager, cuda or onnx
         "max_batch_size": batch.max_batch_size,
         "input": [{**dims(t), "optional": m.is_optional(t.name)} for t in m.contract.inputs],
         "output": [dims(t) for t in m.contract.outputs],

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from speechrt.errors import SpeechRTError
+from speechrt.runtime.base import BACKENDS as RUNTIME_BACKENDS
 from speechrt.serving.engine import BatchConfig, DeviceWorker, Engine
 from speechrt.serving.metrics import Metrics
 from speechrt.serving.pipelines import ASRAdapter, ASRService, Limits, TTSAdapter, TTSService
@@ -29,7 +30,7 @@ log = logging.getLogger("speechrt.serving")
 # Model names the OpenAI API accepts for each pipeline (besides the pipeline's own name).
 TTS_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 ASR_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
-BACKENDS = ("auto", "eager")
+BACKENDS = ("auto", *RUNTIME_BACKENDS)
 
 
 @dataclass
@@ -74,9 +75,9 @@ class Server:
         return engine
 
     def _add_components(self, tts: Any, asr: Any) -> None:
-        for name, runner in component_runners(tts, asr):
-            engine = self._engine(name, ComponentAdapter(runner))
-            model = ComponentModel(name, runner.contract, engine)
+        for name, runner, derived_sizes in component_runners(tts, asr):
+            engine = self._engine(name, ComponentAdapter(runner, derived_sizes))
+            model = ComponentModel(name, runner.contract, engine, runner.backend)
             model.timeout = self.config.limits.request_timeout_s
             self.v2[name] = model
 
@@ -90,21 +91,60 @@ class Server:
         precision: str = "fp32",
         backend: str = "auto",
         config: ServeConfig | None = None,
+        batch_invariant: bool = False,
     ) -> Server:
-        """Load the pipelines from model directories (see `speechrt convert`)."""
+        """Load the pipelines from model directories (see `speechrt convert`).
+
+        `backend` (auto, eager, cuda, onnx) is resolved per pipeline as the CLI's synthesize
+        does (speechrt.runtime.resolve_backend: auto -> cuda on a GPU, else onnx when the
+        pipeline's model dirs hold all their ONNX files, else eager); every component graph
+        runs on its pipeline's backend. A backend that cannot serve a graph fails here.
+        `batch_invariant` turns on speechrt.device.set_batch_invariant before anything runs;
+        it needs the eager backend on the CPU in fp32.
+        """
+        from speechrt.device import resolve_device
+        from speechrt.runtime import has_onnx, resolve_backend
+
         if backend not in BACKENDS:
             raise SpeechRTError(f"unknown backend {backend!r}; choose {', '.join(BACKENDS)}")
         if (acoustic is None) != (vocoder is None):
             raise SpeechRTError("a voice needs both --acoustic DIR and --vocoder DIR")
+        dev = resolve_device(device)
+        dirs = {"tts": [acoustic, vocoder], "asr": [asr]}
+        backends = {
+            name: resolve_backend(backend, dev.type, ds)
+            for name, ds in dirs.items()
+            if ds[0] is not None
+        }
+        for name, resolved in backends.items():
+            for d in dirs[name] if resolved == "onnx" else ():
+                if (Path(d) / "model.json").is_file() and not has_onnx(d):
+                    raise SpeechRTError(
+                        f"--backend onnx: {d} lacks some of its ONNX graphs "
+                        "(run `speechrt export DIR` on it first)"
+                    )
+        if batch_invariant:
+            used = sorted(set(backends.values()))
+            if used != ["eager"] or dev.type != "cpu" or precision != "fp32":
+                raise SpeechRTError(
+                    "--batch-invariant needs the eager backend on the CPU in fp32 "
+                    f"(got {'/'.join(used) or 'none'} on {dev.type} in {precision}); "
+                    "use --backend eager --device cpu --precision fp32"
+                )
+            from speechrt.device import set_batch_invariant
+
+            set_batch_invariant(True)  # before anything runs: MKL reads its setting once
         tts_pipe = asr_pipe = None
         if acoustic is not None:
             from speechrt.tts import TTS
 
-            tts_pipe = TTS(acoustic, vocoder, device=device, precision=precision)
+            tts_pipe = TTS(
+                acoustic, vocoder, device=str(dev), precision=precision, backend=backends["tts"]
+            )
         if asr is not None:
             from speechrt.asr import ASR
 
-            asr_pipe = ASR(asr, device=device, precision=precision)
+            asr_pipe = ASR(asr, device=str(dev), precision=precision, backend=backends["asr"])
         return cls(tts_pipe, asr_pipe, config)
 
     # -- names ---------------------------------------------------------------------------------
@@ -131,7 +171,8 @@ class Server:
         for engine in self.engines.values():
             engine.start()
         self.ready = True
-        log.info("serving %s", ", ".join(self.v2))
+        # e.g. "serving tts [onnx], asr [onnx], fastpitch [onnx], ...": each model's backend
+        log.info("serving %s", ", ".join(f"{n} [{m.backend}]" for n, m in self.v2.items()))
 
     async def stop(self) -> None:
         """Refuse new work, let every queued and running batch finish, stop the device thread."""

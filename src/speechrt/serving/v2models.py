@@ -4,19 +4,19 @@ Every model is a `ContractModel`: its contract (speechrt.contracts.Contract) is 
 `/v2/models/{name}` metadata, and `check` turns a decoded request into the contract's inputs
 (optional inputs filled with their defaults) or a SpeechRTError (HTTP 400).
 
-A component model runs one graph of a loaded component through the runtime's eager runner, exactly
-as its contract says. One request is one batch item of its engine: requests whose inputs have the
-same shapes (apart from the batch) are stacked into one call, and each gets back its own rows,
-cropped to what it would get alone. Pipeline requests are split into texts / waveforms, which the
-pipelines' engines batch.
+A component model runs one graph of a loaded component through a runtime runner on its pipeline's
+backend (eager, cuda or onnx), exactly as its contract says. One request is one batch item of its
+engine: requests whose inputs have the same shapes (apart from the batch) are stacked into one
+call, and each gets back its own rows, cropped to what it would get alone. Pipeline requests are
+split into texts / waveforms, which the pipelines' engines batch.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -64,6 +64,7 @@ class ContractModel:
 
     name: str
     platform: str
+    backend: str = "eager"  # the runtime backend it runs on (its config's `backend`)
     contract: Contract
     optional: frozenset[str] = frozenset()  # inputs a request may leave out, besides defaults
 
@@ -116,29 +117,91 @@ V2Model = ContractModel
 # -- components ----------------------------------------------------------------------------------
 
 
-def component_runners(tts: Any, asr: Any) -> list[tuple[str, Runner]]:
-    """(v2 model name, eager runner) for every graph of the loaded components of a voice
-    (speechrt.tts.TTS) and an ASR model (speechrt.asr.ASR); stand-ins without them give none."""
+# KServe v2 `platform` of a component model per runtime backend (Triton's platform names)
+PLATFORMS = {"eager": "pytorch_libtorch", "cuda": "pytorch_libtorch", "onnx": "onnxruntime_onnx"}
+
+
+class Component(NamedTuple):
+    """A component graph as the server runs it: v2 name, runner, and the axes it derives."""
+
+    name: str
+    runner: Runner
+    derived_sizes: Callable[[dict[str, int]], dict[str, int]] | None
+
+
+def pipeline_runners(owner: Any) -> dict[str, Runner]:
+    """{graph: runner} of the runners a pipeline already holds (cuda and onnx backends; eager
+    calls its modules). Its component models share them: one onnxruntime session, one compiled
+    copy per graph, and everything runs on the server's one device thread."""
+    found = [getattr(owner, "runner", None)]  # ASR
+    stages = getattr(owner, "stages", None)  # TTS
+    if stages is not None:
+        loop = getattr(stages.acoustic, "loop", None)  # Tacotron 2's decoder-step loop
+        for stage in (stages.acoustic, stages.vocoder, loop):
+            found += [getattr(stage, a, None) for a in ("runner", "encoder", "postnet", "step")]
+        found.append(stages.denoiser.runner)  # built now: its component needs it anyway
+    return {r.contract.name: r for r in found if hasattr(r, "contract") and hasattr(r, "run")}
+
+
+def component_runners(tts: Any, asr: Any) -> list[Component]:
+    """Every graph of the loaded components of a voice (speechrt.tts.TTS) and an ASR model
+    (speechrt.asr.ASR), each on its pipeline's backend (sharing the pipeline's runners where it
+    has them); stand-ins without them give none.
+
+    A graph the backend cannot run (e.g. no ONNX file for the onnx backend) raises SpeechRTError
+    here, at startup, naming the component.
+    """
+    from speechrt.runtime.graphs import build_graph
     from speechrt.runtime.stages import make_runner
 
     parts = []
     if tts is not None and hasattr(tts, "acoustic_info"):
-        parts += [(tts.acoustic, tts.acoustic_info, tts), (tts.vocoder, tts.vocoder_info, tts)]
+        parts += [
+            (tts.acoustic, tts.acoustic_info, tts, getattr(tts, "acoustic_dir", None)),
+            (tts.vocoder, tts.vocoder_info, tts, getattr(tts, "vocoder_dir", None)),
+        ]
     if asr is not None and hasattr(asr, "info"):
-        parts.append((asr.model, asr.info, asr))
-    runners = []
-    for module, info, owner in parts:
+        parts.append((asr.model, asr.info, asr, getattr(asr, "model_dir", None)))
+    out = []
+    for module, info, owner, model_dir in parts:
+        backend = getattr(owner, "backend", "eager")
+        precision = getattr(owner, "precision", "fp32")
+        buckets = getattr(getattr(owner, "stages", None), "buckets", None)
+        shared = pipeline_runners(owner)
         for name, graph in component_names(info.kind).items():
-            runners.append((name, make_runner(graph, module, info, "eager", owner.device)))
-    return runners
+            try:
+                runner = shared.get(graph) or make_runner(
+                    graph, module, info, backend, owner.device, precision, model_dir, buckets
+                )
+            except SpeechRTError as e:
+                raise SpeechRTError(f"component {name!r} on the {backend} backend: {e}") from None
+            # the onnx runner has no torch graph to say which output axes follow from the inputs
+            # (e.g. HiFi-GAN's samples = frames * hop): ask the wrapper. The denoiser's derives
+            # none, and building it runs the vocoder, so it is skipped.
+            shapes = getattr(runner, "graph", None)
+            if shapes is None and graph != "denoiser":
+                shapes = build_graph(graph, module, info)
+            out.append(Component(name, runner, getattr(shapes, "derived_sizes", None)))
+    return out
 
 
 class ComponentAdapter:
-    """Runs batches of whole requests (each a dict of contract inputs) on the device thread."""
+    """Runs batches of whole requests (each a dict of contract inputs) on the device thread.
 
-    def __init__(self, runner: Runner) -> None:
+    `derived_sizes`: the graph's sizes -> the output axes it derives from them (default: the
+    runner's torch graph's `derived_sizes`, where it has one).
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        derived_sizes: Callable[[dict[str, int]], dict[str, int]] | None = None,
+    ) -> None:
         self.runner = runner
         self.contract = runner.contract
+        self.derived_sizes = derived_sizes or getattr(
+            getattr(runner, "graph", None), "derived_sizes", None
+        )
 
     def length(self, item: Arrays) -> int:
         return 0  # only requests of equal shapes share a batch: nothing is padded
@@ -176,8 +239,7 @@ class ComponentAdapter:
         c = self.contract
         fixed = {a for t in c.inputs for a in t.shape if isinstance(a, str)}
         sizes = {a: item[t.name].shape[i] for t in c.inputs for i, a in t.dynamic_axes().items()}
-        derive = getattr(getattr(self.runner, "graph", None), "derived_sizes", None)
-        fixed |= set(derive(sizes)) if derive else set()
+        fixed |= set(self.derived_sizes(sizes)) if self.derived_sizes else set()
         free: dict[str, str | None] = {}
         for t in c.outputs:
             for axis in t.dynamic_axes().values():
@@ -187,12 +249,18 @@ class ComponentAdapter:
 
 
 class ComponentModel(ContractModel):
-    """One graph of a component behind its shared contract."""
+    """One graph of a component behind its shared contract, run on `backend` (its platform:
+    onnxruntime_onnx for onnx, pytorch_libtorch for eager and cuda)."""
 
-    platform = "pytorch_libtorch"
-
-    def __init__(self, name: str, contract: Contract, engine: Engine[Arrays, Arrays]) -> None:
+    def __init__(
+        self,
+        name: str,
+        contract: Contract,
+        engine: Engine[Arrays, Arrays],
+        backend: str = "eager",
+    ) -> None:
         self.name, self.contract, self.engine = name, contract, engine
+        self.backend, self.platform = backend, PLATFORMS[backend]
         self.timeout = 60.0
 
     async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
@@ -230,6 +298,7 @@ class TTSModel(ContractModel):
 
     def __init__(self, service: TTSService) -> None:
         self.service = service
+        self.backend = getattr(service.tts, "backend", "eager")
 
     def check(self, inputs: Arrays, datatypes: dict[str, str]) -> Arrays:
         text = inputs.get("TEXT")
@@ -264,6 +333,7 @@ class ASRModel(ContractModel):
 
     def __init__(self, service: ASRService) -> None:
         self.service = service
+        self.backend = getattr(service.asr, "backend", "eager")
 
     async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
         sr = params.get("sample_rate", self.service.sampling_rate)
