@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pytest
 import torch
@@ -276,3 +277,38 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert main(["cards", "--metrics", str(metrics), "--out", str(tmp_path / "cards")]) == 0
     card = (tmp_path / "cards" / "quartznet.md").read_text()
     assert "WER, held-out voice rms" in card and "quartznet-tiny" in card
+
+
+def _compile_with(monkeypatch, backend: str) -> None:
+    original = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: original(m, backend=backend, **kw))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("SPEECHRT_COMPILE_TESTS") != "1",
+    reason="torch.compile tracing takes 1-2 min per model here: SPEECHRT_COMPILE_TESTS=1",
+)
+@pytest.mark.parametrize("model", ["quartznet", "hifigan"])
+def test_compile_option_traces_and_matches_eager(model, speech, voice, monkeypatch):
+    """`compile=True` through dynamo + AOT autograd (backend aot_eager: the graphs the GPU's
+    inductor compiles, without its minutes of C++ code generation on this CPU)."""
+    _compile_with(monkeypatch, "aot_eager")
+    torch._dynamo.reset()
+    if model == "quartznet":
+        config = dataclasses.replace(QN, dropout=0.0)  # dropout: compiled RNG differs
+
+        def make(flag: bool):
+            torch.manual_seed(0)
+            return QuartzNetTrainer(speech[0], None, dataclasses.replace(config, compile=flag))
+    else:
+
+        def make(flag: bool):
+            torch.manual_seed(0)
+            return HiFiGANTrainer(voice[0], None, dataclasses.replace(HG, compile=flag))
+
+    eager, compiled = make(False), make(True)
+    for _ in range(3):
+        a, b = eager.step(), compiled.step()
+        for k in a:
+            assert abs(float(a[k]) - float(b[k])) <= 1e-4 * abs(float(a[k])), (k, a[k], b[k])
