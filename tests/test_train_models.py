@@ -312,3 +312,29 @@ def test_compile_option_traces_and_matches_eager(model, speech, voice, monkeypat
         a, b = eager.step(), compiled.step()
         for k in a:
             assert abs(float(a[k]) - float(b[k])) <= 1e-4 * abs(float(a[k])), (k, a[k], b[k])
+
+
+def test_train_speed_script_reports_each_variant(corpus, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "scripts" / "train_speed.py"
+    spec = importlib.util.spec_from_file_location("train_speed", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "speed.json"
+    common = ["--corpus", str(corpus), "--out", str(out), "--tiny", "--device", "cpu"]
+    args = [*common, "--models", "quartznet,hifigan", "--steps", "2", "--warmup", "1"]
+    assert script.main([*args, "--profile", "--variant", "hifigan:batch_size=2"]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["model"], r["batch_size"]) for r in rows] == [
+        ("quartznet", 4),
+        ("quartznet", 8),
+        ("hifigan", 2),
+    ]
+    for r in rows:
+        assert r["steps"] == 2 and r["steps_per_s"] > 0 and r["items_per_s"] > 0
+        assert r["audio_s_per_s"] > 0 and r["ops"]["regions"]["forward"]["aten"] > 0
+    assert script.main([*args, "--seconds", "0"]) == 0  # budget spent: every variant skipped
+    assert all(r["stopped"] == "skipped" for r in json.loads(out.read_text())["results"])
+    assert script.main(["--corpus", str(tmp_path / "none"), "--out", str(out)]) == 2
