@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -176,3 +177,109 @@ def test_corpus_plan_gives_voices_disjoint_train_slices_interleaved():
     assert first_half == set(plan)  # interleaved: a deadline cuts every voice alike
     with pytest.raises(ValueError, match="more sentences"):
         assign({"slt": (5000, 0)}, sentences)
+
+
+def _speech(n_items: int = 5, seed: int = 0):
+    from speechrt_train.asr_data import SpeechData
+
+    rng = np.random.default_rng(seed)
+    audio = []
+    for k in range(n_items):  # speech-like: a few harmonics with a slow envelope, 0.4-3 s
+        n = int(rng.integers(6400, 48000))
+        t = np.arange(n) / 16000
+        f0 = 90 + 40 * k
+        x = sum(np.sin(2 * np.pi * f0 * h * t) / h for h in range(1, 5))
+        audio.append(torch.tensor(0.2 * x * np.sin(np.pi * t / t[-1]), dtype=torch.float32))
+    targets = [torch.tensor(label_ids("ab c")) for _ in audio]
+    return SpeechData(audio, ["ab c"] * n_items, targets, ["v"] * n_items)
+
+
+def test_batched_speed_perturbation_equals_per_item_interpolate():
+    from speechrt_train.asr_data import Augment, augment_audio_reference, augment_batch
+
+    data = _speech()
+    index = [3, 0, 4, 1]
+    quiet = Augment(noise_prob=0.0)  # noise draws differ by design (one batched draw)
+    ref = augment_audio_reference(
+        [data.audio[i] for i in index], quiet, torch.Generator().manual_seed(7), None
+    )
+    audio, lengths = augment_batch(
+        data, index, quiet, torch.Generator().manual_seed(7), torch.Generator()
+    )
+    assert lengths == [r.shape[0] for r in ref] and audio.shape[1] == max(lengths)
+    assert len(set(lengths)) == 4 and lengths != [data.audio[i].shape[0] for i in index]
+    for row, r, n in zip(audio, ref, lengths, strict=True):
+        assert (row[:n] - r).abs().max() < 1e-5
+        assert not row[n:].any()  # padding stays silent
+
+
+def test_batched_noise_has_the_drawn_snr_on_the_noisy_items():
+    from speechrt_train.asr_data import Augment, augment_batch
+
+    data = _speech(8)
+    index = list(range(8))
+    aug = Augment(speed=(1.0, 1.0), gain_db=(0.0, 0.0), snr_db=(20.0, 20.0))
+    clean, _ = augment_batch(data, index, dataclasses.replace(aug, noise_prob=0.0), None, None)
+    noisy, lengths = augment_batch(
+        data, index, aug, torch.Generator(), torch.Generator().manual_seed(1)
+    )
+    u = torch.rand(8, 4, generator=torch.Generator(), dtype=torch.float64)
+    for k, n in enumerate(lengths):
+        diff = noisy[k, :n] - clean[k, :n]
+        if u[k, 2] < 0.5:  # drawn noisy: 20 dB below the item's power
+            snr = 10 * torch.log10(clean[k, :n].square().mean() / diff.square().mean())
+            assert abs(float(snr) - 20.0) < 0.5
+        else:
+            assert not diff.any()
+
+
+def test_batched_features_equal_speechrt_batch_features():
+    from speechrt.audio.features import FeatureConfig, batch_features
+    from speechrt_train.asr_data import batched_features, padded_audio
+
+    data = _speech()
+    cfg = FeatureConfig()
+    index = [2, 0, 4]
+    audio, sizes = padded_audio(data, index)
+    feats, lengths = batched_features(audio, sizes, cfg, None)
+    ref, ref_lengths = batch_features([data.audio[i] for i in index], cfg)
+    assert feats.shape == ref.shape and torch.equal(lengths, ref_lengths)
+    assert (feats - ref).abs().max() < 1e-4
+
+
+def test_spec_augment_on_the_device_equals_the_per_item_loop():
+    from speechrt_train.asr_data import Augment, spec_augment, spec_augment_reference
+
+    feats = torch.randn(6, 64, 200) + 3
+    lengths = [200, 37, 150, 5, 120, 64]
+    for seed in range(5):
+        a = spec_augment(feats, lengths, Augment(), torch.Generator().manual_seed(seed))
+        b = spec_augment_reference(feats, lengths, Augment(), torch.Generator().manual_seed(seed))
+        assert torch.equal(a, b)
+    masked = (a == 0).float().mean()
+    assert 0.05 < masked < 0.6  # masks exist but leave most of the features
+
+
+def test_packed_data_keeps_items_and_segments_match_slices():
+    from speechrt.audio.mel import MelConfig
+    from speechrt_train.tts_data import VoiceData, segment_batch
+
+    cfg = MelConfig()
+    frames = [20, 5, 33, 8]  # item 1 is shorter than the window: padded
+    mels = [torch.randn(cfg.n_mels, t) for t in frames]
+    audio = [torch.randn(t * cfg.hop_length) for t in frames]
+    empty = [torch.zeros(0)] * len(frames)
+    data = VoiceData(cfg, list("abcd"), list(audio), mels, empty, empty, empty, empty)
+    index = [2, 1, 0, 3, 2]
+    mel, wave = segment_batch(data, index, 8, torch.Generator().manual_seed(3))
+    assert all(torch.equal(a, b) for a, b in zip(data.audio, audio, strict=True))
+    u = torch.rand(len(index), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    floor = float(torch.log(torch.tensor(cfg.log_clamp)))
+    hop = cfg.hop_length
+    for k, i in enumerate(index):
+        room = max(frames[i] - 8, 0)
+        s = min(int(u[k] * (room + 1)), room)
+        n = min(8, frames[i] - s)
+        assert torch.equal(mel[k, :, :n], mels[i][:, s : s + n])
+        assert (mel[k, :, n:] == floor).all() and not wave[k, n * hop :].any()
+        assert torch.equal(wave[k, : n * hop], audio[i][s * hop : (s + n) * hop])

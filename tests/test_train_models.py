@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pytest
 import torch
@@ -281,3 +282,64 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "c2").iterdir()) == ["fastpitch.md", "hifigan.md"]
     card = (tmp_path / "c2" / "hifigan.md").read_text()
     assert "(1x H200)" in card and "teacher's (slt-hts) audio" in card
+
+
+def _compile_with(monkeypatch, backend: str) -> None:
+    original = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: original(m, backend=backend, **kw))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("SPEECHRT_COMPILE_TESTS") != "1",
+    reason="torch.compile tracing takes 1-2 min per model here: SPEECHRT_COMPILE_TESTS=1",
+)
+@pytest.mark.parametrize("model", ["quartznet", "hifigan"])
+def test_compile_option_traces_and_matches_eager(model, speech, voice, monkeypatch):
+    """`compile=True` through dynamo + AOT autograd (backend aot_eager: the graphs the GPU's
+    inductor compiles, without its minutes of C++ code generation on this CPU)."""
+    _compile_with(monkeypatch, "aot_eager")
+    torch._dynamo.reset()
+    if model == "quartznet":
+        config = dataclasses.replace(QN, dropout=0.0)  # dropout: compiled RNG differs
+
+        def make(flag: bool):
+            torch.manual_seed(0)
+            return QuartzNetTrainer(speech[0], None, dataclasses.replace(config, compile=flag))
+    else:
+
+        def make(flag: bool):
+            torch.manual_seed(0)
+            return HiFiGANTrainer(voice[0], None, dataclasses.replace(HG, compile=flag))
+
+    eager, compiled = make(False), make(True)
+    for _ in range(3):
+        a, b = eager.step(), compiled.step()
+        for k in a:
+            assert abs(float(a[k]) - float(b[k])) <= 1e-4 * abs(float(a[k])), (k, a[k], b[k])
+
+
+def test_train_speed_script_reports_each_variant(corpus, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "scripts" / "train_speed.py"
+    spec = importlib.util.spec_from_file_location("train_speed", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "speed.json"
+    common = ["--corpus", str(corpus), "--out", str(out), "--tiny", "--device", "cpu"]
+    args = [*common, "--models", "quartznet,hifigan", "--steps", "2", "--warmup", "1"]
+    assert script.main([*args, "--profile", "--variant", "hifigan:batch_size=2"]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["model"], r["batch_size"]) for r in rows] == [
+        ("quartznet", 4),
+        ("quartznet", 8),
+        ("hifigan", 2),
+    ]
+    for r in rows:
+        assert r["steps"] == 2 and r["steps_per_s"] > 0 and r["items_per_s"] > 0
+        assert r["audio_s_per_s"] > 0 and r["ops"]["regions"]["forward"]["aten"] > 0
+    assert script.main([*args, "--seconds", "0"]) == 0  # budget spent: every variant skipped
+    assert all(r["stopped"] == "skipped" for r in json.loads(out.read_text())["results"])
+    assert script.main(["--corpus", str(tmp_path / "none"), "--out", str(out)]) == 2

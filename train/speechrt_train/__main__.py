@@ -94,7 +94,12 @@ def _overrides(args: argparse.Namespace, config: Any) -> Any:
         key, _, value = item.partition("=")
         if key not in fields:
             raise SystemExit(f"--set {item}: no field {key!r} in {sorted(fields)}")
-        kind = {"int": int, "float": float, "bool": lambda v: v.lower() in ("1", "true")}
+        kind = {
+            "int": int,
+            "float": float,
+            "bool": lambda v: v.lower() in ("1", "true"),
+            "int | None": lambda v: None if v.lower() == "none" else int(v),
+        }
         changes[key] = kind.get(str(fields[key]), str)(value)
     return dataclasses.replace(config, **changes)
 

@@ -9,13 +9,14 @@ at U[10, 40] dB SNR (half the items), then SpecAugment masks on the features
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from speechrt.audio.features import FeatureConfig, batch_features
+from speechrt.audio.features import FeatureConfig, _mel_basis, _window
 from speechrt.models.jasper import LABELS
 
 _NOT_LABEL = re.compile(r"[^a-z' ]+")
@@ -50,9 +51,20 @@ class SpeechData:
     texts: list[str]  # reference transcripts (labels only)
     targets: list[Tensor]  # (S,) label ids
     voices: list[str]
+    _packed: tuple[Tensor, list[int]] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.audio)
+
+    def packed(self) -> tuple[Tensor, list[int]]:
+        """All audio as one tensor (sum N,) + offsets (len + 1 host ints), made on first use;
+        the items of `audio` become views into it (no second copy on the device)."""
+        if self._packed is None or len(self._packed[1]) != len(self.audio) + 1:
+            flat = torch.cat(self.audio)
+            sizes = [a.shape[0] for a in self.audio]
+            self.audio[:] = list(flat.split(sizes))
+            self._packed = (flat, np.concatenate([[0], np.cumsum(sizes)]).tolist())
+        return self._packed
 
 
 def load_speech(
@@ -97,11 +109,11 @@ def _uniform(lo_hi: tuple[float, float], u: Tensor) -> Tensor:
     return lo_hi[0] + (lo_hi[1] - lo_hi[0]) * u
 
 
-def augment_audio(
+def augment_audio_reference(
     audios: list[Tensor], aug: Augment, g: torch.Generator, g_noise: torch.Generator
 ) -> list[Tensor]:
-    """Speed, gain and noise per item: parameters from `g` (CPU), noise samples from `g_noise`
-    (on the audio's device), so a batch costs no device-to-host synchronisation."""
+    """The per-item form of `augment_batch` (one F.interpolate per item): the reference its
+    speed perturbation is tested against; same parameter draws from `g`, noise per item."""
     u = torch.rand(len(audios), 4, generator=g, dtype=torch.float64)
     rates = _uniform(aug.speed, u[:, 0]).tolist()
     gains = (10 ** (_uniform(aug.gain_db, u[:, 1]) / 20)).tolist()
@@ -109,7 +121,7 @@ def augment_audio(
     snrs = (10 ** (_uniform(aug.snr_db, u[:, 3]) / 10)).tolist()
     out = []
     for audio, rate, gain, add, snr in zip(audios, rates, gains, noisy, snrs, strict=True):
-        n = max(int(round(audio.shape[0] / rate)), 400)
+        n = max(int(round(audio.shape[0] / rate)), MIN_SAMPLES)
         x = F.interpolate(audio[None, None], size=n, mode="linear", align_corners=False)[0, 0]
         x = x * gain
         if add:
@@ -120,9 +132,89 @@ def augment_audio(
     return out
 
 
+MIN_SAMPLES = 400  # speed-perturbed items are at least this long (the features need 320)
+
+
+def augment_batch(
+    data: SpeechData,
+    index: list[int],
+    aug: Augment,
+    g: torch.Generator,
+    g_noise: torch.Generator,
+) -> tuple[Tensor, list[int]]:
+    """Speed, gain and noise for the items `index` at once -> padded audio (B, N_max) (zeros
+    past each item's length) and the lengths (host ints).
+
+    Parameters per item from `g` (CPU, the draws of `augment_audio_reference`); everything
+    else is a few batched ops on the device: the speed change is F.interpolate's linear
+    interpolation (align_corners=False, its float32 source positions) as one gather from the
+    packed audio; noise (drawn for every item from `g_noise`, used on the noisy half) at the
+    item's SNR relative to its own mean power. No device-to-host synchronisation."""
+    flat, offsets = data.packed()
+    u = torch.rand(len(index), 4, generator=g, dtype=torch.float64)
+    rates = _uniform(aug.speed, u[:, 0]).tolist()
+    sizes = [int(offsets[i + 1] - offsets[i]) for i in index]
+    lengths = [max(int(round(n / r)), MIN_SAMPLES) for n, r in zip(sizes, rates, strict=True)]
+    # F.interpolate's source position of output j: scale * (j + 0.5) - 0.5 with the float32
+    # scale = N / n, rounded once to float32 (a fused multiply-add), clamped at 0
+    scale = np.float32(sizes) / np.float32(lengths)
+    params = torch.tensor(
+        np.stack(
+            [
+                scale.astype(np.float64),
+                np.asarray(sizes, np.float64),
+                np.asarray(lengths, np.float64),
+                np.asarray([offsets[i] for i in index], np.float64),
+                (10 ** (_uniform(aug.gain_db, u[:, 1]) / 20)).numpy(),
+                (u[:, 2] < aug.noise_prob).double().numpy(),
+                (10 ** (-_uniform(aug.snr_db, u[:, 3]) / 10)).numpy(),
+            ],
+            axis=1,
+        )
+    ).to(flat.device)  # (B, 7): one host-to-device copy
+    scale_, size, length, offset, gain, noisy, inv_snr = params.unbind(1)
+    j = torch.arange(max(lengths), device=flat.device, dtype=torch.float64)
+    src = (scale_[:, None] * (j[None] + 0.5) - 0.5).float().clamp(min=0)  # (B, N_max)
+    last = (size - 1).long()[:, None]
+    i0 = torch.minimum(src.floor().long(), last)
+    frac = (src - i0).clamp(0.0, 1.0)
+    base = offset.long()[:, None]
+    i1 = torch.minimum(i0 + 1, last)
+    x0, x1 = flat[base + i0], flat[base + i1]
+    valid = j[None] < length[:, None]  # (B, N_max)
+    x = (x0 * (1 - frac) + x1 * frac) * gain.float()[:, None] * valid
+    power = (x.square().sum(dim=1) / length.float()).clamp(min=1e-10)  # (B,)
+    sigma = (power * inv_snr.float() * noisy.float()).sqrt()
+    noise = torch.randn(x.shape, generator=g_noise, device=x.device)
+    x = (x + noise * sigma[:, None]).clamp(-1.0, 1.0) * valid
+    return x, lengths
+
+
 def spec_augment(feats: Tensor, lengths: list[int], aug: Augment, g: torch.Generator) -> Tensor:
     """feats (B, F, T): zero `freq_masks` bands and `time_masks` spans per item (draws from
-    `g` on the CPU; one mask tensor built on the device)."""
+    `g` on the CPU; the masks built on the device by broadcast comparisons, no loop)."""
+    B, n_freq, T = feats.shape
+    k = aug.freq_masks + aug.time_masks
+    u = torch.rand(B, k, 2, generator=g, dtype=torch.float64)
+    is_freq = torch.arange(k) < aug.freq_masks  # (k,)
+    size = torch.where(is_freq, n_freq, torch.tensor(lengths, dtype=torch.long)[:, None])
+    width = torch.where(is_freq, aug.freq_width, aug.time_width)  # (k,)
+    w = (u[:, :, 0] * (width + 1)).long()  # (B, k): floor, as int() of a positive float
+    start = (u[:, :, 1] * (size - w).clamp(min=1)).long()
+    spans = torch.stack([start, start + w], dim=2).to(feats.device)  # (B, k, 2), one copy
+    f = torch.arange(n_freq, device=feats.device)[None, None, :, None]  # (1, 1, F, 1)
+    t = torch.arange(T, device=feats.device)[None, None, None, :]  # (1, 1, 1, T)
+    lo, hi = spans[..., 0, None, None], spans[..., 1, None, None]  # (B, k, 1, 1)
+    nf = aug.freq_masks
+    masked = ((f >= lo[:, :nf]) & (f < hi[:, :nf])).any(dim=1)  # (B, F, 1)
+    masked = masked | ((t >= lo[:, nf:]) & (t < hi[:, nf:])).any(dim=1)  # (B, F, T)
+    return feats.masked_fill(masked, 0.0)
+
+
+def spec_augment_reference(
+    feats: Tensor, lengths: list[int], aug: Augment, g: torch.Generator
+) -> Tensor:
+    """The per-item loop `spec_augment` replaces (same draws, same masks): tests only."""
     B, n_freq, T = feats.shape
     u = torch.rand(B, aug.freq_masks + aug.time_masks, 2, generator=g, dtype=torch.float64)
     keep = torch.ones(B, n_freq, T, dtype=torch.bool)
@@ -139,6 +231,61 @@ def spec_augment(feats: Tensor, lengths: list[int], aug: Augment, g: torch.Gener
     return feats * keep.to(feats.device)
 
 
+def padded_audio(data: SpeechData, index: list[int]) -> tuple[Tensor, list[int]]:
+    """Items `index` unchanged -> (B, N_max) zero-padded, lengths (host ints)."""
+    audios = [data.audio[i] for i in index]
+    return torch.nn.utils.rnn.pad_sequence(audios, batch_first=True), [len(a) for a in audios]
+
+
+def batched_features(
+    audio: Tensor, sizes: list[int], cfg: FeatureConfig, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """speechrt's batch_features (DLE's filterbank features, each item on its own samples) for
+    a padded batch at once: audio (B, N_max), sizes (host ints) -> features (B, n_mels, T),
+    valid frames (B,) on the device. Dither: one (B, N_max) draw from `generator` (or the
+    global RNG). Each item's STFT reflects at its own end (a gather builds the padded rows),
+    mean/std are over its own valid frames, and T = max padded_frames as batch_features."""
+    B, n_max = audio.shape
+    dev = audio.device
+    if min(sizes) < cfg.min_samples:
+        raise ValueError(f"an item has fewer than {cfg.min_samples} samples")
+    x = audio.float()
+    if cfg.dither > 0:
+        x = x + cfg.dither * torch.randn(x.shape, generator=generator, device=dev)
+    if cfg.preemph:
+        x = torch.cat((x[:, :1], x[:, 1:] - cfg.preemph * x[:, :-1]), dim=1)
+    half = cfg.n_fft // 2
+    meta = torch.tensor([[n, cfg.valid_frames(n)] for n in sizes], dtype=torch.long).to(
+        dev
+    )  # (B, 2): one host-to-device copy
+    size, valid = meta[:, 0:1], meta[:, 1:2]
+    # centre=True with reflect padding at the item's own ends: position p of the padded row
+    # reads sample |p - half| mirrored at size - 1; past the item's end + half, anything
+    p = torch.arange(n_max + 2 * half, device=dev)[None] - half  # (1, N_max + n_fft)
+    src = p.abs()
+    src = torch.where(src > size - 1, 2 * (size - 1) - src, src).clamp(0, n_max - 1)
+    rows = torch.gather(x, 1, src)  # (B, N_max + n_fft)
+    spec = torch.stft(
+        rows,
+        n_fft=cfg.n_fft,
+        hop_length=cfg.hop_length,
+        win_length=cfg.win_length,
+        window=_window(cfg.win_length, dev),
+        center=False,
+        return_complex=True,
+    )  # (B, n_fft // 2 + 1, 1 + N_max // hop)
+    power = spec.real.square() + spec.imag.square()
+    mel = torch.log(_mel_basis(cfg, dev) @ power + cfg.log_guard)  # (B, n_mels, frames)
+    t = torch.arange(mel.shape[2], device=dev)[None, None]
+    inside = t < valid[:, :, None]  # (B, 1, frames)
+    n = valid[:, :, None].to(mel.dtype)
+    mean = torch.where(inside, mel, 0.0).sum(dim=2, keepdim=True) / n
+    var = torch.where(inside, (mel - mean).square(), 0.0).sum(dim=2, keepdim=True) / (n - 1)
+    mel = torch.where(inside, (mel - mean) / (var.sqrt() + cfg.std_eps), 0.0)
+    t_out = max(cfg.padded_frames(n) for n in sizes)
+    return torch.nn.functional.pad(mel, (0, t_out - mel.shape[2])), valid[:, 0]
+
+
 def speech_batch(
     data: SpeechData,
     index: list[int],
@@ -148,18 +295,32 @@ def speech_batch(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """-> features (B, F, T), lengths (B,), targets (sum S,) and target lengths (B,).
 
-    With `aug`, gens = (CPU generator for the draws, device generator for noise and dither)."""
-    audios = [data.audio[i] for i in index]
-    dither = None
+    With `aug`, gens = (CPU generator for the draws, device generator for noise and dither);
+    without, the dither (if any) comes from the global RNG. The features are
+    `batched_features`, equal to speechrt's batch_features of the same audio."""
+    return speech_batch_host(data, index, features, aug, gens)[:4]
+
+
+def speech_batch_host(
+    data: SpeechData,
+    index: list[int],
+    features: FeatureConfig,
+    aug: Augment | None = None,
+    gens: tuple[torch.Generator, torch.Generator] | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, list[int], list[int]]:
+    """`speech_batch` + the valid frame and target counts as host ints (for the CTC loss,
+    which would otherwise copy them back from the device: a synchronisation per step)."""
     if aug is not None:
         assert gens is not None
-        audios = augment_audio(audios, aug, *gens)
-        dither = [gens[1]] * len(audios) if features.dither > 0 else None
-    feats, lengths = batch_features(audios, features, dither)
+        audio, sizes = augment_batch(data, index, aug, *gens)
+        feats, lengths = batched_features(audio, sizes, features, gens[1])
+    else:
+        audio, sizes = padded_audio(data, index)
+        feats, lengths = batched_features(audio, sizes, features, None)
+    valid = [features.valid_frames(n) for n in sizes]  # = lengths, on the host
     if aug is not None:
-        assert gens is not None
-        valid = [features.valid_frames(a.shape[0]) for a in audios]  # = lengths, on the host
         feats = spec_augment(feats, valid, aug, gens[0])
     targets = torch.cat([data.targets[i] for i in index]).to(feats.device)
-    target_lengths = torch.tensor([len(data.targets[i]) for i in index], device=feats.device)
-    return feats, lengths, targets, target_lengths
+    n_targets = [len(data.targets[i]) for i in index]
+    target_lengths = torch.tensor(n_targets, device=feats.device)
+    return feats, lengths, targets, target_lengths, valid, n_targets

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.profiler import record_function
 
 from speechrt.models.fastpitch import FastPitch, FastPitchDims, lengths_mask
 from speechrt_train.loop import Batches, full, half, warmup_rsqrt
@@ -163,17 +164,21 @@ class FastPitchTrainer:
 
     def step(self) -> dict[str, Tensor]:
         self.model.train()
-        index = next(self.batches)
-        b = text_batch(self.train, index, self.train.pitch_mean, self.train.pitch_std)
+        with record_function("data"):
+            index = next(self.batches)
+            b = text_batch(self.train, index, self.train.pitch_mean, self.train.pitch_std)
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
-        with self._autocast():
-            out = teacher_forced(self.model, b)
-        parts = losses(out, b)
-        self.optimizer.zero_grad(set_to_none=True)
-        parts["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
+        with record_function("forward"):
+            with self._autocast():
+                out = teacher_forced(self.model, b)
+            parts = losses(out, b)
+        with record_function("backward"):
+            self.optimizer.zero_grad(set_to_none=True)
+            parts["loss"].backward()
+        with record_function("optimizer"):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.optimizer.step()
         self.step_count += 1
         return {k: v.detach() for k, v in parts.items()}
 

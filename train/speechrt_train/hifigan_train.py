@@ -10,6 +10,7 @@ losses (least squares GAN, as the paper): D: (1 - D(y))^2 + D(G(x))^2
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +18,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
+from torch.profiler import record_function
 
-from speechrt.audio.mel import MelConfig, mel_spectrogram
+from speechrt.audio.mel import MelConfig, magnitude_spectrogram, mel_filterbank, mel_spectrogram
 from speechrt.checkpoints import fold_weight_norm
 from speechrt.models.hifigan import PRESETS as HIFIGAN_PRESETS
 from speechrt.models.hifigan import HiFiGAN, HiFiGANDims, dle_state_dict
-from speechrt_train.loop import Batches, full, half
+from speechrt_train.loop import Batches, full, half, optimizer_options
 from speechrt_train.tts_data import VoiceData, segment_batch
 
 SLOPE = 0.1
@@ -156,6 +159,7 @@ class HiFiGANConfig:
     fm_weight: float = 2.0
     seed: int = 0
     amp: bool = True  # bf16 autocast for the discriminators on CUDA
+    compile: bool = False  # torch.compile generator and discriminators (fixed segment shape)
 
 
 def plain_generator(gen: HiFiGAN) -> HiFiGAN:
@@ -186,9 +190,21 @@ class HiFiGANTrainer:
         torch.manual_seed(config.seed)
         self.gen = HiFiGAN(dims, weight_norm=True).to(self.device)
         self.disc = Discriminators(config.disc_width).to(self.device)
-        betas = (0.8, 0.99)
-        self.opt_g = torch.optim.AdamW(self.gen.parameters(), config.lr, betas, weight_decay=0.01)
-        self.opt_d = torch.optim.AdamW(self.disc.parameters(), config.lr, betas, weight_decay=0.01)
+        # compiled forms share the parameters; state dicts stay those of gen / disc
+        self.gen_fwd = torch.compile(self.gen) if config.compile else self.gen
+        self.disc_fwd = torch.compile(self.disc) if config.compile else self.disc
+        adam = {"betas": (0.8, 0.99), "weight_decay": 0.01, **optimizer_options(self.device)}
+        self.opt_g = torch.optim.AdamW(self.gen.parameters(), config.lr, **adam)
+        self.opt_d = torch.optim.AdamW(self.disc.parameters(), config.lr, **adam)
+        self.basis = torch.from_numpy(  # the loss mel's filterbank, on the device once
+            mel_filterbank(
+                self.loss_mel.sampling_rate,
+                self.loss_mel.n_fft,
+                self.loss_mel.n_mels,
+                self.loss_mel.fmin,
+                self.loss_mel.fmax,
+            )
+        ).to(self.device)
         self.batches = Batches(train.frames(), config.batch_size, config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)  # segment starts
         self.step_count = 0
@@ -196,6 +212,19 @@ class HiFiGANTrainer:
     def _autocast(self) -> Any:
         on = self.config.amp and self.device.type == "cuda"
         return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+
+    def loss_mels(self, y_hat: Tensor, audio: Tensor) -> tuple[Tensor, Tensor]:
+        """Full-band log-mels of y_hat (B, N) and audio (B, N) in one STFT: each equals
+        speechrt's mel_spectrogram(x, loss_mel)."""
+        both = torch.cat([y_hat.float(), audio.float()])
+        mel = torch.matmul(self.basis, magnitude_spectrogram(both, self.loss_mel))
+        mel = torch.log(torch.clamp(mel, min=self.loss_mel.log_clamp))
+        return mel[: y_hat.shape[0]], mel[y_hat.shape[0] :]
+
+    def _cached_weights(self) -> Any:
+        """Eager: every weight-norm weight computed once per use of the discriminators
+        (parametrize.cached); compiled graphs compute them inside."""
+        return contextlib.nullcontext() if self.config.compile else parametrize.cached()
 
     def step(self) -> dict[str, Tensor]:
         cfg = self.config
@@ -205,36 +234,43 @@ class HiFiGANTrainer:
         for opt in (self.opt_g, self.opt_d):
             for group in opt.param_groups:
                 group["lr"] = lr
-        mel, audio = segment_batch(
-            self.train, next(self.batches), cfg.segment_frames, self.generator
-        )
+        with record_function("data"):
+            mel, audio = segment_batch(
+                self.train, next(self.batches), cfg.segment_frames, self.generator
+            )
         y = audio[:, None, :]  # (B, 1, N)
-        # the generator stays float32: bf16's 8-bit mantissa would be a -48 dB noise floor in
-        # the waveform; the discriminators run under autocast
-        y_hat = self.gen(mel)
-        # discriminators
-        with self._autocast():
-            real, _ = self.disc(y)
-            fake, _ = self.disc(y_hat.detach())
-        loss_d = discriminator_loss(real, fake)
-        self.opt_d.zero_grad(set_to_none=True)
-        loss_d.backward()
-        self.opt_d.step()
-        # generator (the real audio's feature maps are targets: no gradient needed)
-        with self._autocast():
-            with torch.no_grad():
-                _, fmap_real = self.disc(y)
-            fake, fmap_fake = self.disc(y_hat)
-        mel_l1 = F.l1_loss(
-            mel_spectrogram(y_hat[:, 0].float(), self.loss_mel),
-            mel_spectrogram(audio, self.loss_mel),
-        )
-        adv = generator_adv_loss(fake)
-        fm = feature_loss(fmap_real, fmap_fake)
-        loss_g = adv + cfg.fm_weight * fm + cfg.mel_weight * mel_l1
-        self.opt_g.zero_grad(set_to_none=True)
-        loss_g.backward()
-        self.opt_g.step()
+        with record_function("forward"):
+            # the generator stays float32: bf16's 8-bit mantissa would be a -48 dB noise floor
+            # in the waveform; the discriminators run under autocast
+            y_hat = self.gen_fwd(mel)
+            with self._cached_weights(), self._autocast():  # discriminators
+                real, _ = self.disc_fwd(y)
+                fake, _ = self.disc_fwd(y_hat.detach())
+            loss_d = discriminator_loss(real, fake)
+        with record_function("backward"):
+            self.opt_d.zero_grad(set_to_none=True)
+            loss_d.backward()
+        with record_function("optimizer"):
+            self.opt_d.step()
+        # generator: the discriminators' weights get no gradient (opt_d.zero_grad would drop
+        # it unused), the real audio's feature maps are targets (no gradient at all)
+        self.disc.requires_grad_(False)
+        with record_function("forward"):
+            with self._cached_weights(), self._autocast():
+                with torch.no_grad():
+                    _, fmap_real = self.disc_fwd(y)
+                fake, fmap_fake = self.disc_fwd(y_hat)
+            mel_fake, mel_real = self.loss_mels(y_hat[:, 0], audio)
+            mel_l1 = F.l1_loss(mel_fake, mel_real)
+            adv = generator_adv_loss(fake)
+            fm = feature_loss(fmap_real, fmap_fake)
+            loss_g = adv + cfg.fm_weight * fm + cfg.mel_weight * mel_l1
+        with record_function("backward"):
+            self.opt_g.zero_grad(set_to_none=True)
+            loss_g.backward()
+        self.disc.requires_grad_(True)
+        with record_function("optimizer"):
+            self.opt_g.step()
         self.step_count += 1
         losses = {"g": loss_g, "d": loss_d, "adv": adv, "fm": fm, "mel_l1": mel_l1}
         return {k: v.detach() for k, v in losses.items()}  # floats only when logged: no sync

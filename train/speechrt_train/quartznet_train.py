@@ -19,13 +19,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from speechrt.audio.features import FeatureConfig, batch_features
 from speechrt.metrics import wer
 from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, QuartzNetDims, _preset, mask_frames
 from speechrt.models.jasper import PRESETS as JASPER_PRESETS
-from speechrt_train.asr_data import Augment, SpeechData, speech_batch
-from speechrt_train.loop import Batches, full, half, warmup_rsqrt
+from speechrt_train.asr_data import Augment, SpeechData, speech_batch, speech_batch_host
+from speechrt_train.loop import Batches, full, half, optimizer_options, warmup_rsqrt
 
 PRESETS: dict[str, dict[str, Any]] = {
     "quartznet-5x5": JASPER_PRESETS["quartznet-5x5"],  # 6.7 M parameters
@@ -175,7 +176,7 @@ DEFAULT_AUGMENT = Augment()
 class QuartzNetConfig:
     preset: str = "quartznet-5x5"
     batch_size: int = 64
-    max_samples: int = 64 * 16000 * 5  # padded audio samples per batch
+    max_samples: int | None = None  # padded audio samples per batch; None: batch_size x 5 s
     lr: float = 1e-3
     warmup: int = 1000
     weight_decay: float = 1e-3
@@ -183,6 +184,7 @@ class QuartzNetConfig:
     dither: float = 1e-5  # DLE's; kept in the exported features (speechrt seeds it per window)
     seed: int = 0
     amp: bool = True
+    compile: bool = False  # torch.compile the model (dynamic shapes: lengths vary per batch)
 
 
 class QuartzNetTrainer:
@@ -207,11 +209,17 @@ class QuartzNetTrainer:
             raise ValueError("preset does not match the labels / features")
         torch.manual_seed(config.seed)
         self.model = TrainableJasper(dims, config.dropout).to(self.device)
+        # the compiled module shares the parameters; state dicts stay those of self.model
+        self.forward = torch.compile(self.model, dynamic=True) if config.compile else self.model
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), config.lr, weight_decay=config.weight_decay
+            self.model.parameters(),
+            config.lr,
+            weight_decay=config.weight_decay,
+            **optimizer_options(self.device),
         )
         lengths = [a.shape[0] for a in train.audio]
-        self.batches = Batches(lengths, config.batch_size, config.seed, config.max_samples)
+        max_samples = config.max_samples or config.batch_size * self.features.sample_rate * 5
+        self.batches = Batches(lengths, config.batch_size, config.seed, max_samples)
         self.g = torch.Generator().manual_seed(config.seed)
         self.g_noise = torch.Generator(device=self.device).manual_seed(config.seed + 1)
         self.step_count = 0
@@ -222,28 +230,34 @@ class QuartzNetTrainer:
 
     def step(self) -> dict[str, Tensor]:
         self.model.train()
-        index = next(self.batches)
-        gens = (self.g, self.g_noise)
-        feats, lengths, targets, target_lengths = speech_batch(
-            self.train, index, self.features, self.augment, gens
-        )
+        with record_function("data"):
+            index = next(self.batches)
+            gens = (self.g, self.g_noise)
+            feats, lengths, targets, _, frames, n_targets = speech_batch_host(
+                self.train, index, self.features, self.augment, gens
+            )
+            # CTC's lengths from the host: passed from the device, it would copy them back
+            out_lengths = self.model.net.output_lengths(torch.tensor(frames))
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
-        with self._autocast():
-            log_probs, out_lengths = self.model(feats, lengths)
-        loss = F.ctc_loss(
-            log_probs.float().transpose(0, 1),
-            targets,
-            out_lengths,
-            target_lengths,
-            blank=len(LABELS),
-            reduction="mean",
-            zero_infinity=True,
-        )
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 100.0)
-        self.optimizer.step()
+        with record_function("forward"):
+            with self._autocast():
+                log_probs, _ = self.forward(feats, lengths)
+            loss = F.ctc_loss(
+                log_probs.float().transpose(0, 1),
+                targets,
+                out_lengths,
+                torch.tensor(n_targets),
+                blank=len(LABELS),
+                reduction="mean",
+                zero_infinity=True,
+            )
+        with record_function("backward"):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with record_function("optimizer"):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 100.0)
+            self.optimizer.step()
         self.step_count += 1
         return {"ctc": loss.detach()}  # a float only when logged: no device sync per step
 

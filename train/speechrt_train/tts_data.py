@@ -7,7 +7,7 @@ shard (corpus.py) -> per aligned utterance: audio (N,), log-mel (n_mels, T) with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -30,9 +30,26 @@ class VoiceData:
     energy: list[Tensor]  # (L,)
     pitch_mean: float = 0.0  # Hz over the voiced frames' symbol averages of the training items
     pitch_std: float = 1.0
+    _packed: tuple[Tensor, Tensor, list[int]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def packed(self) -> tuple[Tensor, Tensor, list[int]]:
+        """Audio (sum N,) and mels (n_mels, sum T) of all items, frame offsets (len + 1 host
+        ints; sample offsets are these x hop), made on first use; the items of `audio` become
+        views into the packed audio (no second copy on the device)."""
+        if self._packed is None or len(self._packed[2]) != len(self.mels) + 1:
+            audio = torch.cat(self.audio)
+            self.audio[:] = list(audio.split([a.shape[0] for a in self.audio]))
+            frames = self.frames()
+            offsets = [0]
+            for t in frames:
+                offsets.append(offsets[-1] + t)
+            self._packed = (audio, torch.cat(self.mels, dim=1), offsets)
+        return self._packed
 
     def frames(self) -> list[int]:
         return [m.shape[1] for m in self.mels]
@@ -115,19 +132,24 @@ def segment_batch(
     data: VoiceData, index: list[int], frames: int, generator: torch.Generator
 ) -> tuple[Tensor, Tensor]:
     """For HiFi-GAN: a random `frames`-long window of each item -> (mel (B, n_mels, frames),
-    audio (B, frames * hop)); items shorter than the window are zero-padded."""
+    audio (B, frames * hop)); items shorter than the window are padded (log-mel with its
+    floor, audio with silence). Window starts: one CPU draw per item from `generator`; the
+    windows are two gathers from the packed data (one small host-to-device copy)."""
     hop = data.mel_config.hop_length
-    mels, audios = [], []
-    for i in index:
-        mel, audio = data.mels[i], data.audio[i]
-        room = mel.shape[1] - frames
-        start = int(torch.randint(0, room + 1, (1,), generator=generator)) if room > 0 else 0
-        m = mel[:, start : start + frames]
-        a = audio[start * hop : (start + frames) * hop]
-        if m.shape[1] < frames:  # pad the log-mel with its floor, the audio with silence
-            floor = torch.log(torch.tensor(data.mel_config.log_clamp))
-            m = torch.nn.functional.pad(m, (0, frames - m.shape[1]), value=float(floor))
-            a = torch.nn.functional.pad(a, (0, frames * hop - a.shape[0]))
-        mels.append(m)
-        audios.append(a)
-    return torch.stack(mels), torch.stack(audios)
+    audio_flat, mel_flat, offsets = data.packed()
+    u = torch.rand(len(index), generator=generator, dtype=torch.float64)
+    starts, ends = [], []
+    for k, i in enumerate(index):
+        length = offsets[i + 1] - offsets[i]
+        room = max(length - frames, 0)
+        starts.append(offsets[i] + min(int(u[k] * (room + 1)), room))
+        ends.append(offsets[i + 1])
+    span = torch.tensor([starts, ends], dtype=torch.long).to(mel_flat.device)  # (2, B)
+    f = span[0, :, None] + torch.arange(frames, device=mel_flat.device)  # (B, frames)
+    inside = f < span[1, :, None]
+    floor = torch.log(torch.tensor(data.mel_config.log_clamp)).item()  # a host float
+    mel = mel_flat[:, f.clamp(max=mel_flat.shape[1] - 1)]  # (n_mels, B, frames)
+    mel = torch.where(inside, mel, floor).transpose(0, 1).contiguous()
+    s = (span[0, :, None] * hop) + torch.arange(frames * hop, device=mel_flat.device)
+    audio = torch.where(s < span[1, :, None] * hop, audio_flat[s.clamp(max=len(audio_flat) - 1)], 0)
+    return mel, audio
