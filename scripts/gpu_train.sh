@@ -13,12 +13,17 @@
 #   with --export:    train.log, metrics.json, bundle.tar.part-?? (<= 6 parts of 15 MiB) holding
 #                     defaults/{voice-acoustic,voice-vocoder,asr}/model.{json,safetensors} and
 #                     resume/<model>.pt; here: cat bundle.tar.part-* | tar -x -C DIR
+# SPEED=S (seconds) first times the trainers' variants (scripts/train_speed.py), in parallel
+# on the GPUs, into $OUT/speed-{quartznet,hifigan}.json; training then gets what is left.
+# MODELS="hifigan quartznet" trains only those; with --export the others are evaluated as
+# src/speechrt/defaults has them.
 # Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
 # bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
 MINUTES=${1:-9.3}
+MODELS=${MODELS:-fastpitch hifigan quartznet}  # the ones to train (and export)
 EXPORT=${2:-}
 OUT=${OUT:-out}
 PLAN=${PLAN:-full}
@@ -28,6 +33,8 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
 echo "== $(date -u +%FT%TZ) chunk of $MINUTES min $EXPORT on $(nproc) cores"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
 
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+NGPU_SPEED=$(( NGPU > 0 ? NGPU : 1 ))
 bash scripts/corpus/unpack.sh /tmp/teachers /tmp/site || exit 1
 export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site
 
@@ -38,8 +45,23 @@ if [ ! -f corpus/manifest.json ]; then
 fi
 [ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
 
+if [ -n "${SPEED:-}" ]; then  # SPEED=S: first S seconds of throughput variants per model
+  echo "== train_speed.py, $SPEED s"  # (scripts/train_speed.py) -> $OUT/speed-<model>.json
+  n=0 SPIDS=()
+  for m in quartznet hifigan; do
+    # compilation cannot be interrupted: the timeout keeps the chunk's plan whatever happens
+    CUDA_VISIBLE_DEVICES=$(( n % NGPU_SPEED )) timeout "$(( ${SPEED%.*} + 30 ))" \
+      python3 scripts/train_speed.py \
+      --corpus corpus --models "$m" --seconds "$SPEED" --out "$OUT/speed-$m.json" ${SPEED_ARGS:-} \
+      > >(sed -u "s/^/[speed $m] /") 2>&1 &
+    SPIDS+=($!)
+    n=$(( n + 1 ))
+  done
+  wait "${SPIDS[@]}"  # (a bare `wait` would also wait for the log's tee)
+fi
+
 RESUME=$OUT  # without --export the compact files come back as they are; with it, in the tar
-if [ -n "$EXPORT" ]; then RESUME=bundle/resume; rm -rf bundle; mkdir -p "$RESUME"; fi
+if [ -n "$EXPORT" ]; then RESUME=bundle/resume; rm -rf bundle; mkdir -p "$RESUME" bundle/defaults; fi
 RESERVE=45
 [ -n "$EXPORT" ] && RESERVE=150
 DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
@@ -48,12 +70,11 @@ declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}
                   [quartznet]="${QUARTZNET_ARGS:-}")
 # One GPU: the three share it. Two: HiFi-GAN (the slowest to converge) gets one to itself.
 # Three or more: one each.
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 declare -A GPU=([hifigan]=0 [quartznet]=0 [fastpitch]=0)
 [ "${NGPU:-0}" -ge 2 ] && GPU=([hifigan]=0 [quartznet]=1 [fastpitch]=1)
 [ "${NGPU:-0}" -ge 3 ] && GPU=([hifigan]=0 [quartznet]=1 [fastpitch]=2)
 PIDS=()
-for m in fastpitch hifigan quartznet; do
+for m in $MODELS; do
   args=(--corpus corpus --run "runs/$m" --minutes 600 --deadline "$DEADLINE"
         --warm-start "${WARM:-.carry/resume}/$m.pt" --quiet)
   args+=(--compact-out "$RESUME/$m.pt")
@@ -64,7 +85,7 @@ for m in fastpitch hifigan quartznet; do
 done
 FAILED=0
 for pid in "${PIDS[@]}"; do wait "$pid" || FAILED=1; done
-for m in fastpitch hifigan quartznet; do
+for m in $MODELS; do
   [ -f "runs/$m/log.jsonl" ] && tail -n 2 "runs/$m/log.jsonl" | sed "s/^/[$m] /"
 done
 [ "$FAILED" = 0 ] || { echo "== a trainer failed"; exit 1; }
@@ -72,6 +93,13 @@ done
 unset CUDA_VISIBLE_DEVICES
 if [ -n "$EXPORT" ]; then
   echo "== export + evaluate"
+  # a model not trained here is evaluated (and shipped back) as the repository has it
+  declare -A DIR=([fastpitch]=voice-acoustic [hifigan]=voice-vocoder [quartznet]=asr)
+  for m in fastpitch hifigan quartznet; do
+    case " $MODELS " in *" $m "*) continue ;; esac
+    d=src/speechrt/defaults/${DIR[$m]}
+    [ -d "$d" ] && cp -r "$d" bundle/defaults/
+  done
   python3 -m speechrt_train export --runs runs --out bundle/defaults --evaluate \
     --corpus corpus --metrics "$OUT/metrics.json" || exit 1
   # $OUT returns at most 8 files of <= 16 MiB: the defaults and the resume files in one tar
