@@ -89,6 +89,9 @@ for m in $MODELS; do
   [ -f "runs/$m/log.jsonl" ] && tail -n 2 "runs/$m/log.jsonl" | sed "s/^/[$m] /"
 done
 [ "$FAILED" = 0 ] || { echo "== a trainer failed"; exit 1; }
+# a later call on this warm machine may restart a model with a new config from these:
+# rm -rf runs/<model> && WARM=/tmp/speechrt-resume ... bash scripts/gpu_train.sh ...
+mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/null
 
 unset CUDA_VISIBLE_DEVICES
 if [ -n "$EXPORT" ]; then
