@@ -3,6 +3,8 @@ use them when given no model, and they say something of the right length."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import numpy as np
 import pytest
@@ -82,3 +84,39 @@ def test_serve_with_no_model_serves_the_bundled_models(start_server):
     assert r.status_code == 200 and r.content[:4] == b"RIFF"
     if default_model(ASR_MODEL) is not None:
         assert "asr" in {m["id"] for m in models}
+
+
+HELDOUT = Path(__file__).parent / "data" / "heldout_sentences.txt"
+
+
+def heldout_sentences() -> list[str]:
+    return HELDOUT.read_text().splitlines()
+
+
+def test_round_trip_sentences_are_held_out():
+    """The round-trip sentences: >= 30, and no default model trained on them (the split is a
+    hash of the text, train/speechrt_train/texts.py)."""
+    from speechrt_train.texts import is_heldout
+
+    sentences = heldout_sentences()
+    assert len(sentences) >= 30 and all(is_heldout(s) for s in sentences)
+
+
+@pytest.mark.skipif(default_model(ASR_MODEL) is None, reason="no default recogniser bundled yet")
+def test_round_trip_default_voice_through_default_asr(voice):
+    """Held-out sentences spoken by the default voice, heard by the default recogniser:
+    WER <= 10 % against the words the voice was asked to say (numbers etc. normalized)."""
+    from speechrt.asr import ASR
+    from speechrt.audio.io import resample
+    from speechrt.metrics import wer
+    from speechrt_train.align import tp_plain
+    from speechrt_train.asr_data import transcript
+
+    sentences = heldout_sentences()
+    asr = ASR(device="cpu")
+    audios = [
+        resample(a, voice.sampling_rate, asr.sample_rate) for a in voice.synthesize(sentences)
+    ]
+    refs = [transcript(tp_plain(voice.text).normalize(s)) for s in sentences]
+    hyps = [t.text for t in asr.transcribe(audios, batch_size=8)]
+    assert wer(refs, hyps) <= 0.10
