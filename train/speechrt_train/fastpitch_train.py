@@ -11,16 +11,15 @@ called with the ground-truth durations, pitch and energy (teacher forcing, as DL
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.profiler import record_function
 
 from speechrt.models.fastpitch import FastPitch, FastPitchDims, lengths_mask
-from speechrt_train.loop import Batches, full, half, warmup_rsqrt
+from speechrt_train.loop import Batches, Checkpointed, warmup_rsqrt
 from speechrt_train.tts_data import TextBatch, VoiceData, text_batch
 
 # ~7.9 M parameters (15.8 MB in fp16): 4 + 4 FFT layers of width 256.
@@ -128,7 +127,7 @@ def losses(out: FastPitchOut, b: TextBatch) -> dict[str, Tensor]:
     return {"loss": total, "mel": mel, "dur": dur, "pitch": pitch, "energy": energy}
 
 
-class FastPitchTrainer:
+class FastPitchTrainer(Checkpointed):
     """One FastPitch, its optimizer and its data order (see loop.Trainer)."""
 
     def __init__(
@@ -200,24 +199,8 @@ class FastPitchTrainer:
             n += len(index)
         return {f"val_{k}": v / n for k, v in sums.items()}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "config": dataclasses.asdict(self.config),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "batches": self.batches.state_dict(),
-            "step": self.step_count,
-        }
+    def _state_parts(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": self.optimizer, "batches": self.batches}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.batches.load_state_dict(state["batches"])
-        self.step_count = int(state["step"])
-
-    def compact_state(self) -> dict[str, Any]:
-        return {"model": half(self.model.state_dict()), "step": self.step_count}
-
-    def load_compact(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(full(state["model"]))
-        self.step_count = int(state["step"])
+    def _weight_parts(self) -> dict[str, nn.Module]:
+        return {"model": self.model}

@@ -11,7 +11,6 @@ losses (least squares GAN, as the paper): D: (1 - D(y))^2 + D(G(x))^2
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ from speechrt.audio.mel import MelConfig, magnitude_spectrogram, mel_filterbank,
 from speechrt.checkpoints import fold_weight_norm
 from speechrt.models.hifigan import PRESETS as HIFIGAN_PRESETS
 from speechrt.models.hifigan import HiFiGAN, HiFiGANDims, dle_state_dict
-from speechrt_train.loop import Batches, full, half, optimizer_options
+from speechrt_train.loop import Batches, Checkpointed, optimizer_options
 from speechrt_train.tts_data import VoiceData, segment_batch
 
 SLOPE = 0.1
@@ -170,7 +169,7 @@ def plain_generator(gen: HiFiGAN) -> HiFiGAN:
     return plain
 
 
-class HiFiGANTrainer:
+class HiFiGANTrainer(Checkpointed):
     """Generator + discriminators + optimizers + data order (see loop.Trainer)."""
 
     def __init__(
@@ -290,35 +289,15 @@ class HiFiGANTrainer:
             total += float(F.l1_loss(a, b))
         return {"val_mel_l1": total / n}
 
-    def state_dict(self) -> dict[str, Any]:
+    def _state_parts(self) -> dict[str, Any]:
         return {
-            "config": dataclasses.asdict(self.config),
-            "gen": self.gen.state_dict(),
-            "disc": self.disc.state_dict(),
-            "opt_g": self.opt_g.state_dict(),
-            "opt_d": self.opt_d.state_dict(),
-            "batches": self.batches.state_dict(),
-            "generator": self.generator.get_state(),
-            "step": self.step_count,
+            "gen": self.gen,
+            "disc": self.disc,
+            "opt_g": self.opt_g,
+            "opt_d": self.opt_d,
+            "batches": self.batches,
+            "generator": self.generator,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.gen.load_state_dict(state["gen"])
-        self.disc.load_state_dict(state["disc"])
-        self.opt_g.load_state_dict(state["opt_g"])
-        self.opt_d.load_state_dict(state["opt_d"])
-        self.batches.load_state_dict(state["batches"])
-        self.generator.set_state(state["generator"])
-        self.step_count = int(state["step"])
-
-    def compact_state(self) -> dict[str, Any]:
-        return {
-            "gen": half(self.gen.state_dict()),
-            "disc": half(self.disc.state_dict()),
-            "step": self.step_count,
-        }
-
-    def load_compact(self, state: dict[str, Any]) -> None:
-        self.gen.load_state_dict(full(state["gen"]))
-        self.disc.load_state_dict(full(state["disc"]))
-        self.step_count = int(state["step"])
+    def _weight_parts(self) -> dict[str, nn.Module]:
+        return {"gen": self.gen, "disc": self.disc}

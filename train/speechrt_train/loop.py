@@ -12,6 +12,7 @@ Resuming from last.pt continues bit-for-bit as if never stopped (tested on CPU).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -248,6 +249,45 @@ def write_compact(trainer: Trainer, run_dir: str | Path, path: str | Path) -> Pa
     state = {**trainer.compact_state(), "elapsed": elapsed}
     save_atomic(state, Path(path))
     return Path(path)
+
+
+class Checkpointed:
+    """The Trainer protocol's four state methods, from two tables a trainer names:
+    `_state_parts()` (name -> anything with state_dict/load_state_dict, or a torch.Generator:
+    the whole training state) and `_weight_parts()` (name -> module: the compact file)."""
+
+    config: Any
+    step_count: int
+
+    def _state_parts(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _weight_parts(self) -> dict[str, torch.nn.Module]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        parts = {
+            k: v.get_state() if isinstance(v, torch.Generator) else v.state_dict()
+            for k, v in self._state_parts().items()
+        }
+        return {"config": dataclasses.asdict(self.config), **parts, "step": self.step_count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for k, v in self._state_parts().items():
+            if isinstance(v, torch.Generator):
+                v.set_state(state[k])
+            else:
+                v.load_state_dict(state[k])
+        self.step_count = int(state["step"])
+
+    def compact_state(self) -> dict[str, Any]:
+        weights = {k: half(m.state_dict()) for k, m in self._weight_parts().items()}
+        return {**weights, "step": self.step_count}
+
+    def load_compact(self, state: dict[str, Any]) -> None:
+        for k, m in self._weight_parts().items():
+            m.load_state_dict(full(state[k]))
+        self.step_count = int(state["step"])
 
 
 def half(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -11,7 +11,6 @@ compute the same thing as the trainable model in eval mode (tested).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ from speechrt.metrics import wer
 from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, QuartzNetDims, _preset, mask_frames
 from speechrt.models.jasper import PRESETS as JASPER_PRESETS
 from speechrt_train.asr_data import Augment, SpeechData, speech_batch, speech_batch_host
-from speechrt_train.loop import Batches, full, half, optimizer_options, warmup_rsqrt
+from speechrt_train.loop import Batches, Checkpointed, optimizer_options, warmup_rsqrt
 
 PRESETS: dict[str, dict[str, Any]] = {
     "quartznet-5x5": JASPER_PRESETS["quartznet-5x5"],  # 6.7 M parameters
@@ -187,7 +186,7 @@ class QuartzNetConfig:
     compile: bool = False  # torch.compile the model (dynamic shapes: lengths vary per batch)
 
 
-class QuartzNetTrainer:
+class QuartzNetTrainer(Checkpointed):
     """A trainable QuartzNet, its optimizer, data order and augmentation RNGs."""
 
     def __init__(
@@ -285,28 +284,14 @@ class QuartzNetTrainer:
             return {}
         return {"val_wer": wer(self.val.texts, self.transcribe(self.val)), "val_n": len(self.val)}
 
-    def state_dict(self) -> dict[str, Any]:
+    def _state_parts(self) -> dict[str, Any]:
         return {
-            "config": dataclasses.asdict(self.config),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "batches": self.batches.state_dict(),
-            "g": self.g.get_state(),
-            "g_noise": self.g_noise.get_state(),
-            "step": self.step_count,
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "batches": self.batches,
+            "g": self.g,
+            "g_noise": self.g_noise,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.batches.load_state_dict(state["batches"])
-        self.g.set_state(state["g"])
-        self.g_noise.set_state(state["g_noise"])
-        self.step_count = int(state["step"])
-
-    def compact_state(self) -> dict[str, Any]:
-        return {"model": half(self.model.state_dict()), "step": self.step_count}
-
-    def load_compact(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(full(state["model"]))
-        self.step_count = int(state["step"])
+    def _weight_parts(self) -> dict[str, nn.Module]:
+        return {"model": self.model}
