@@ -43,6 +43,18 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def conv_stack(convs: nn.ModuleList, post: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """A discriminator's convs (leaky ReLU after each) and its output conv -> flattened
+    scores and every layer's output (the feature maps of the feature-matching loss)."""
+    fmaps = []
+    for conv in convs:
+        x = F.leaky_relu(conv(x), SLOPE)
+        fmaps.append(x)
+    x = post(x)
+    fmaps.append(x)
+    return x.flatten(1), fmaps
+
+
 class PeriodDiscriminator(nn.Module):
     """The waveform folded into (T / p, p) columns, judged by 2-D convs along time."""
 
@@ -61,14 +73,7 @@ class PeriodDiscriminator(nn.Module):
         B, C, N = x.shape
         if N % self.period:
             x = F.pad(x, (0, self.period - N % self.period), mode="reflect")
-        x = x.view(B, C, -1, self.period)
-        fmaps = []
-        for conv in self.convs:
-            x = F.leaky_relu(conv(x), SLOPE)
-            fmaps.append(x)
-        x = self.post(x)
-        fmaps.append(x)
-        return x.flatten(1), fmaps
+        return conv_stack(self.convs, self.post, x.view(B, C, -1, self.period))
 
 
 class ScaleDiscriminator(nn.Module):
@@ -96,13 +101,7 @@ class ScaleDiscriminator(nn.Module):
         self.post = weight_norm(nn.Conv1d(c(1024), 1, 3, 1, 1))
 
     def forward(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-        fmaps = []
-        for conv in self.convs:
-            x = F.leaky_relu(conv(x), SLOPE)
-            fmaps.append(x)
-        x = self.post(x)
-        fmaps.append(x)
-        return x.flatten(1), fmaps
+        return conv_stack(self.convs, self.post, x)
 
 
 class Discriminators(nn.Module):
