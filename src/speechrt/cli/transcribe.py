@@ -28,14 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from speechrt.asr import ASR
-    from speechrt.defaults import asr_dir
     from speechrt.errors import SpeechRTError
 
     if args.url is not None:
         from speechrt.client import transcribe_files
 
         return transcribe_files(args.url, args.files, args.json)
-    asr = ASR(asr_dir(args.model), device=args.device, precision=args.precision)
+    asr = ASR(args.model, device=args.device, precision=args.precision)
     failed = 0
     # Files are read and transcribed a chunk at a time, so memory stays bounded for long lists.
     for first in range(0, len(args.files), FILES_PER_CHUNK):
