@@ -21,7 +21,7 @@ from speechrt.serving.v2codec import HEADER, encode_response, parse_request
 
 if TYPE_CHECKING:
     from speechrt.serving.server import Server
-    from speechrt.serving.v2models import V2Model
+    from speechrt.serving.v2models import ContractModel
 
 router = APIRouter(prefix="/v2")
 
@@ -30,7 +30,7 @@ def server_of(request: Request) -> Server:
     return request.app.state.server
 
 
-def model_of(request: Request, name: str, version: str | None = None) -> V2Model:
+def model_of(request: Request, name: str, version: str | None = None) -> ContractModel:
     srv = server_of(request)
     if name not in srv.v2:
         raise ApiError(404, f"unknown model {name!r}; models: {', '.join(srv.v2)}")

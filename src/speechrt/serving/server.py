@@ -20,8 +20,8 @@ from speechrt.serving.v2models import (
     ASRModel,
     ComponentAdapter,
     ComponentModel,
+    ContractModel,
     TTSModel,
-    V2Model,
     component_runners,
 )
 
@@ -50,7 +50,7 @@ class Server:
         self.metrics = Metrics()
         self.worker = DeviceWorker()
         self.engines: dict[str, Engine[Any, Any]] = {}
-        self.v2: dict[str, V2Model] = {}
+        self.v2: dict[str, ContractModel] = {}
         self.tts: TTSService | None = None
         self.asr: ASRService | None = None
         self.ready = False

@@ -110,10 +110,6 @@ class ContractModel:
         raise NotImplementedError
 
 
-# Kept for the routes' type hints: every v2 model is a ContractModel.
-V2Model = ContractModel
-
-
 # -- components ----------------------------------------------------------------------------------
 
 
