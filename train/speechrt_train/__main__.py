@@ -41,6 +41,12 @@ def _common(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--checkpoint-minutes", type=float, default=3.0)
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--eval-every", type=int, help="evaluate every N steps (always at the end)")
+    p.add_argument(
+        "--anneal-minutes",
+        type=float,
+        default=0.0,
+        help="decay the learning rate linearly to 0 over the budget's last M minutes",
+    )
     p.add_argument("--warm-start", help="compact file to start from when the run has no last.pt")
     p.add_argument("--compact-out", help="also write the weights (fp16) to this compact file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -157,6 +163,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         warm_start=args.warm_start,
         progress=not args.quiet,
         name=args.command,
+        anneal_minutes=args.anneal_minutes,
     )
     if args.compact_out:
         write_compact(trainer, args.run, args.compact_out)

@@ -168,6 +168,7 @@ class FastPitchTrainer(Checkpointed):
             b = text_batch(self.train, index, self.train.pitch_mean, self.train.pitch_std)
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
+            group["lr"] *= self.lr_scale
         with record_function("forward"):
             with self._autocast():
                 out = teacher_forced(self.model, b)

@@ -228,7 +228,7 @@ class HiFiGANTrainer(Checkpointed):
         cfg = self.config
         self.gen.train()
         self.disc.train()
-        lr = cfg.lr * cfg.lr_decay ** (self.step_count / 1000)
+        lr = cfg.lr * cfg.lr_decay ** (self.step_count / 1000) * self.lr_scale
         for opt in (self.opt_g, self.opt_d):
             for group in opt.param_groups:
                 group["lr"] = lr

@@ -148,8 +148,11 @@ def run(
     warm_start: str | Path | None = None,
     progress: bool = True,
     name: str = "train",
+    anneal_minutes: float = 0.0,
 ) -> dict[str, Any]:
     """Train for `minutes` of wall time (or until trainer.step_count == max_steps); resumable.
+    With `anneal_minutes`, trainer.lr_scale falls linearly from 1 to 0 over the last
+    anneal_minutes of the budget (a run's final chunk: the weights settle before export).
 
     Returns a summary: steps, seconds, last logged losses, last evaluation."""
     from tqdm import tqdm
@@ -198,6 +201,9 @@ def run(
         while time.time() - start < budget and (
             max_steps is None or trainer.step_count < max_steps
         ):
+            if anneal_minutes > 0:
+                left = budget - (time.time() - start)
+                trainer.lr_scale = min(1.0, max(left, 0.0) / (60.0 * anneal_minutes))
             losses = trainer.step()
             for k, v in losses.items():  # summed on the device; read at log time only
                 sums[k] = sums.get(k, 0.0) + v
@@ -258,6 +264,7 @@ class Checkpointed:
 
     config: Any
     step_count: int
+    lr_scale = 1.0  # set by run(): the final minutes' linear decay (anneal_minutes)
 
     def _state_parts(self) -> dict[str, Any]:
         raise NotImplementedError

@@ -238,7 +238,9 @@ class QuartzNetTrainer(Checkpointed):
             # CTC's lengths from the host: passed from the device, it would copy them back
             out_lengths = self.model.net.output_lengths(torch.tensor(frames))
         for group in self.optimizer.param_groups:
-            group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
+            group["lr"] = (
+                self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
+            ) * self.lr_scale
         with record_function("forward"):
             with self._autocast():
                 log_probs, _ = self.forward(feats, lengths)
