@@ -3,17 +3,21 @@
 Lexicon-free: beams are character prefixes, so a word the LM lacks can still be spelled. A
 prefix's score is
 
-    ln P_ctc(prefix) + alpha * ln P_lm(completed words) + beta * words + oov_penalty * oov
+    ln P_ctc(prefix) + alpha * ln P_lm(completed words) + beta * words + OOV penalties
+                     + alpha * look-ahead(partial word) + beta
 
-where a word is scored by the LM when it is completed (a space, or the end of the utterance, which
-also scores </s>); a completed word the LM lacks is scored as <unk> and pays `oov_penalty`, and so
-does a partial word that no vocabulary word starts with (until it is completed), which pulls
-spelling towards real words early while names still come out when the audio insists.
+A word is scored by the LM when it is completed (a space, or the end of the utterance, which
+also scores </s>). A word the LM lacks is scored as <unk> and pays `oov_penalty` plus
+`oov_char_penalty` per character (a flat penalty alone would let a run of words fuse into one
+long "word" that pays it once). While a word is being spelled it carries an estimate of what it
+will cost: the best unigram ln P of the LM words it can still become, or, once no LM word starts
+with it, the <unk> score and penalties; so a prefix that has just paid for a word does not lose
+to one that has not paid yet, spelling is pulled towards real words early, and names still come
+out when the audio insists.
 
 Per frame only characters whose log-prob is above `prune_logp` (at most `max_chars` of them) are
-tried, which on a trained model is usually none or one. Word times come from the CTC forced
-alignment of the chosen text (speechrt.ctc.align_tokens), so they are the greedy ones whenever the
-text is the greedy text.
+tried. Word times come from the CTC forced alignment of the chosen text
+(speechrt.ctc.align_tokens), so they are the greedy ones whenever the text is the greedy text.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from speechrt.ctc import Decoded, align_tokens, tokens_to_words
 from speechrt.errors import SpeechRTError
 from speechrt.lm import NGramLM
 
-NEG = -1e30  # ln 0 that keeps arithmetic finite
+TINY = 1e-300  # stands in for a probability that underflowed to 0 (so its log is finite)
 
 
 @dataclass(frozen=True)
@@ -71,19 +75,12 @@ class BeamOptions:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def _lse(a: float, b: float) -> float:
-    """ln(e^a + e^b)."""
-    if a < b:
-        a, b = b, a
-    return a + math.log1p(math.exp(b - a))
-
-
 class _Scorer:
     """LM scores of prefixes: each prefix string's state is computed once, from its parent's."""
 
     def __init__(self, lm: NGramLM, options: BeamOptions) -> None:
         self.lm, self.opt = lm, options
-        self.prefix_ok: dict[str, bool] = {}
+        self.unk_unigram = lm.logprob(lm.unk)
         # prefix -> (score of completed words, LM context, start of the partial word, score)
         self.state: dict[str, tuple[float, tuple[int, ...], int, float]] = {
             "": (0.0, (lm.bos,), 0, 0.0)
@@ -114,10 +111,12 @@ class _Scorer:
             st = (done, ctx, len(child), done)
         else:
             partial = child[start:]
-            ok = self.prefix_ok.get(partial)
-            if ok is None:
-                ok = self.prefix_ok[partial] = self.lm.is_prefix(partial)
-            st = (done, ctx, start, done + (0.0 if ok else self.oov(partial)))
+            best = self.lm.prefix_logprob(partial)
+            if best is None:
+                est = self.opt.alpha * self.unk_unigram + self.oov(partial)
+            else:
+                est = self.opt.alpha * best
+            st = (done, ctx, start, done + est + self.opt.beta)
         self.state[child] = st
         return st[3]
 
@@ -145,55 +144,66 @@ def beam_search(
         raise ValueError("beam search needs single-character labels including a space")
     opt = options
     scorer = _Scorer(lm, opt)
+    state = scorer.state
     lp = np.asarray(log_probs, dtype=np.float64)
     # candidate characters per frame: the max_chars most likely above prune_logp
     top = np.argsort(-lp[:, :blank], axis=1, kind="stable")[:, : opt.max_chars]
-    keep = np.take_along_axis(lp[:, :blank], top, axis=1) > opt.prune_logp
-    rows = lp.tolist()
+    keep = (np.take_along_axis(lp[:, :blank], top, axis=1) > opt.prune_logp).tolist()
+    top = top.tolist()
+    # Path probabilities are kept linear (sums and products, no log-add per step) and rescaled
+    # after every frame so that the best beam's is 1: ranking is unchanged by the common factor.
+    probs = np.exp(lp).tolist()
     index = {c: i for i, c in enumerate(labels)}
-    # prefix -> [ln P(paths ending in blank), ln P(paths ending in its last character)]
-    beams: dict[str, list[float]] = {"": [0.0, NEG]}
-    for t, row in enumerate(rows):
-        cands = [
-            (labels[c], row[c]) for c, k in zip(top[t].tolist(), keep[t].tolist(), strict=True) if k
-        ]
+
+    def rank(item: tuple[str, list[float]]) -> float:
+        return math.log((item[1][0] + item[1][1]) or TINY) + state[item[0]][3]
+
+    # prefix -> [P(its paths ending in blank), P(its paths ending in its last character)]
+    beams: dict[str, list[float]] = {"": [1.0, 0.0]}
+    for t, row in enumerate(probs):
+        cands = [(labels[c], row[c]) for c, k in zip(top[t], keep[t], strict=True) if k]
         p_blank = row[blank]
         nxt: dict[str, list[float]] = {}
         for prefix, (pb, pnb) in beams.items():
-            total = _lse(pb, pnb)
+            total = pb + pnb
             last = prefix[-1] if prefix else ""
-            e = nxt.setdefault(prefix, [NEG, NEG])
-            e[0] = _lse(e[0], total + p_blank)
+            e = nxt.get(prefix)
+            if e is None:
+                e = nxt[prefix] = [0.0, 0.0]
+            e[0] += total * p_blank
             if last:  # the last character held for another frame
-                e[1] = _lse(e[1], pnb + row[index[last]])
+                e[1] += pnb * row[index[last]]
             for ch, p in cands:
                 if ch == " " and (not prefix or last == " "):
                     # another space adds nothing to the text: a blank-like step of the prefix
                     if prefix:
-                        e[1] = _lse(e[1], pb + p)
+                        e[1] += pb * p
                     else:
-                        e[0] = _lse(e[0], total + p)
+                        e[0] += total * p
                     continue
                 child = prefix + ch
-                scorer.extend(prefix, child, ch)
-                c = nxt.setdefault(child, [NEG, NEG])
+                c = nxt.get(child)
+                if c is None:
+                    c = nxt[child] = [0.0, 0.0]
+                    if child not in state:
+                        scorer.extend(prefix, child, ch)
                 # a repeated character needs a blank between the two
-                c[1] = _lse(c[1], (pb if ch == last else total) + p)
+                c[1] += (pb if ch == last else total) * p
         if len(nxt) > opt.beam_size:
-            ranked = heapq.nlargest(
-                opt.beam_size,
-                nxt.items(),
-                key=lambda kv: _lse(*kv[1]) + scorer.state[kv[0]][3],
-            )
-            beams = dict(ranked)
+            beams = dict(heapq.nlargest(opt.beam_size, nxt.items(), key=rank))
         else:
             beams = nxt
+        scale = max(pb + pnb for pb, pnb in beams.values())
+        if scale > 0:
+            for v in beams.values():
+                v[0] /= scale
+                v[1] /= scale
     # "a b" and "a b " are one text: their paths add up (their LM scores are equal)
-    final: dict[str, float] = {}
+    final: dict[str, list[float]] = {}
     for prefix, (pb, pnb) in beams.items():
-        text = prefix.rstrip(" ")
-        final[text] = _lse(final.get(text, NEG), _lse(pb, pnb) + scorer.final(prefix))
-    return max(final, key=final.__getitem__)
+        f = final.setdefault(prefix.rstrip(" "), [0.0, scorer.final(prefix)])
+        f[0] += pb + pnb
+    return max(final, key=lambda text: math.log(final[text][0] or TINY) + final[text][1])
 
 
 def beam_tokens(

@@ -81,6 +81,9 @@ class NGramLM:
             self._backoff.append(dict(zip(keys, bo, strict=True)) if bo else {})
         # sorted spellable words: `is_prefix` bisects it
         self._sorted = sorted(w for w in self.vocab if w not in (UNK, BOS, EOS))
+        unigram = np.asarray(logp[0], dtype=np.float64)
+        self._sorted_logp = unigram[[self.ids[w] for w in self._sorted]]  # (V - 3,)
+        self._best: dict[str, float | None] = {}
 
     def __len__(self) -> int:
         return len(self.vocab)
@@ -116,6 +119,17 @@ class NGramLM:
         """True when some vocabulary word starts with `partial`."""
         k = bisect.bisect_left(self._sorted, partial)
         return k < len(self._sorted) and self._sorted[k].startswith(partial)
+
+    def prefix_logprob(self, partial: str) -> float | None:
+        """The highest unigram ln P of the words that start with `partial`; None when none does
+        (a look-ahead for a word still being spelled; remembered)."""
+        if partial in self._best:
+            return self._best[partial]
+        lo = bisect.bisect_left(self._sorted, partial)
+        hi = bisect.bisect_left(self._sorted, partial + "\U0010ffff", lo)
+        best = float(self._sorted_logp[lo:hi].max()) if hi > lo else None
+        self._best[partial] = best
+        return best
 
     def sentence_logprob(self, words: Sequence[str]) -> float:
         """ln P(<s> words </s>), out-of-vocabulary words scored as <unk>."""
