@@ -42,12 +42,12 @@ TINY = 1e-300  # stands in for a probability that underflowed to 0 (so its log i
 class BeamOptions:
     """How the beam search decodes (defaults: lm.json's `decoding`, else these)."""
 
-    beam_size: int = 16  # prefixes kept after each frame
-    alpha: float = 0.8  # weight of the LM's natural-log probabilities
-    beta: float = 1.5  # bonus per word (balances the LM's cost of every word)
-    oov_penalty: float = -6.0  # per word the LM lacks, and on a partial word no LM word begins
-    oov_char_penalty: float = -1.0  # ... plus this per character of such a word
-    prune_logp: float = -10.0  # a frame proposes only characters with ln P above this ...
+    beam_size: int = 32  # prefixes kept after each frame
+    alpha: float = 0.6  # weight of the LM's natural-log probabilities
+    beta: float = 1.0  # bonus per word (balances the LM's cost of every word)
+    oov_penalty: float = -3.0  # per word the LM lacks (and while no LM word starts as spelled)
+    oov_char_penalty: float = -2.0  # ... plus this per character of such a word
+    prune_logp: float = -7.0  # a frame proposes only characters with ln P above this ...
     max_chars: int = 8  # ... and at most this many of them (the most likely)
 
     def __post_init__(self) -> None:

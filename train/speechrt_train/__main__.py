@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prune", type=int, help="drop top-order n-grams seen fewer times")
     for name in ("beam_size", "max_chars"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help="decoding default")
-    for name in ("alpha", "beta", "oov_penalty", "prune_logp"):
+    for name in ("alpha", "beta", "oov_penalty", "oov_char_penalty", "prune_logp"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, help="decoding default")
     p = sub.add_parser("export", help="runs -> model directories (+ evaluation)")
     p.add_argument("--runs", default="runs", help="folder of run folders (default: runs)")
