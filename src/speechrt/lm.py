@@ -83,7 +83,7 @@ class NGramLM:
         self._sorted = sorted(w for w in self.vocab if w not in (UNK, BOS, EOS))
         unigram = np.asarray(logp[0], dtype=np.float64)
         self._sorted_logp = unigram[[self.ids[w] for w in self._sorted]]  # (V - 3,)
-        self._best: dict[str, float | None] = {}
+        self._best: dict[str, float] = {}
 
     def __len__(self) -> int:
         return len(self.vocab)
@@ -122,13 +122,16 @@ class NGramLM:
 
     def prefix_logprob(self, partial: str) -> float | None:
         """The highest unigram ln P of the words that start with `partial`; None when none does
-        (a look-ahead for a word still being spelled; remembered)."""
-        if partial in self._best:
-            return self._best[partial]
+        (a look-ahead for a word still being spelled). Found values are remembered: at most one
+        per prefix of a vocabulary word, however many non-words a server is asked to decode."""
+        best = self._best.get(partial)
+        if best is not None:
+            return best
         lo = bisect.bisect_left(self._sorted, partial)
         hi = bisect.bisect_left(self._sorted, partial + "\U0010ffff", lo)
-        best = float(self._sorted_logp[lo:hi].max()) if hi > lo else None
-        self._best[partial] = best
+        if hi == lo:
+            return None
+        best = self._best[partial] = float(self._sorted_logp[lo:hi].max())
         return best
 
     def sentence_logprob(self, words: Sequence[str]) -> float:
@@ -186,6 +189,7 @@ def _keys(ids: np.ndarray, n_vocab: int) -> np.ndarray:
 
 
 def has_lm(model_dir: str | Path) -> bool:
+    """True when the directory holds an lm.json (load_lm checks the rest)."""
     return (Path(model_dir) / INFO_FILE).is_file()
 
 
