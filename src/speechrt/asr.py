@@ -1,6 +1,9 @@
-"""Speech recognition pipeline: audio -> features -> log-probs -> greedy CTC -> timed words.
+"""Speech recognition pipeline: audio -> features -> log-probs -> CTC decoding -> timed words.
 
 load_audio -> segments (long audio in overlapping windows) -> features -> log_probs -> decode
+
+Decoding is greedy, or a CTC prefix beam search with a word n-gram LM (speechrt.beam) when the
+model directory holds one (lm.json + lm.safetensors) or one is given.
 
 Each window is featurised on its own samples and the convolutions are masked, so an item's text
 does not depend on its batch-mates. Windows are batched longest-first to keep padding small; a
@@ -19,12 +22,15 @@ import numpy as np
 import torch
 
 from speechrt.audio.features import FeatureConfig, batch_features
+from speechrt.beam import BeamOptions, beam_tokens
 from speechrt.ctc import Word, collapse, greedy_ids, tokens_to_words
 from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import SpeechRTError
+from speechrt.lm import NGramLM
 from speechrt.repo import load_component
 
 AudioInput = np.ndarray | str | Path | bytes
+DECODERS = ("auto", "greedy", "beam")
 
 WINDOW_SECONDS = 20.0  # longer audio is cut into windows of this length ...
 OVERLAP_SECONDS = 4.0  # ... overlapping by this much (each side keeps half of the overlap)
@@ -97,13 +103,23 @@ class ASR:
         seed: int = 0,
         decode_padding: bool = True,
         backend: str = "eager",
+        decoder: str = "auto",
+        lm: str | Path | None = None,
+        beam_size: int | None = None,
+        alpha: float | None = None,
+        beta: float | None = None,
     ) -> None:
         """`model_dir` None: the bundled default recogniser (speechrt.defaults). `dither`
         overrides the model's (0 = deterministic); noise is drawn per window from `seed`.
         `decode_padding` decodes the zero-padded tail frames too, as DLE inference.py does (at
         batch size 1); False decodes the valid frames only. `backend`: eager (the module),
         cuda, onnx or auto (speechrt.runtime) runs the acoustic model; the features are
-        computed in torch on every backend."""
+        computed in torch on every backend.
+
+        `decoder`: greedy; beam (CTC prefix beam search with a word LM: `lm`, a directory
+        holding lm.json + lm.safetensors, else the model directory's own); auto (default): beam
+        when there is an LM, else greedy. `beam_size`, `alpha` (LM weight) and `beta` (word
+        bonus) override the LM's tuned defaults (its lm.json)."""
         if window < 1.0:
             raise SpeechRTError(f"window must be >= 1 s, got {window}")
         if not 0 <= overlap < window / 2:
@@ -139,6 +155,8 @@ class ASR:
                 f"{model_dir}: {len(self.labels)} labels + blank for "
                 f"{self.model.dims.n_classes} model outputs"
             )
+        self.lm, self.beam_options = self._decoder(decoder, lm, beam_size, alpha, beta)
+        self.decoder = "greedy" if self.lm is None else "beam"
         self.window, self.overlap, self.seed = window, overlap, seed
         self.decode_padding = decode_padding
         self.runner = None  # eager calls the module directly
@@ -148,6 +166,42 @@ class ASR:
             self.runner = make_runner(
                 "jasper", self.model, self.info, self.backend, self.device, precision, model_dir
             )
+
+    def _decoder(
+        self,
+        decoder: str,
+        lm: str | Path | None,
+        beam_size: int | None,
+        alpha: float | None,
+        beta: float | None,
+    ) -> tuple[NGramLM | None, BeamOptions | None]:
+        """The LM and beam options to decode with; (None, None) = greedy."""
+        from speechrt.lm import has_lm, load_lm
+
+        if decoder not in DECODERS:
+            raise SpeechRTError(f"unknown decoder {decoder!r}; choose {', '.join(DECODERS)}")
+        overrides = {"beam_size": beam_size, "alpha": alpha, "beta": beta}
+        given = [k for k, v in overrides.items() if v is not None]
+        if decoder == "greedy":
+            if lm is not None or given:
+                what = "LM" if lm is not None else ", ".join(given)
+                raise SpeechRTError(f"the greedy decoder takes no {what} (use the beam decoder)")
+            return None, None
+        lm_dir = lm if lm is not None else (self.model_dir if has_lm(self.model_dir) else None)
+        if lm_dir is None:
+            if decoder == "beam" or given:
+                raise SpeechRTError(
+                    f"{self.model_dir}: beam search needs a language model: none beside the "
+                    "model (lm.json); give one (--lm DIR)"
+                )
+            return None, None
+        if " " not in self.labels or any(len(c) != 1 for c in self.labels):
+            raise SpeechRTError(
+                f"{self.model_dir}: beam search needs single-character labels with a space"
+            )
+        model = load_lm(lm_dir)
+        options = BeamOptions.from_dict(model.decoding).updated(**overrides)
+        return model, options
 
     @property
     def sample_rate(self) -> int:
@@ -237,14 +291,25 @@ class ASR:
         """Windows -> log-probs (B, T', V) float32 and frames to decode per window (B,)."""
         return self.acoustic(*self.featurize(batch))
 
+    def tokens(
+        self, log_probs: torch.Tensor, lengths: torch.Tensor
+    ) -> list[list[tuple[int, int, int]]]:
+        """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""
+        if self.lm is None or self.beam_options is None:
+            return [collapse(ids, len(self.labels)) for ids in greedy_ids(log_probs, lengths)]
+        lp = log_probs.detach().float().cpu().numpy()  # (B, T', V)
+        return [
+            beam_tokens(lp[i, : int(n)], self.labels, self.lm, self.beam_options)
+            for i, n in enumerate(lengths.cpu().tolist())
+        ]
+
     def decode(self, batch: list[Segment], log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
-        """Greedy CTC per window; keeps each window's own words (item time) in seg.words."""
-        blank = len(self.labels)
+        """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
         offset = -self.pad_leading * self.features.frame_shift
-        for seg, ids in zip(batch, greedy_ids(log_probs, lengths), strict=True):
+        for seg, tokens in zip(batch, self.tokens(log_probs, lengths), strict=True):
             span = (seg.offset, seg.offset + seg.audio.shape[0] / self.sample_rate)
             dec = tokens_to_words(
-                collapse(ids, blank), self.labels, self.frame_duration, offset + seg.offset, span
+                tokens, self.labels, self.frame_duration, offset + seg.offset, span
             )
             lo, hi = seg.keep
             seg.words = [w for w in dec.words if lo <= (w.start + w.end) / 2 < hi]

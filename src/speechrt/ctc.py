@@ -1,7 +1,9 @@
-"""Greedy CTC decoding: per-frame argmax, repeats collapsed, blanks dropped, words timed.
+"""Greedy CTC decoding: per-frame argmax, repeats collapsed, blanks dropped, words timed; and
+the forced alignment that times the words of any other decoder's text (speechrt.beam).
 
-A label's time span is the run of frames on which it was the argmax; a word spans from its first
-label's first frame to its last label's last frame. Frame f covers
+A label's time span is the run of frames on which it was the argmax (or, aligned, the run the best
+path spends on it); a word spans from its first label's first frame to its last label's last
+frame. Frame f covers
     [offset + f * frame_duration, offset + (f + 1) * frame_duration)  seconds.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 
@@ -25,7 +28,7 @@ class Word:
 
 @dataclass(frozen=True)
 class Decoded:
-    """One item's greedy CTC result."""
+    """One item's CTC result (greedy or beam search)."""
 
     text: str  # words joined by single spaces
     words: tuple[Word, ...]
@@ -101,3 +104,58 @@ def greedy_decode(
         tokens_to_words(collapse(ids, blank), labels, frame_duration, offset)
         for ids in greedy_ids(log_probs, lengths)
     ]
+
+
+def align_tokens(
+    log_probs: np.ndarray, text: str, labels: Sequence[str]
+) -> list[tuple[int, int, int]]:
+    """The most likely CTC path that spells `text` -> its (label, first, last frame) tokens.
+
+    log_probs: (T, len(labels) + 1), blank last. Viterbi over the text's non-space characters in
+    CTC's topology (a gap state between characters, required between equal ones), where a gap
+    frame may be blank or space: so a path that greedy decoding would take is the best one
+    whenever it spells `text`, and the words get greedy's times. A space token (frames of the
+    first character after it) is put between words, as `tokens_to_words` expects.
+    """
+    blank = len(labels)
+    index = {c: i for i, c in enumerate(labels)}
+    words = text.split()
+    chars = [index[c] for w in words for c in w]
+    if not chars:
+        return []
+    lp = np.asarray(log_probs, dtype=np.float64)
+    n_frames, n_states = lp.shape[0], 2 * len(chars) + 1
+    if n_frames < len(chars):
+        raise ValueError(f"{len(chars)} characters cannot be aligned to {n_frames} frames")
+    gap = lp[:, blank]
+    if " " in index:
+        gap = np.maximum(gap, lp[:, index[" "]])
+    emit = np.empty((n_frames, n_states))  # (T, S): even states gaps, odd states characters
+    emit[:, 0::2] = gap[:, None]
+    emit[:, 1::2] = lp[:, chars]
+    # from state s - 2: only into a character that differs from the one before it
+    skip = np.zeros(n_states, dtype=bool)
+    skip[3::2] = np.asarray(chars[1:]) != np.asarray(chars[:-1])
+    dp = np.full(n_states, -np.inf)
+    dp[:2] = emit[0, :2]
+    back = np.zeros((n_frames, n_states), dtype=np.int8)  # 0 stay, 1 from s - 1, 2 from s - 2
+    moves = np.full((3, n_states), -np.inf)
+    for t in range(1, n_frames):
+        moves[0] = dp
+        moves[1, 1:] = dp[:-1]
+        moves[2, 2:] = np.where(skip[2:], dp[:-2], -np.inf)
+        back[t] = moves.argmax(axis=0)
+        dp = moves[back[t], np.arange(n_states)] + emit[t]
+    s = n_states - 1 if dp[-1] >= dp[-2] else n_states - 2
+    path = np.empty(n_frames, dtype=np.int64)
+    for t in range(n_frames - 1, -1, -1):
+        path[t] = s
+        s -= int(back[t, s])
+    tokens: list[tuple[int, int, int]] = []
+    ends = set(np.cumsum([len(w) for w in words]).tolist())
+    for k in range(len(chars)):
+        frames = np.flatnonzero(path == 2 * k + 1)
+        if k and k in ends:  # the first character of a word after the first
+            tokens.append((index.get(" ", -1), int(frames[0]), int(frames[0])))
+        tokens.append((chars[k], int(frames[0]), int(frames[-1])))
+    return tokens

@@ -1,5 +1,5 @@
-"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, export, evaluate,
-cards.
+"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, lm, export,
+evaluate, cards.
 
 Every training command is time-budgeted (`--minutes`) and resumable: run it again with the same
 `--run` folder and it continues from run/last.pt. See docs/models/README.md for the recipe.
@@ -69,6 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     for name in TRAINED:
         _common(sub.add_parser(name, help=f"train {name} (time-budgeted, resumable)"), name)
+    p = sub.add_parser("lm", help="the recogniser's word trigram model (train split only)")
+    p.add_argument("--out", required=True, help="folder for lm.json + lm.safetensors")
+    p.add_argument("--words", help="extra vocabulary, one word a line (e.g. wamerican's)")
+    p.add_argument("--fortunes-root", default="/", help="Debian root holding the fortunes")
+    p.add_argument("--order", type=int, default=3)
+    p.add_argument("--prune", type=int, help="drop top-order n-grams seen fewer times")
+    for name in ("beam_size", "max_chars"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, help="decoding default")
+    for name in ("alpha", "beta", "oov_penalty", "oov_char_penalty", "prune_logp"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=float, help="decoding default")
     p = sub.add_parser("export", help="runs -> model directories (+ evaluation)")
     p.add_argument("--runs", default="runs", help="folder of run folders (default: runs)")
     p.add_argument("--out", default="src/speechrt/defaults")
@@ -185,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     elif args.command in TRAINED:
         result = train(args)
+    elif args.command == "lm":
+        from speechrt_train.language_model import DECODING, PRUNE, build
+
+        decoding = {k: getattr(args, k) for k in DECODING if getattr(args, k) is not None}
+        prune = PRUNE if args.prune is None else args.prune
+        result = build(args.out, args.fortunes_root, args.words, args.order, prune, decoding)
     elif args.command == "export":
         from speechrt_train.export import evaluate, export, write_metrics
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
     p.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
+    add_decoder_arguments(p)
 
 
 def librispeech_utterances(root: Path) -> list[Utterance]:
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from speechrt.metrics import ErrorCounts, char_errors, word_errors
 
     utterances = load_manifest(args.manifest)
-    asr = ASR(args.model, device=args.device, precision=args.precision)
+    asr = ASR(args.model, device=args.device, precision=args.precision, **decoder_options(args))
     writer, csv_file = None, None
     if args.csv:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
 
 
@@ -68,6 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=30,
         help="seconds to finish in-flight requests on shutdown (default: 30)",
     )
+    add_decoder_arguments(p)
     p.add_argument("--no-components", action="store_true", help="serve only the pipelines")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
@@ -117,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
         if args.acoustic is None and args.asr is None:
             raise SpeechRTError("no model given and none bundled: pass --acoustic DIR "
                                 "--vocoder DIR and/or --asr DIR")  # fmt: skip
+    decoding = decoder_options(args)
+    flags = args.decoder or any(v is not None for k, v in decoding.items() if k != "decoder")
+    if args.asr is None and flags:
+        raise SpeechRTError("decoding flags need a recogniser (--asr DIR)")
     server = Server.load(
         args.acoustic,
         args.vocoder,
@@ -126,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         config=config,
         batch_invariant=args.batch_invariant,  # checked against the resolved backend there
+        decoding=decoding,
     )
     if args.threads is not None:  # after load: --batch-invariant must set MKL up first
         import torch

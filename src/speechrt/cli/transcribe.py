@@ -1,8 +1,12 @@
-"""`speechrt transcribe FILE... --model DIR [--json] [--device D] [--batch-size N]`
+"""`speechrt transcribe FILE... --model DIR [--json] [--device D] [--batch-size N]
+[--decoder auto|greedy|beam] [--lm DIR] [--beam-size N] [--alpha A] [--beta B]`
 
 One line per file: `FILE<TAB>text`, or with --json one JSON object per line (file, text, words
 with start/end seconds, duration, rtf). A file that cannot be read gets an error line on stderr;
 the others are still transcribed, and the exit status is then 2.
+
+Decoding: a CTC prefix beam search with a word LM when the model directory holds one (lm.json +
+lm.safetensors) or --lm names one, else greedy (speechrt.beam).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 FILES_PER_CHUNK = 32
 
@@ -24,17 +29,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
     p.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
+    add_decoder_arguments(p)
+
+
+def add_decoder_arguments(p: argparse.ArgumentParser) -> None:
+    """--decoder, --lm and the beam options (transcribe, eval, serve)."""
+    g = p.add_argument_group("decoding")
+    g.add_argument(
+        "--decoder",
+        choices=("auto", "greedy", "beam"),
+        help="greedy, or beam search with a word LM; auto (default): beam when the model "
+        "directory holds an LM (lm.json) or --lm is given, else greedy",
+    )
+    g.add_argument("--lm", help="LM directory (lm.json + lm.safetensors) for the beam search")
+    g.add_argument("--beam-size", type=int, help="prefixes kept per frame (default: the LM's)")
+    g.add_argument("--alpha", type=float, help="LM weight (default: the LM's tuned value)")
+    g.add_argument("--beta", type=float, help="bonus per word (default: the LM's tuned value)")
+
+
+def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ASR(...) keywords of add_decoder_arguments' flags."""
+    return {
+        "decoder": args.decoder or "auto",
+        "lm": args.lm,
+        "beam_size": args.beam_size,
+        "alpha": args.alpha,
+        "beta": args.beta,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     from speechrt.asr import ASR
     from speechrt.errors import SpeechRTError
 
+    decoding = decoder_options(args)
     if args.url is not None:
         from speechrt.client import transcribe_files
 
+        if any(v is not None for k, v in decoding.items() if k != "decoder") or args.decoder:
+            raise SpeechRTError("--url: the server decodes as it was started (speechrt serve)")
         return transcribe_files(args.url, args.files, args.json)
-    asr = ASR(args.model, device=args.device, precision=args.precision)
+    asr = ASR(args.model, device=args.device, precision=args.precision, **decoding)
     failed = 0
     # Files are read and transcribed a chunk at a time, so memory stays bounded for long lists.
     for first in range(0, len(args.files), FILES_PER_CHUNK):

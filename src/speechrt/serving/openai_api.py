@@ -8,7 +8,8 @@ pitch_shift, pitch_scale, pitch_flatten and denoise are the other SynthesisOptio
 `stream_format: "audio"` streams wav (a header with unknown length, then PCM) or pcm, one
 sentence at a time as each is ready; the stream's bytes equal the non-streamed response's.
 Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `language`,
-`prompt` and `temperature` are accepted and ignored (English models, greedy CTC decoding).
+`prompt` and `temperature` are accepted and ignored (English models; CTC decoding as the server
+was started: greedy, or beam search with the recogniser's word LM).
 """
 
 from __future__ import annotations

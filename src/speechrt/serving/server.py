@@ -92,6 +92,7 @@ class Server:
         backend: str = "auto",
         config: ServeConfig | None = None,
         batch_invariant: bool = False,
+        decoding: dict[str, Any] | None = None,
     ) -> Server:
         """Load the pipelines from model directories (see `speechrt convert`).
 
@@ -100,7 +101,8 @@ class Server:
         pipeline's model dirs hold all their ONNX files, else eager); every component graph
         runs on its pipeline's backend. A backend that cannot serve a graph fails here.
         `batch_invariant` turns on speechrt.device.set_batch_invariant before anything runs;
-        it needs the eager backend on the CPU in fp32.
+        it needs the eager backend on the CPU in fp32. `decoding`: the recogniser's decoder
+        keywords (speechrt.asr.ASR: decoder, lm, beam_size, alpha, beta).
         """
         from speechrt.device import resolve_device
         from speechrt.runtime import has_onnx, resolve_backend
@@ -144,7 +146,13 @@ class Server:
         if asr is not None:
             from speechrt.asr import ASR
 
-            asr_pipe = ASR(asr, device=str(dev), precision=precision, backend=backends["asr"])
+            asr_pipe = ASR(
+                asr,
+                device=str(dev),
+                precision=precision,
+                backend=backends["asr"],
+                **(decoding or {}),
+            )
         return cls(tts_pipe, asr_pipe, config)
 
     # -- names ---------------------------------------------------------------------------------

@@ -1,0 +1,236 @@
+"""CTC prefix beam search over characters with a word n-gram language model.
+
+Lexicon-free: beams are character prefixes, so a word the LM lacks can still be spelled. A
+prefix's score is
+
+    ln P_ctc(prefix) + alpha * ln P_lm(completed words) + beta * words + OOV penalties
+                     + alpha * look-ahead(partial word) + beta
+
+A word is scored by the LM when it is completed (a space, or the end of the utterance, which
+also scores </s>). A word the LM lacks is scored as <unk> and pays `oov_penalty` plus
+`oov_char_penalty` per character (a flat penalty alone would let a run of words fuse into one
+long "word" that pays it once). While a word is being spelled it carries an estimate of what it
+will cost: the best unigram ln P of the LM words it can still become, or, once no LM word starts
+with it, the <unk> score and penalties; so a prefix that has just paid for a word does not lose
+to one that has not paid yet, spelling is pulled towards real words early, and names still come
+out when the audio insists.
+
+Per frame only characters whose log-prob is above `prune_logp` (at most `max_chars` of them) are
+tried. Word times come from the CTC forced alignment of the chosen text
+(speechrt.ctc.align_tokens), so they are the greedy ones whenever the text is the greedy text.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from speechrt.ctc import Decoded, align_tokens, tokens_to_words
+from speechrt.errors import SpeechRTError
+from speechrt.lm import NGramLM
+
+TINY = 1e-300  # stands in for a probability that underflowed to 0 (so its log is finite)
+
+
+@dataclass(frozen=True)
+class BeamOptions:
+    """How the beam search decodes (defaults: lm.json's `decoding`, else these)."""
+
+    beam_size: int = 32  # prefixes kept after each frame
+    alpha: float = 0.6  # weight of the LM's natural-log probabilities
+    beta: float = 1.0  # bonus per word (balances the LM's cost of every word)
+    oov_penalty: float = -3.0  # per word the LM lacks (and while no LM word starts as spelled)
+    oov_char_penalty: float = -2.0  # ... plus this per character of such a word
+    prune_logp: float = -7.0  # a frame proposes only characters with ln P above this ...
+    max_chars: int = 8  # ... and at most this many of them (the most likely)
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1 or self.max_chars < 1:
+            raise SpeechRTError("beam_size and max_chars must be >= 1")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise SpeechRTError(f"beam option {f.name} must be a finite number, got {v!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BeamOptions:
+        """The known fields of d (lm.json's decoding block); unknown keys are an error."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise SpeechRTError(f"unknown beam options {unknown}; known: {sorted(names)}")
+        return cls(**d)
+
+    def updated(self, **changes: Any) -> BeamOptions:
+        """A copy with the given fields replaced (None values ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+class _Scorer:
+    """LM scores of prefixes: each prefix string's state is computed once, from its parent's."""
+
+    def __init__(self, lm: NGramLM, options: BeamOptions) -> None:
+        self.lm, self.opt = lm, options
+        self.unk_unigram = lm.logprob(lm.unk)
+        # prefix -> (score of completed words, LM context, start of the partial word, score)
+        self.state: dict[str, tuple[float, tuple[int, ...], int, float]] = {
+            "": (0.0, (lm.bos,), 0, 0.0)
+        }
+
+    def oov(self, word: str) -> float:
+        """The penalty of a word (or partial word) that is not (the start of) an LM word."""
+        return self.opt.oov_penalty + self.opt.oov_char_penalty * len(word)
+
+    def word_score(self, word: str, context: tuple[int, ...]) -> tuple[float, int]:
+        """(alpha ln P(word | context) + beta [+ oov_penalty], the id the context goes on with)"""
+        wid = self.lm.word_id(word)
+        if wid is None:
+            lp = self.opt.alpha * self.lm.logprob(self.lm.unk, context) + self.oov(word)
+            return lp + self.opt.beta, self.lm.unk
+        return self.opt.alpha * self.lm.logprob(wid, context) + self.opt.beta, wid
+
+    def extend(self, parent: str, child: str, ch: str) -> float:
+        """Score of `child` = parent + ch (computed once per child string)."""
+        got = self.state.get(child)
+        if got is not None:
+            return got[3]
+        done, ctx, start, _ = self.state[parent]
+        if ch == " ":  # parent's last word is complete
+            s, wid = self.word_score(parent[start:], ctx)
+            done += s
+            ctx = (*ctx, wid)[-(self.lm.order - 1) :] if self.lm.order > 1 else ()
+            st = (done, ctx, len(child), done)
+        else:
+            partial = child[start:]
+            best = self.lm.prefix_logprob(partial)
+            if best is None:
+                est = self.opt.alpha * self.unk_unigram + self.oov(partial)
+            else:
+                est = self.opt.alpha * best
+            st = (done, ctx, start, done + est + self.opt.beta)
+        self.state[child] = st
+        return st[3]
+
+    def final(self, prefix: str) -> float:
+        """Score of the whole utterance: the last word completed, then </s>."""
+        done, ctx, start, _ = self.state[prefix]
+        if start < len(prefix):
+            s, wid = self.word_score(prefix[start:], ctx)
+            done += s
+            ctx = (*ctx, wid)
+        return done + self.opt.alpha * self.lm.logprob(self.lm.eos, ctx)
+
+
+def beam_search(
+    log_probs: np.ndarray, labels: Sequence[str], lm: NGramLM, options: BeamOptions
+) -> str:
+    """log_probs: (T, len(labels) + 1) ln-probabilities, blank last -> the best text.
+
+    The text has single spaces between words and none at either end (CTC paths that differ only
+    in repeated, leading or trailing spaces are one prefix)."""
+    blank = len(labels)
+    if log_probs.ndim != 2 or log_probs.shape[1] != blank + 1:
+        raise ValueError(f"log_probs {log_probs.shape} for {len(labels)} labels + blank")
+    if any(len(c) != 1 for c in labels) or " " not in labels:
+        raise ValueError("beam search needs single-character labels including a space")
+    opt = options
+    scorer = _Scorer(lm, opt)
+    state = scorer.state
+    lp = np.asarray(log_probs, dtype=np.float64)
+    # candidate characters per frame: the max_chars most likely above prune_logp
+    top = np.argsort(-lp[:, :blank], axis=1, kind="stable")[:, : opt.max_chars]
+    keep = (np.take_along_axis(lp[:, :blank], top, axis=1) > opt.prune_logp).tolist()
+    top = top.tolist()
+    # Path probabilities are kept linear (sums and products, no log-add per step) and rescaled
+    # after every frame so that the best beam's is 1: ranking is unchanged by the common factor.
+    probs = np.exp(lp).tolist()
+    index = {c: i for i, c in enumerate(labels)}
+
+    def rank(item: tuple[str, list[float]]) -> float:
+        return math.log((item[1][0] + item[1][1]) or TINY) + state[item[0]][3]
+
+    # prefix -> [P(its paths ending in blank), P(its paths ending in its last character)]
+    beams: dict[str, list[float]] = {"": [1.0, 0.0]}
+    for t, row in enumerate(probs):
+        cands = [(labels[c], row[c]) for c, k in zip(top[t], keep[t], strict=True) if k]
+        p_blank = row[blank]
+        nxt: dict[str, list[float]] = {}
+        for prefix, (pb, pnb) in beams.items():
+            total = pb + pnb
+            last = prefix[-1] if prefix else ""
+            e = nxt.get(prefix)
+            if e is None:
+                e = nxt[prefix] = [0.0, 0.0]
+            e[0] += total * p_blank
+            if last:  # the last character held for another frame
+                e[1] += pnb * row[index[last]]
+            for ch, p in cands:
+                if ch == " " and (not prefix or last == " "):
+                    # another space adds nothing to the text: a blank-like step of the prefix
+                    if prefix:
+                        e[1] += pb * p
+                    else:
+                        e[0] += total * p
+                    continue
+                child = prefix + ch
+                c = nxt.get(child)
+                if c is None:
+                    c = nxt[child] = [0.0, 0.0]
+                    if child not in state:
+                        scorer.extend(prefix, child, ch)
+                # a repeated character needs a blank between the two
+                c[1] += (pb if ch == last else total) * p
+        if len(nxt) > opt.beam_size:
+            beams = dict(heapq.nlargest(opt.beam_size, nxt.items(), key=rank))
+        else:
+            beams = nxt
+        scale = max(pb + pnb for pb, pnb in beams.values())
+        if scale > 0:
+            for v in beams.values():
+                v[0] /= scale
+                v[1] /= scale
+    # "a b" and "a b " are one text: their paths add up (their LM scores are equal)
+    final: dict[str, list[float]] = {}
+    for prefix, (pb, pnb) in beams.items():
+        f = final.setdefault(prefix.rstrip(" "), [0.0, scorer.final(prefix)])
+        f[0] += pb + pnb
+    return max(final, key=lambda text: math.log(final[text][0] or TINY) + final[text][1])
+
+
+def beam_tokens(
+    log_probs: np.ndarray, labels: Sequence[str], lm: NGramLM, options: BeamOptions
+) -> list[tuple[int, int, int]]:
+    """log_probs: (T, len(labels) + 1) -> the best text as (label, first, last frame) tokens."""
+    return align_tokens(log_probs, beam_search(log_probs, labels, lm, options), labels)
+
+
+def beam_decode(
+    log_probs: torch.Tensor,
+    lengths: torch.Tensor,
+    labels: Sequence[str],
+    frame_duration: float,
+    lm: NGramLM,
+    options: BeamOptions,
+    offset: float = 0.0,
+) -> list[Decoded]:
+    """log_probs: (B, T, len(labels) + 1) with the blank last; lengths: (B,) frames to decode.
+    Each item on its own, as speechrt.ctc.greedy_decode but searched with the LM."""
+    blank = len(labels)
+    if log_probs.shape[-1] != blank + 1:
+        raise ValueError(f"{log_probs.shape[-1]} classes for {len(labels)} labels + blank")
+    lp = log_probs.detach().float().cpu().numpy()
+    return [
+        tokens_to_words(
+            beam_tokens(lp[i, : int(n)], labels, lm, options), labels, frame_duration, offset
+        )
+        for i, n in enumerate(lengths.cpu().tolist())
+    ]

@@ -1,0 +1,134 @@
+"""CTC prefix beam search with a word LM, and the forced alignment that times its words."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from speechrt.beam import BeamOptions, beam_decode, beam_search
+from speechrt.ctc import align_tokens, collapse, greedy_decode
+from speechrt.errors import SpeechRTError
+from speechrt.lm import build_lm
+
+LABELS = [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
+BLANK = len(LABELS)
+NO_LM = BeamOptions(alpha=0.0, beta=0.0, oov_penalty=0.0, oov_char_penalty=0.0)
+LM = build_lm(["the cat sat on the mat", "a cat sat", "the dog sat on a log"])
+
+
+def frames(spec: list[dict[str, float]]) -> np.ndarray:
+    """Per frame {label (" " space, "_" blank): probability}; the rest of the mass is spread
+    evenly over the other classes -> (T, 29) log-probs."""
+    out = np.empty((len(spec), BLANK + 1))
+    for t, probs in enumerate(spec):
+        rest = (1.0 - sum(probs.values())) / (BLANK + 1 - len(probs))
+        out[t] = rest
+        for ch, p in probs.items():
+            out[t, BLANK if ch == "_" else LABELS.index(ch)] = p
+    return np.log(out)
+
+
+def spoken(text: str, p: float = 0.98) -> list[dict[str, float]]:
+    """Each character for two frames then a blank frame, with probability p."""
+    return [f for ch in text for f in ({ch: p}, {ch: p}, {"_": p})]
+
+
+def peaked(ids: list[int], length: int) -> torch.Tensor:
+    """(1, length, 29) log-probs whose argmax is ids (blank beyond), by a wide margin."""
+    logits = torch.zeros(1, length, BLANK + 1)
+    logits[0, :, BLANK] = 12.0
+    for t, i in enumerate(ids):
+        logits[0, t, BLANK] = 0.0
+        logits[0, t, i] = 12.0
+    return logits.log_softmax(-1)
+
+
+def test_without_lm_it_finds_the_most_probable_text_exactly() -> None:
+    """Against brute force: the sum over every CTC path of each text (texts differing only in
+    extra spaces are one text), on 3 labels + blank, 5 frames."""
+    labels = [" ", "a", "b"]
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        lp = (torch.randn(5, 4, generator=g) * 1.5).log_softmax(-1).numpy()
+        texts: defaultdict[str, float] = defaultdict(float)
+        for path in itertools.product(range(4), repeat=5):
+            chars = [labels[i] for i, _ in itertools.groupby(path) if i != 3]
+            texts[" ".join("".join(chars).split())] += math.exp(sum(lp[range(5), list(path)]))
+        wide = NO_LM.updated(beam_size=1000, prune_logp=-1e9)
+        assert beam_search(lp, labels, LM, wide) == max(texts, key=texts.__getitem__), seed
+
+
+def test_alpha_beta_zero_equals_greedy_on_peaked_inputs() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(5, 60))
+        # mostly letters, some spaces (also doubled and leading), blanks and repeats
+        ids = rng.choice([*range(BLANK), *[0] * 6, *[BLANK] * 20], size=n).tolist()
+        lp = peaked(ids, n + int(rng.integers(0, 5)))
+        lengths = torch.tensor([lp.shape[1]])
+        want = greedy_decode(lp, lengths, LABELS, 0.02, offset=0.1)
+        got = beam_decode(lp, lengths, LABELS, 0.02, LM, NO_LM.updated(beam_size=4), offset=0.1)
+        assert got == want
+
+
+def test_lm_turns_a_misspelling_into_the_word() -> None:
+    spec = spoken("the c") + [{"e": 0.55, "a": 0.4}] * 2 + [{"_": 0.98}] + spoken("t sat")
+    lp = frames(spec)
+    greedy = greedy_decode(torch.from_numpy(lp)[None], torch.tensor([len(spec)]), LABELS, 0.02)
+    assert greedy[0].text == "the cet sat"
+    assert beam_search(lp, LABELS, LM, BeamOptions()) == "the cat sat"
+    assert beam_search(lp, LABELS, LM, NO_LM) == "the cet sat"
+
+
+def test_a_word_the_lm_lacks_is_still_spelled() -> None:
+    lp = frames(spoken("the zqx sat"))
+    assert beam_search(lp, LABELS, LM, BeamOptions()) == "the zqx sat"
+    lp = frames(spoken("kezar"))  # no vocabulary word starts with "ke"
+    assert beam_search(lp, LABELS, LM, BeamOptions()) == "kezar"
+
+
+def test_word_times_are_ordered_and_inside_the_utterance() -> None:
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(2, 150, BLANK + 1, generator=g) * 3
+    logits[..., BLANK] += 4
+    logits[..., 0] += 1
+    lengths = torch.tensor([150, 90])
+    for dec, n in zip(
+        beam_decode(logits.log_softmax(-1), lengths, LABELS, 0.02, LM, BeamOptions()),
+        lengths.tolist(),
+        strict=True,
+    ):
+        assert dec.text and dec.text == " ".join(w.word for w in dec.words)
+        ends = [0.0]
+        for w in dec.words:
+            assert ends[-1] <= w.start < w.end <= n * 0.02 + 1e-9
+            ends.append(w.end)
+
+
+def test_alignment_of_repeats_across_and_within_words() -> None:
+    ids = [1, BLANK, 0, 1, 1, 0, 1, BLANK, 1, BLANK, 0, 0]  # "a a aa"
+    lp = peaked(ids, 14)[0].numpy()
+    tokens = align_tokens(lp, "a a aa", LABELS)
+    # greedy's letter tokens; a space token (its frames unused) before each word after the first
+    assert [t for t in tokens if t[0]] == [t for t in collapse(ids, BLANK) if t[0]]
+    assert [t[0] for t in tokens] == [1, 0, 1, 0, 1, 1]
+    assert align_tokens(lp, "", LABELS) == []
+    with pytest.raises(ValueError, match="cannot be aligned"):
+        align_tokens(lp[:3], "abcd", LABELS)
+
+
+def test_options() -> None:
+    opts = BeamOptions.from_dict({"alpha": 0.3, "beam_size": 4})
+    assert opts.alpha == 0.3 and opts.beam_size == 4 and opts.beta == BeamOptions().beta
+    assert opts.updated(alpha=None, beta=2.0) == BeamOptions(alpha=0.3, beam_size=4, beta=2.0)
+    assert BeamOptions.from_dict(opts.to_dict()) == opts
+    for bad in ({"gamma": 1}, {"beam_size": 0}, {"alpha": float("nan")}, {"beta": "1"}):
+        with pytest.raises(SpeechRTError):
+            BeamOptions.from_dict(bad)
+    with pytest.raises(ValueError, match="labels"):
+        beam_search(np.zeros((3, 4)), LABELS, LM, opts)
