@@ -49,6 +49,9 @@ def test_normalization() -> None:
     )
     assert normalize_transcript("well-known\tfact; (yes)") == "well known fact yes"
     assert normalize_transcript("  ") == ""
+    assert normalize_transcript("our motto is 'it hurts ' the boys' rock 'n' roll") == (
+        "our motto is it hurts the boys rock n roll"
+    )
 
 
 def test_builtin_matches_jiwer_totals(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -282,6 +282,22 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "c2").iterdir()) == ["fastpitch.md", "hifigan.md"]
     card = (tmp_path / "c2" / "hifigan.md").read_text()
     assert "(1x H200)" in card and "teacher's (slt-hts) audio" in card
+    scored = {"sentences": 2, "greedy": 0.5, "beam": 0.25}  # scripts/asr_eval.py's form
+    decoding = tmp_path / "asr-eval.json"
+    decoding.write_text(
+        json.dumps(
+            {
+                "decoding": {"beam_size": 4},
+                "our_voice": scored,
+                "heldout_voice_rms": scored,
+                "hello_world": "hello world",
+            }
+        )
+    )
+    args = ["--models", "quartznet", "--decoding", str(decoding), "--out", str(tmp_path / "c3")]
+    assert main(["cards", "--metrics", str(metrics), *args]) == 0
+    card = (tmp_path / "c3" / "quartznet.md").read_text()
+    assert "| WER, our voice, 2 held-out sentences | **0.250** with the LM (greedy 0.500) |" in card
 
 
 def _compile_with(monkeypatch, backend: str) -> None:

@@ -15,11 +15,16 @@ from types import ModuleType
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
 
 
+_QUOTE = re.compile(r"(?<!\w)'|'(?!\w)")  # an apostrophe not inside a word: a quotation mark
+
+
 def normalize_transcript(text: str) -> str:
-    """Lowercase; every punctuation or symbol character except the apostrophe becomes a space."""
+    """Lowercase; every punctuation or symbol character becomes a space, except the apostrophe
+    inside a word ("don't", "o'clock"; a quoting 'it' and the plural possessive "boys'" lose it:
+    no one can hear it)."""
     text = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES).lower()
     kept = (" " if ch != "'" and unicodedata.category(ch)[0] in "PSZC" else ch for ch in text)
-    return re.sub(r"\s+", " ", "".join(kept)).strip()
+    return re.sub(r"\s+", " ", _QUOTE.sub(" ", "".join(kept))).strip()
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="docs/models")
     p.add_argument("--models", nargs="+", choices=TRAINED, help="only these (default: all)")
     p.add_argument("--hardware", default="GPU", help="where it trained, for the cards")
+    p.add_argument("--decoding", help="scripts/asr_eval.py's JSON: the recogniser with its LM")
     p = sub.add_parser("evaluate", help="WERs of exported defaults through speechrt's pipelines")
     p.add_argument("--defaults", default="src/speechrt/defaults")
     p.add_argument("--corpus", default="corpus")
@@ -233,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
 
         result = {
             "written": [
-                str(p) for p in write_cards(args.metrics, args.out, args.models, args.hardware)
+                str(p)
+                for p in write_cards(
+                    args.metrics, args.out, args.models, args.hardware, args.decoding
+                )
             ]
         }
     else:

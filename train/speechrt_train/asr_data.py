@@ -20,11 +20,13 @@ from speechrt.audio.features import FeatureConfig, _mel_basis, _window
 from speechrt.models.jasper import LABELS
 
 _NOT_LABEL = re.compile(r"[^a-z' ]+")
+_QUOTE = re.compile(r"(?<![a-z])'|'(?![a-z])")  # not inside a word: a quotation mark, unheard
 
 
 def transcript(spoken: str) -> str:
-    """What the recogniser should write for a teacher's text: a-z, ' and single spaces."""
-    return " ".join(_NOT_LABEL.sub(" ", spoken.lower()).split())
+    """What the recogniser should write for a teacher's text: a-z, ' (inside words only) and
+    single spaces."""
+    return " ".join(_QUOTE.sub(" ", _NOT_LABEL.sub(" ", spoken.lower())).split())
 
 
 def label_ids(text: str) -> list[int]:

@@ -40,8 +40,11 @@ ABOUT = {
     ),
     "quartznet": (
         "QuartzNet 5x5 recogniser (`asr`)",
-        "16 kHz audio -> 64 log-mel features (DLE's front end, no dither) -> greedy CTC over "
-        "` a-z '`. Trained with CTC on every teacher voice except the held-out one, with speed "
+        "16 kHz audio -> 64 log-mel features (DLE's front end) -> CTC over ` a-z '`, decoded by "
+        "prefix beam search with a word trigram LM shipped beside it (`lm.json` + "
+        "`lm.safetensors`: interpolated modified Kneser-Ney over the fortunes train split plus "
+        "Debian's wamerican word list; `python -m speechrt_train lm`). "
+        "Trained with CTC on every teacher voice except the held-out one, with speed "
         "(x0.9-1.1), gain (+-6 dB), white noise (10-40 dB SNR, half the items) and SpecAugment; "
         "BatchNorm folded into the convolutions at export.",
     ),
@@ -93,18 +96,32 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         a = ev["asr_heldout_voice"]
         rows.append(
             (
-                f"WER, held-out voice {a['voice']}",
+                f"WER, held-out voice {a['voice']} (greedy, export's evaluation)",
                 f"{a['wer']:.3f} ({a['sentences']} held-out sentences)",
             )
         )
         t = ev.get("asr_teacher_voice_heldout_text", {})
         if t:
-            rows.append((f"WER, training voice {t['voice']}, held-out text", f"{t['wer']:.3f}"))
+            rows.append(
+                (f"WER, training voice {t['voice']}, held-out text (greedy)", f"{t['wer']:.3f}")
+            )
+    decoding = metrics.get("decoding_eval")  # scripts/asr_eval.py: greedy vs beam + LM
+    if model == "quartznet" and decoding:
+        for key, what in (("our_voice", "our voice"), ("heldout_voice_rms", "held-out voice rms")):
+            d = decoding[key]
+            rows.append(
+                (
+                    f"WER, {what}, {d['sentences']} held-out sentences",
+                    f"**{d['beam']:.3f}** with the LM (greedy {d['greedy']:.3f})",
+                )
+            )
+        rows.append(("beam search", json.dumps(decoding["decoding"])))
+        rows.append(('"Hello world." (our voice) heard as', repr(decoding["hello_world"])))
     if model in ("fastpitch", "hifigan") and "tts_intelligibility" in ev:
         t = ev["tts_intelligibility"]
         rows.append(
             (
-                "WER of our recogniser on our voice",
+                "WER of our recogniser on our voice (greedy)",
                 f"{t['wer']:.3f} ({t['sentences']} held-out sentences)",
             )
         )
@@ -152,9 +169,13 @@ def write_cards(
     out_dir: str | Path = "docs/models",
     models: list[str] | None = None,
     hardware: str = "GPU",
+    decoding: str | Path | None = None,
 ) -> list[Path]:
-    """A card per exported model (or per name in `models`: the ones that ship)."""
+    """A card per exported model (or per name in `models`: the ones that ship); `decoding`:
+    scripts/asr_eval.py's JSON (the recogniser's WER with and without its LM)."""
     metrics = json.loads(Path(metrics_path).read_text())
+    if decoding:
+        metrics["decoding_eval"] = json.loads(Path(decoding).read_text())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []

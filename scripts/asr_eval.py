@@ -1,0 +1,116 @@
+"""The recogniser card's numbers: WER with greedy and with beam (LM) decoding on held-out text.
+
+    PYTHONPATH=src:train python scripts/asr_eval.py --asr src/speechrt/defaults/asr \
+        --teachers /tmp/teachers --out asr-eval.json [--sentences 200]
+
+Two sets, both the first N sentences of the held-out split (no model or LM trained on them):
+spoken by the default voice (FastPitch + HiFi-GAN in src/speechrt/defaults) and by the held-out
+teacher voice rms (flite, unpacked by scripts/corpus/unpack.sh; the recogniser never heard it).
+References are what each voice was asked to say, in the recogniser's transcript form. One ASR
+pass per set gives the log-probabilities; both decoders read the same ones. `speechrt_train
+cards --decoding asr-eval.json` puts the result in docs/models/quartznet.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from speechrt.asr import ASR
+from speechrt.audio.io import resample
+from speechrt.beam import beam_search
+from speechrt.ctc import collapse, greedy_ids
+from speechrt.metrics import wer
+from speechrt.models.jasper import LABELS
+from speechrt.tts import TTS
+from speechrt_train.align import make_processor, tp_plain
+from speechrt_train.asr_data import transcript
+from speechrt_train.corpus import HELDOUT_VOICE
+from speechrt_train.teachers import Teachers
+from speechrt_train.texts import load_sentences, split
+
+
+def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
+    """(T_i, labels + 1) per utterance, each one window (held-out sentences are short)."""
+    out = []
+    for i, audio in enumerate(tqdm(audios, desc="recogniser", leave=False)):
+        segments = asr.segments(i, audio, asr.seed + i)
+        if len(segments) != 1:
+            raise ValueError(f"utterance {i} is longer than one window")
+        lp, n = asr.log_probs(segments)
+        out.append(lp[0, : int(n[0])].float().numpy())
+    return out
+
+
+def greedy_text(lp: np.ndarray) -> str:
+    ids = greedy_ids(torch.from_numpy(lp)[None], torch.tensor([lp.shape[0]]))[0]
+    return " ".join("".join(LABELS[i] for i, _, _ in collapse(ids, len(LABELS))).split())
+
+
+def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]:
+    lps = log_probs(asr, audios)
+    greedy = [greedy_text(lp) for lp in lps]
+    t0 = time.perf_counter()
+    beam = [beam_search(lp, LABELS, asr.lm, asr.beam_options) for lp in lps]
+    seconds = sum(len(a) for a in audios) / asr.sample_rate
+    return {
+        "sentences": len(refs),
+        "audio_seconds": round(seconds, 1),
+        "greedy": round(wer(refs, greedy), 4),
+        "beam": round(wer(refs, beam), 4),
+        "beam_ms_per_audio_second": round(1000 * (time.perf_counter() - t0) / seconds, 1),
+        "examples": [
+            {"ref": r, "greedy": g, "beam": b}
+            for r, g, b in zip(refs[:8], greedy[:8], beam[:8], strict=True)
+        ],
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--asr", default="src/speechrt/defaults/asr", help="recogniser folder + LM")
+    p.add_argument("--teachers", default="/tmp/teachers", help="unpacked .debs (flite, fortunes)")
+    p.add_argument("--sentences", type=int, default=200)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+
+    torch.set_num_threads(2)
+    asr = ASR(args.asr, device="cpu", decoder="beam")
+    _, heldout = split(load_sentences(args.teachers))
+    texts = [s.text for s in heldout[: args.sentences]]
+    tp = tp_plain(make_processor())
+    spoken = [tp.normalize(t).strip() for t in texts]
+    refs = [transcript(s) for s in spoken]
+
+    voice = TTS(device="cpu")
+    ours = [resample(a, voice.sampling_rate, asr.sample_rate) for a in voice.synthesize(texts)]
+    teacher = [
+        resample(u.audio, u.sample_rate, asr.sample_rate)
+        for u in Teachers(args.teachers).synthesize(HELDOUT_VOICE, spoken)
+    ]
+    hello = resample(voice.synthesize(["Hello world."])[0], voice.sampling_rate, asr.sample_rate)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    result = {
+        "asr": args.asr,
+        "commit": commit.stdout.strip(),
+        "decoding": asr.beam_options.to_dict(),
+        "our_voice": score(asr, refs, ours),
+        f"heldout_voice_{HELDOUT_VOICE}": score(asr, refs, teacher),
+        "hello_world": asr.transcribe([hello])[0].text,
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}, indent=1))
+    for k in ("our_voice", f"heldout_voice_{HELDOUT_VOICE}"):
+        print(k, {m: result[k][m] for m in ("sentences", "greedy", "beam")})
+
+
+if __name__ == "__main__":
+    main()
