@@ -143,5 +143,5 @@ def test_transcribe_cli_with_url(speech_server, tmp_path, capsys):
     line = json.loads(capsys.readouterr().out)
     assert line["file"] == str(a) and line["text"] == want[0] and "words" in line
     assert line["duration"] == pytest.approx(1.0, abs=1e-3)
-    assert main(["transcribe", str(a)]) == 2
-    assert "--model" in capsys.readouterr().err
+    assert main(["transcribe", str(a), "--model", str(tmp_path / "none")]) == 2
+    assert "none" in capsys.readouterr().err  # a named model that is not there: one line
