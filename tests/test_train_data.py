@@ -129,7 +129,8 @@ def test_yin_pitch_and_symbol_averages():
 
 def test_transcripts_and_resampling():
     assert transcript("forty-two, o'clock!  Done.") == "forty two o'clock done"
-    assert label_ids("ab '") == [1, 2, 0, 27]
+    assert label_ids("ab 'c'd") == [1, 2, 0, 3, 27, 4]  # a quoting apostrophe is no label
+    assert transcript("our motto is 'it hurts.' the boys'") == "our motto is it hurts the boys"
     sr_in, sr_out = 22050, 16000
     t = np.arange(sr_in) / sr_in
     x = torch.tensor(np.sin(2 * np.pi * 440 * t), dtype=torch.float32)
