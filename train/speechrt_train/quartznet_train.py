@@ -32,6 +32,7 @@ from speechrt.models.jasper import (
 )
 from speechrt.models.jasper import PRESETS as JASPER_PRESETS
 from speechrt_train.asr_data import Augment, SpeechData, speech_batch, speech_batch_host
+from speechrt_train.distributed import all_reduce_
 from speechrt_train.loop import Batches, Checkpointed, optimizer_options, warmup_rsqrt
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -260,6 +261,8 @@ DEFAULT_AUGMENT = Augment()
 @dataclass
 class QuartzNetConfig:
     preset: str = "quartznet-5x5"
+    # items per step, over all data-parallel ranks together (each takes ~batch_size / N of
+    # them): a config, its LR schedule and a step mean the same thing at any N
     batch_size: int = 64
     max_samples: int | None = None  # padded audio samples per batch; None: batch_size x 5 s
     lr: float = 1e-3
@@ -273,7 +276,16 @@ class QuartzNetConfig:
 
 
 class QuartzNetTrainer(Checkpointed):
-    """A trainable QuartzNet, its optimizer, data order and augmentation RNGs."""
+    """A trainable QuartzNet, its optimizer, data order and augmentation RNGs.
+
+    Data-parallel (`world` > 1, the processes of speechrt_train.distributed): every rank draws
+    the same global batch from the shared `Batches` order and trains on its share, items
+    rank, rank + world, ... of it (lengths sorted: the shares are balanced); its loss is
+    weighted by share / batch, so that one all_reduce summing the gradients (and the loss)
+    gives every rank the global batch's, and the same clipping and AdamW step keeps the
+    replicas bitwise identical. BatchNorm statistics are each rank's own (no SyncBN). The
+    augmentation and dropout RNGs differ per rank: seeded seed + 1000 x rank (rank 0: as a
+    single process)."""
 
     def __init__(
         self,
@@ -282,8 +294,11 @@ class QuartzNetTrainer(Checkpointed):
         config: QuartzNetConfig,
         device: str | torch.device = "cpu",
         augment: Augment | None = DEFAULT_AUGMENT,
+        rank: int = 0,
+        world: int = 1,
     ) -> None:
         self.config, self.device = config, torch.device(device)
+        self.rank, self.world = rank, world
         self.train, self.val, self.augment = train, val, augment
         # DLE's features (16 kHz, 64 mels, 10 ms hop) with DLE's dither, in training and in the
         # exported model alike: teachers write exact digital silence, log(0 + 1e-20) features
@@ -305,8 +320,11 @@ class QuartzNetTrainer(Checkpointed):
         lengths = [a.shape[0] for a in train.audio]
         max_samples = config.max_samples or config.batch_size * self.features.sample_rate * 5
         self.batches = Batches(lengths, config.batch_size, config.seed, max_samples)
-        self.g = torch.Generator().manual_seed(config.seed)
-        self.g_noise = torch.Generator(device=self.device).manual_seed(config.seed + 1)
+        seed = config.seed + 1000 * rank
+        self.g = torch.Generator().manual_seed(seed)
+        self.g_noise = torch.Generator(device=self.device).manual_seed(seed + 1)
+        if rank:  # dropout (the global RNG): rank 0 goes on from the model's initialisation
+            torch.manual_seed(seed + 2)
         self.step_count = 0
 
     def _autocast(self) -> Any:
@@ -316,37 +334,49 @@ class QuartzNetTrainer(Checkpointed):
     def step(self) -> dict[str, Tensor]:
         self.model.train()
         with record_function("data"):
-            index = next(self.batches)
-            gens = (self.g, self.g_noise)
-            feats, lengths, targets, _, frames, n_targets = speech_batch_host(
-                self.train, index, self.features, self.augment, gens
-            )
-            # CTC's lengths from the host: passed from the device, it would copy them back
-            out_lengths = torch.tensor(self.model.output_frames(frames))
+            batch = next(self.batches)
+            index = batch[self.rank :: self.world]  # this rank's share (all of it: one process)
+            if index:
+                gens = (self.g, self.g_noise)
+                feats, lengths, targets, _, frames, n_targets = speech_batch_host(
+                    self.train, index, self.features, self.augment, gens
+                )
+                # CTC's lengths from the host: passed from the device, it would copy them back
+                out_lengths = torch.tensor(self.model.output_frames(frames))
         for group in self.optimizer.param_groups:
             group["lr"] = (
                 self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
             ) * self.lr_scale
-        with record_function("forward"):
-            with self._autocast():
-                log_probs, _ = self.forward(feats, lengths)
-            loss = F.ctc_loss(
-                log_probs.float().transpose(0, 1),
-                targets,
-                out_lengths,
-                torch.tensor(n_targets),
-                blank=len(LABELS),
-                reduction="mean",
-                zero_infinity=True,
-            )
-        with record_function("backward"):
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        if index:
+            with record_function("forward"):
+                with self._autocast():
+                    log_probs, _ = self.forward(feats, lengths)
+                loss = F.ctc_loss(
+                    log_probs.float().transpose(0, 1),
+                    targets,
+                    out_lengths,
+                    torch.tensor(n_targets),
+                    blank=len(LABELS),
+                    reduction="mean",
+                    zero_infinity=True,
+                )
+                if len(index) < len(batch):  # the share's part of the global batch's mean
+                    loss = loss * (len(index) / len(batch))
+            with record_function("backward"):
+                loss.backward()
+            loss = loss.detach()
+        else:  # a global batch of fewer items than ranks: this one adds nothing
+            for p in self.model.parameters():
+                p.grad = torch.zeros_like(p)
+            loss = torch.zeros((), device=self.device)
         with record_function("optimizer"):
+            if self.world > 1:
+                all_reduce_([*(p.grad for p in self.model.parameters()), loss[None]])
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 100.0, foreach=True)
             self.optimizer.step()
         self.step_count += 1
-        return {"ctc": loss.detach()}  # a float only when logged: no device sync per step
+        return {"ctc": loss}  # a float only when logged: no device sync per step
 
     @torch.no_grad()
     def transcribe(self, data: SpeechData, batch_size: int = 32) -> list[str]:
