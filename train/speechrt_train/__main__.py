@@ -197,8 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if getattr(args, "gpus", 1) > 1 and "WORLD_SIZE" not in os.environ:
+        import torch
+
         from speechrt_train.distributed import launch
 
+        if _device(args.device).startswith("cuda") and torch.cuda.device_count() < args.gpus:
+            print(f"--gpus {args.gpus}: {torch.cuda.device_count()} GPU(s)", file=sys.stderr)
+            return 2
         return launch(args.gpus, argv)  # N copies of this command, each one rank
     if args.command == "corpus" and args.plan == "synthetic":
         from speechrt_train.synthetic import write_corpus
