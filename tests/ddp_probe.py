@@ -3,6 +3,8 @@ for tests/test_train_ddp.py (started there by speechrt_train.distributed.launch)
 
 PROBE_OUT=DIR   each rank writes DIR/rank<r>.pt when its run ends (weights, optimizer, step, the
                 (step, lr_scale) of every step) and appends each step to DIR/rank<r>.steps
+PROBE_EVERY=1   ... and DIR/rank<r>-<step>.pt after every step
+PROBE_KEEP=K    rank 0 also copies last.pt to DIR/last-K.pt when it writes it at step K
 PROBE_SLOW=S    rank 1 sleeps S seconds before each step (its own clock would stop it later)
 PROBE_FAIL=K    rank 1 raises at the K-th step of this run
 """
@@ -10,6 +12,7 @@ PROBE_FAIL=K    rank 1 raises at the K-th step of this run
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -26,7 +29,16 @@ torch.backends.mkldnn.enabled = False
 RANK = int(os.environ.get("RANK", "0"))
 OUT = Path(os.environ["PROBE_OUT"])
 steps: list[tuple[int, float]] = []
-_step, _run = QuartzNetTrainer.step, loop.run
+_step, _run, _save = QuartzNetTrainer.step, loop.run, loop.save_atomic
+
+
+def state(trainer: QuartzNetTrainer) -> dict[str, Any]:
+    return {
+        "model": trainer.model.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "step": trainer.step_count,
+        "steps": steps,
+    }
 
 
 def step(self: QuartzNetTrainer) -> dict[str, torch.Tensor]:
@@ -37,23 +49,29 @@ def step(self: QuartzNetTrainer) -> dict[str, torch.Tensor]:
     steps.append((self.step_count + 1, self.lr_scale))
     with open(OUT / f"rank{RANK}.steps", "a") as f:
         f.write(f"{self.step_count + 1} {self.lr_scale!r}\n")
-    return _step(self)
+    losses = _step(self)
+    if "PROBE_EVERY" in os.environ:
+        torch.save(state(self), OUT / f"rank{RANK}-{self.step_count}.pt")
+    return losses
 
 
 def run(trainer: QuartzNetTrainer, *args: Any, **kwargs: Any) -> dict[str, Any]:
     summary = _run(trainer, *args, **kwargs)
-    state = {
-        "model": trainer.model.state_dict(),
-        "optimizer": trainer.optimizer.state_dict(),
-        "step": trainer.step_count,
-        "steps": steps,
-    }
-    torch.save(state, OUT / f"rank{RANK}.pt")
+    torch.save(state(trainer), OUT / f"rank{RANK}.pt")
     return summary
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    _save(obj, path)
+    if path.name == loop.CHECKPOINT and obj["trainer"]["step"] == int(
+        os.environ.get("PROBE_KEEP", "-1")
+    ):
+        shutil.copy(path, OUT / f"last-{obj['trainer']['step']}.pt")
 
 
 QuartzNetTrainer.step = step  # type: ignore[method-assign]
 loop.run = run
+loop.save_atomic = save_atomic
 
 if __name__ == "__main__":
     sys.exit(main())

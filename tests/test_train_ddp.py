@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,11 +42,13 @@ def paths(tmp_path_factory):
 
 
 def _args(corpus: Path, run_dir: Path, *extra: str) -> list[str]:
+    """8 training items in global batches of 7 and 1 (sorted by length, shuffled): in every
+    other step rank 1 has no item and adds zero gradients."""
     return [
         "quartznet",
         "--corpus", str(corpus), "--run", str(run_dir), "--preset", "quartznet-tiny",
-        "--batch-size", "8", "--lr", "1e-2", "--set", "warmup=5", "--device", "cpu",
-        "--quiet", "--log-every", "1", *extra,
+        "--limit", "4", "--batch-size", "7", "--lr", "1e-2", "--set", "warmup=5",
+        "--device", "cpu", "--quiet", "--log-every", "1", *extra,
     ]  # fmt: skip
 
 
@@ -87,46 +90,49 @@ def _same_optimizer(a: dict, b: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def whole(corpus, paths):
-    """One process 3 steps (compact file) -> 2 ranks warm-started from it, 16 steps in one go."""
+    """One process 3 steps (compact file) -> 2 ranks warm-started from it, 16 steps in one go,
+    checkpointing before every step (last.pt at step 8 kept), every step's state kept."""
     one = paths / "one.pt"
     args = _args(corpus, paths / "runs" / "one", "--max-steps", "3", "--compact-out", str(one))
     assert main(args) == 0
     argv = _args(corpus, paths / "runs" / "whole", "--max-steps", "16", "--warm-start", str(one))
-    status, output = _launch([*argv, "--compact-out", str(paths / "two.pt")], paths / "whole")
+    argv += ["--checkpoint-minutes", "0", "--compact-out", str(paths / "two.pt")]
+    status, output = _launch(argv, paths / "whole", PROBE_EVERY="1", PROBE_KEEP="8")
     assert status == 0, output
-    return one, paths / "whole", paths / "runs" / "whole"
+    return paths / "whole", paths / "runs" / "whole"
 
 
 def test_two_ranks_learn_with_bitwise_identical_replicas(whole):
-    _, out, run_dir = whole
+    out, run_dir = whole
     r0, r1 = _ranks(out)
     assert r0["step"] == r1["step"] == 16 and r0["steps"][0] == (4, 1.0)  # warm start: step 3
     assert _equal(_params(r0), _params(r1))
     assert _same_optimizer(r0["optimizer"], r1["optimizer"])
-    # each rank normalised its own share of every batch: different BatchNorm statistics
+    # each rank normalised its own share of every batch: different BatchNorm statistics;
+    # rank 1 had no share of the one-item batches (one step in two, from the warm start on)
     key = "sub_bn.0.0.running_mean"
     assert not torch.equal(r0["model"][key], r1["model"][key])
+    tracked = [int(r["model"]["sub_bn.0.0.num_batches_tracked"]) for r in (r0, r1)]
+    assert tracked[0] == 3 + 13 and 3 + 6 <= tracked[1] <= 3 + 7, tracked
     log = [json.loads(x) for x in (run_dir / "log.jsonl").read_text().splitlines()]
     losses = [r["ctc"] for r in log if "ctc" in r]
     assert len(losses) == 13 and sum(losses[-4:]) < 0.8 * sum(losses[:4]), losses
 
 
-def test_resume_after_a_deadline_continues_exactly(whole, corpus, paths):
-    one, whole_out, _ = whole
+def test_resume_stops_at_rank_0s_deadline_and_continues_exactly(whole, corpus, paths):
+    whole_out, _ = whole
     split = paths / "runs" / "split"
+    split.mkdir(parents=True)
+    shutil.copy(whole_out / "last-8.pt", split / "last.pt")  # written before step 9
     # rank 1 is slower: by its own clock it would stop later than rank 0, which decides
-    argv = _args(corpus, split, "--minutes", "0.03", "--warm-start", str(one))
-    status, output = _launch(argv, paths / "first", PROBE_SLOW="0.2")
+    argv = _args(corpus, split, "--minutes", "0.03", "--max-steps", "16")
+    status, output = _launch(argv, paths / "split", PROBE_SLOW="0.3")
     assert status == 0, output
-    r0, r1 = _ranks(paths / "first")
-    assert 3 < r0["step"] == r1["step"] < 16 and r0["steps"] == r1["steps"]
-    torch.manual_seed(1234)  # (nothing of this process reaches the ranks)
-    status, output = _launch(_args(corpus, split, "--max-steps", "16"), paths / "second")
-    assert status == 0, output
-    assert "resumed" in output and f"at step {r0['step']}" in output
-    w0, w1 = _ranks(whole_out)
-    s0, s1 = _ranks(paths / "second")
-    assert s0["step"] == s1["step"] == 16
+    assert "resumed" in output and "at step 8" in output
+    s0, s1 = _ranks(paths / "split")
+    k = s0["step"]
+    assert 8 < k == s1["step"] < 16 and s0["steps"] == s1["steps"]
+    w0, w1 = (torch.load(whole_out / f"rank{r}-{k}.pt", weights_only=True) for r in (0, 1))
     assert _equal(s0["model"], w0["model"])  # rank 0: BatchNorm statistics too
     assert _equal(_params(s1), _params(w1))
     assert _same_optimizer(s0["optimizer"], w0["optimizer"])

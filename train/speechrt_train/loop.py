@@ -252,14 +252,15 @@ def run(
 
     with bar:
         while True:
-            # rank 0's clock decides, for every rank: go on?, this step's lr_scale, save first?
+            # rank 0's clock decides for every rank: go on?, this step's lr_scale, save first?
             now = time.time() - start
+            going = now < budget and (max_steps is None or trainer.step_count < max_steps)
+            left = max(budget - now, 0.0)
+            scale = min(1.0, left / (60.0 * anneal_minutes)) if anneal_minutes > 0 else 1.0
             decision = [
-                float(now < budget and (max_steps is None or trainer.step_count < max_steps)),
-                min(1.0, max(budget - now, 0.0) / (60.0 * anneal_minutes))
-                if anneal_minutes
-                else 1.0,
-                float(now - (last_ckpt - start) > 60 * checkpoint_minutes),
+                float(going),
+                scale,
+                float(time.time() - last_ckpt > 60 * checkpoint_minutes),
             ]
             go, lr_scale, due = ranks.broadcast(decision)
             if not go:
