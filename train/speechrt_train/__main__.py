@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         from speechrt_train.distributed import launch
 
         if _device(args.device).startswith("cuda") and torch.cuda.device_count() < args.gpus:
-            print(f"--gpus {args.gpus}: {torch.cuda.device_count()} GPU(s)", file=sys.stderr)
+            n = torch.cuda.device_count()
+            print(f"--gpus {args.gpus}: only {n} GPU(s) visible", file=sys.stderr)
             return 2
         return launch(args.gpus, argv)  # N copies of this command, each one rank
     if args.command == "corpus" and args.plan == "synthetic":

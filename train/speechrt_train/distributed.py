@@ -51,8 +51,8 @@ class Ranks:
 
     @classmethod
     def from_env(cls, device: str) -> tuple[Ranks, str]:
-        """Join the job torchrun started (WORLD_SIZE > 1) -> (ranks, this rank's device:
-        cuda:LOCAL_RANK for "cuda", else `device`); a plain run -> (Ranks(), device)."""
+        """Join the job `launch` (or torchrun) started, WORLD_SIZE > 1 -> (ranks, this rank's
+        device: cuda:LOCAL_RANK for "cuda", else `device`); a plain run -> (Ranks(), device)."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world == 1:
             return cls(), device
@@ -89,9 +89,9 @@ class Ranks:
 
 
 def all_reduce_(tensors: list[Tensor]) -> None:
-    """Sum `tensors` (one dtype, one device) over all ranks, in place: one all_reduce of one
-    flat copy (one collective per step whatever the number of tensors, no per-tensor launch
-    but the foreach copy back)."""
+    """Sum `tensors` (one dtype, one device) over all ranks, in place, by one all_reduce of one
+    flat copy: one collective whatever the number of tensors, and no kernel per tensor (one
+    cat in, one foreach copy back)."""
     flat = _flatten_dense_tensors(tensors)
     dist.all_reduce(flat)
     torch._foreach_copy_(tensors, list(_unflatten_dense_tensors(flat, tensors)))
