@@ -17,6 +17,9 @@
 # on the GPUs, into $OUT/speed-{quartznet,hifigan}.json; training then gets what is left.
 # MODELS="hifigan quartznet" trains only those; with --export the others are evaluated as
 # src/speechrt/defaults has them.
+# QUARTZNET_GPUS=N trains QuartzNet data-parallel on GPUs 0..N-1 (`--gpus N`: one process per
+# GPU; --batch-size is the global batch, split across them); the other models then take the
+# GPU after those, or share GPU 0 where there is none (with no GPU: N CPU processes, a smoke run).
 # Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
 # bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume)
 set -uo pipefail
@@ -73,6 +76,15 @@ declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}
 declare -A GPU=([hifigan]=0 [quartznet]=0 [fastpitch]=0)
 [ "${NGPU:-0}" -ge 2 ] && GPU=([hifigan]=0 [quartznet]=1 [fastpitch]=1)
 [ "${NGPU:-0}" -ge 3 ] && GPU=([hifigan]=0 [quartznet]=1 [fastpitch]=2)
+QGPUS=${QUARTZNET_GPUS:-1}
+if [ "$QGPUS" -gt 1 ]; then  # QuartzNet on GPUs 0..N-1, the others after them or on GPU 0
+  if [ "${NGPU:-0}" -ge 1 ] && [ "$NGPU" -lt "$QGPUS" ]; then
+    echo "== QUARTZNET_GPUS=$QGPUS but $NGPU GPU(s)"; exit 1
+  fi
+  spare=$(( ${NGPU:-0} > QGPUS ? QGPUS : 0 ))
+  GPU=([hifigan]=$spare [fastpitch]=$spare [quartznet]=$(seq -s, 0 $(( QGPUS - 1 ))))
+  EXTRA[quartznet]+=" --gpus $QGPUS"
+fi
 PIDS=()
 for m in $MODELS; do
   args=(--corpus corpus --run "runs/$m" --minutes 600 --deadline "$DEADLINE"

@@ -9,10 +9,11 @@ import os
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from speechrt.audio.features import FeatureConfig
 from speechrt.models.fastpitch import regulate_length
-from speechrt.models.jasper import QuartzNet, QuartzNetDims
+from speechrt.models.jasper import QuartzNet, QuartzNetDims, mask_frames
 from speechrt.options import SynthesisOptions
 from speechrt.repo import load_component, save_component
 from speechrt_train.__main__ import main
@@ -178,6 +179,63 @@ def test_batchnorm_ignores_padding_and_precise_bn_matches_batch_statistics(speec
     # running statistics = this batch's (up to the unbiased variance's n / (n - 1)): ~0.04
     after = eval_vs_train()
     assert after < min(0.05, before / 20), (before, after)
+
+
+def _reference_forward(model: TrainableJasper, feats, lengths):
+    """TrainableJasper's training forward written plainly: the inference sub-blocks (each
+    masks its own input) and a masked BatchNorm that builds its own mask -> log-probs and
+    each norm's (batch mean, unbiased variance)."""
+    stats = {}
+
+    def bn(norm, x, lengths):
+        t = torch.arange(x.shape[2])
+        mask = (t[None, :] < lengths[:, None]).float()[:, None, :]
+        n = mask.sum().clamp(min=2)
+        mean = (x * mask).sum(dim=(0, 2)) / n
+        var = ((x - mean[None, :, None]).square() * mask).sum(dim=(0, 2)) / n
+        stats[norm] = (mean, var * n / (n - 1))
+        scale = norm.weight / torch.sqrt(var + norm.eps)
+        return (x - mean[None, :, None]) * scale[None, :, None] + norm.bias[None, :, None]
+
+    xs = [feats]
+    for b, (block, keep) in enumerate(zip(model.net.blocks, model.net._keeps, strict=True)):
+        x, out_lengths = xs[-1], lengths
+        for j, sub in enumerate(block.subs):
+            x, out_lengths = sub(x, out_lengths)
+            x = bn(model.sub_bn[b][j], x, out_lengths)
+            x = F.relu(x) if j < len(block.subs) - 1 else x
+        for conv, norm, src in zip(block.res, model.res_bn[b], xs, strict=False):
+            x = x + bn(norm, conv(mask_frames(src, lengths)), out_lengths)
+        xs, lengths = ([*xs, F.relu(x)] if keep else [F.relu(x)]), out_lengths
+    logits = model.net.decoder(xs[-1]).transpose(1, 2)
+    return F.log_softmax(logits, dim=-1), lengths, stats
+
+
+def test_trainable_forward_with_shared_masks_matches_the_plain_composition(speech):
+    """The fast forward (frame masks made once, running statistics by foreach ops) against
+    `_reference_forward`: outputs, gradients and running statistics, to float rounding."""
+    torch.manual_seed(3)
+    model = TrainableJasper(QuartzNetDims(**QUARTZNET_PRESETS["quartznet-tiny"]), dropout=0.0)
+    reference = TrainableJasper(model.net.dims, dropout=0.0)
+    reference.load_state_dict(model.state_dict())
+    feats, lengths, _, _ = speech_batch(speech[0], [0, 3, 5, 7], FeatureConfig(dither=0.0))
+    a, la = model.train()(feats, lengths)
+    b, lb, stats = _reference_forward(reference, feats, lengths)
+    assert torch.equal(la, lb) and (a - b).abs().max() < 1e-5
+    (a.exp()[..., :4].sum() + a.mean()).backward()
+    (b.exp()[..., :4].sum() + b.mean()).backward()
+    grads = dict(model.named_parameters())
+    largest = max(float(p.grad.abs().max()) for p in grads.values())
+    for name, p in reference.named_parameters():
+        assert (grads[name].grad - p.grad).abs().max() <= 1e-5 * largest, name
+    norms = dict(model.named_modules())
+    for name, norm in reference.named_modules():
+        if norm in stats:
+            mean, var = stats[norm]
+            fast = norms[name]
+            assert int(fast.num_batches_tracked) == 1
+            assert torch.allclose(fast.running_mean, 0.1 * mean, atol=1e-6)
+            assert torch.allclose(fast.running_var, 0.9 + 0.1 * var, atol=1e-6)
 
 
 def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):

@@ -3,12 +3,16 @@ evaluate, cards.
 
 Every training command is time-budgeted (`--minutes`) and resumable: run it again with the same
 `--run` folder and it continues from run/last.pt. See docs/models/README.md for the recipe.
+
+QuartzNet trains data-parallel on N GPUs of one machine with `--gpus N` (one process each;
+`--batch-size` is the global batch, split across them; speechrt_train.distributed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     for name in TRAINED:
         _common(sub.add_parser(name, help=f"train {name} (time-budgeted, resumable)"), name)
+    sub.choices["quartznet"].add_argument(
+        "--gpus",
+        type=int,
+        default=1,
+        help="data-parallel processes, one per GPU (cuda:0..N-1; with --device cpu: N CPU "
+        "processes); --batch-size is split across them",
+    )
     p = sub.add_parser("lm", help="the recogniser's word trigram model (train split only)")
     p.add_argument("--out", required=True, help="folder for lm.json + lm.safetensors")
     p.add_argument("--words", help="extra vocabulary, one word a line (e.g. wamerican's)")
@@ -121,7 +132,7 @@ def _overrides(args: argparse.Namespace, config: Any) -> Any:
     return dataclasses.replace(config, **changes)
 
 
-def _trainer(args: argparse.Namespace, device: str) -> Any:
+def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
     from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE, load_shard
 
     corpus = Path(args.corpus)
@@ -143,23 +154,30 @@ def _trainer(args: argparse.Namespace, device: str) -> Any:
 
     shards = [load_shard(p) for p in sorted(corpus.glob("*.pt")) if p.stem != HELDOUT_VOICE]
     train = load_speech(shards, heldout=False, device=device, limit=args.limit)
-    val = load_speech([load_shard(corpus / f"{HELDOUT_VOICE}.pt")], True, device=device)
-    return QuartzNetTrainer(train, val, _overrides(args, QuartzNetConfig()), device)
+    val = None  # only rank 0 evaluates
+    if ranks.main:
+        val = load_speech([load_shard(corpus / f"{HELDOUT_VOICE}.pt")], True, device=device)
+    config = _overrides(args, QuartzNetConfig())
+    return QuartzNetTrainer(train, val, config, device, rank=ranks.rank, world=ranks.world)
 
 
-def train(args: argparse.Namespace) -> dict[str, Any]:
+def train(args: argparse.Namespace) -> dict[str, Any] | None:
+    """One training chunk -> its summary (None on data-parallel ranks other than 0)."""
     import time
 
     import torch
 
+    from speechrt_train.distributed import Ranks
     from speechrt_train.loop import run, write_compact
 
-    device = _device(args.device)
+    ranks, device = Ranks.from_env(_device(args.device))
+    if ranks.world > 1 and args.command != "quartznet":
+        raise SystemExit(f"{args.command}: data-parallel training is for quartznet only")
     if device.startswith("cuda"):
         torch.set_float32_matmul_precision("high")  # TF32 for the float32 parts
         # HiFi-GAN sees one segment shape: let cuDNN pick its fastest kernels once
         torch.backends.cudnn.benchmark = args.command == "hifigan"
-    trainer = _trainer(args, device)
+    trainer = _trainer(args, device, ranks)
     minutes = args.minutes
     if args.deadline:  # data loading took part of the chunk: step only until the deadline
         minutes = max(0.0, min(minutes, (args.deadline - time.time()) / 60))
@@ -175,14 +193,30 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         progress=not args.quiet,
         name=args.command,
         anneal_minutes=args.anneal_minutes,
+        ranks=ranks,
     )
+    # (an error above ends this process with the process group open: torchrun ends the rest)
+    ranks.close()
+    if not ranks.main:
+        return None
     if args.compact_out:
         write_compact(trainer, args.run, args.compact_out)
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    if getattr(args, "gpus", 1) > 1 and "WORLD_SIZE" not in os.environ:
+        import torch
+
+        from speechrt_train.distributed import launch
+
+        if _device(args.device).startswith("cuda") and torch.cuda.device_count() < args.gpus:
+            n = torch.cuda.device_count()
+            print(f"--gpus {args.gpus}: only {n} GPU(s) visible", file=sys.stderr)
+            return 2
+        return launch(args.gpus, argv)  # N copies of this command, each one rank
     if args.command == "corpus" and args.plan == "synthetic":
         from speechrt_train.synthetic import write_corpus
 
@@ -195,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             args.out, args.plan, args.jobs, args.prefix, root, args.minutes, not args.quiet
         )
     elif args.command in TRAINED:
-        result = train(args)
+        summary = train(args)
+        if summary is None:  # a data-parallel rank other than 0: rank 0 reports
+            return 0
+        result = summary
     elif args.command == "lm":
         from speechrt_train.language_model import DECODING, PRUNE, build
 

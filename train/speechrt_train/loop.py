@@ -7,12 +7,14 @@
 A trainer is anything with `step() -> dict[str, float]`, `evaluate() -> dict[str, float]`,
 `state_dict()` / `load_state_dict()` (everything: weights, optimizers, RNGs, data order) and
 `compact_state()` / `load_compact()` (weights only, fp16: small enough to carry between machines).
-Resuming from last.pt continues bit-for-bit as if never stopped (tested on CPU).
+Resuming from last.pt continues bit-for-bit as if never stopped (tested on CPU), also with
+data-parallel ranks (speechrt_train.distributed; resumed by as many ranks as wrote it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -24,6 +26,8 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+
+from speechrt_train.distributed import Ranks
 
 CHECKPOINT = "last.pt"
 LOG = "log.jsonl"
@@ -38,6 +42,10 @@ class Trainer(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def compact_state(self) -> dict[str, Any]: ...
     def load_compact(self, state: dict[str, Any]) -> None: ...
+    # data-parallel runs only: what differs between ranks, and the replicas' fingerprint
+    def rank_state(self) -> dict[str, Any]: ...
+    def load_rank_state(self, state: dict[str, Any]) -> None: ...
+    def parameter_digest(self) -> str: ...
 
 
 def rng_state() -> dict[str, Any]:
@@ -137,6 +145,29 @@ def _log(run_dir: Path, record: dict[str, Any]) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _resume(trainer: Trainer, state: dict[str, Any], ranks: Ranks, name: str, ckpt: Path) -> None:
+    """Load last.pt: the shared state (weights, optimizer, data order), then this rank's own
+    RNG states as the run that wrote it saved them (a one-process run's: rank 0's). A rank
+    that run did not have keeps the fresh states its trainer was seeded with."""
+    own = trainer.rank_state() if ranks.world > 1 else None
+    trainer.load_state_dict(state["trainer"])
+    written = state.get("ranks") or [{"rng": state["rng"]}]
+    if ranks.rank < len(written):
+        set_rng_state(written[ranks.rank]["rng"])
+        if "trainer" in written[ranks.rank]:
+            trainer.load_rank_state(written[ranks.rank]["trainer"])
+    elif own is not None:
+        trainer.load_rank_state(own)
+    if ranks.main:
+        print(f"{name}: resumed {ckpt} at step {trainer.step_count}", file=sys.stderr)
+        if len(written) != ranks.world:  # the weights and data order go on; the RNGs differ
+            print(
+                f"{name}: {ckpt} was written by {len(written)} process(es), this run has "
+                f"{ranks.world}: not an exact continuation",
+                file=sys.stderr,
+            )
+
+
 def run(
     trainer: Trainer,
     run_dir: str | Path,
@@ -149,29 +180,39 @@ def run(
     progress: bool = True,
     name: str = "train",
     anneal_minutes: float = 0.0,
+    ranks: Ranks | None = None,
 ) -> dict[str, Any]:
     """Train for `minutes` of wall time (or until trainer.step_count == max_steps); resumable.
     With `anneal_minutes`, trainer.lr_scale falls linearly from 1 to 0 over the last
     anneal_minutes of the budget (a run's final chunk: the weights settle before export).
 
+    Data-parallel (`ranks`, world > 1): every rank runs this with its own trainer. Rank 0
+    decides before each step whether to go on, the step's lr_scale and whether to checkpoint
+    first, and broadcasts that (one small host message), so all ranks stop at the same step
+    with the same schedule; rank 0 alone logs, evaluates and writes last.pt, which holds the
+    shared state once and every rank's RNG states, so that every rank resumes exactly.
+
     Returns a summary: steps, seconds, last logged losses, last evaluation."""
     from tqdm import tqdm
 
+    ranks = ranks or Ranks()
+    main = ranks.main
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / CHECKPOINT
     elapsed_before = 0.0
     if ckpt.exists():
         state = torch.load(ckpt, map_location="cpu", weights_only=True)
-        trainer.load_state_dict(state["trainer"])
-        set_rng_state(state["rng"])
+        _resume(trainer, state, ranks, name, ckpt)
         elapsed_before = float(state["elapsed"])
-        print(f"{name}: resumed {ckpt} at step {trainer.step_count}", file=sys.stderr)
     elif warm_start and Path(warm_start).exists():
         compact = torch.load(warm_start, map_location="cpu", weights_only=True)
         trainer.load_compact(compact)
         elapsed_before = float(compact.get("elapsed", 0.0))
-        print(f"{name}: warm start from {warm_start} (step {trainer.step_count})", file=sys.stderr)
+        if main:
+            print(
+                f"{name}: warm start from {warm_start} (step {trainer.step_count})", file=sys.stderr
+            )
 
     start = time.time()
     budget = 60.0 * minutes
@@ -187,24 +228,51 @@ def run(
         total=max(int(budget), 1),
         desc=name,
         unit="s",
-        disable=not progress,
+        disable=not (progress and main),
         mininterval=1 if interactive else 30,
         bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} s {postfix}",
     )
 
     def save() -> None:
         total = elapsed_before + time.time() - start
-        state = {"trainer": trainer.state_dict(), "rng": rng_state(), "elapsed": total}
+        per_rank: dict[str, Any] = {"rng": rng_state()}
+        if ranks.world > 1:
+            per_rank["trainer"] = trainer.rank_state()
+            per_rank["digest"] = trainer.parameter_digest()
+        written = ranks.gather(per_rank)
+        if not main:
+            return
+        assert written is not None
+        if len({w.pop("digest", None) for w in written}) > 1:
+            raise RuntimeError(f"{name}: the ranks' weights differ at step {trainer.step_count}")
+        state = {"trainer": trainer.state_dict(), "rng": written[0]["rng"], "elapsed": total}
+        if ranks.world > 1:
+            state["ranks"] = written
         save_atomic(state, ckpt)
 
     with bar:
-        while time.time() - start < budget and (
-            max_steps is None or trainer.step_count < max_steps
-        ):
+        while True:
+            # rank 0's clock decides for every rank: go on?, this step's lr_scale, save first?
+            now = time.time() - start
+            going = now < budget and (max_steps is None or trainer.step_count < max_steps)
+            left = max(budget - now, 0.0)
+            scale = min(1.0, left / (60.0 * anneal_minutes)) if anneal_minutes > 0 else 1.0
+            decision = [
+                float(going),
+                scale,
+                float(time.time() - last_ckpt > 60 * checkpoint_minutes),
+            ]
+            go, lr_scale, due = ranks.broadcast(decision)
+            if not go:
+                break
+            if due:
+                save()
+                last_ckpt = time.time()
             if anneal_minutes > 0:
-                left = budget - (time.time() - start)
-                trainer.lr_scale = min(1.0, max(left, 0.0) / (60.0 * anneal_minutes))
+                trainer.lr_scale = lr_scale
             losses = trainer.step()
+            if not main:
+                continue
             for k, v in losses.items():  # summed on the device; read at log time only
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
@@ -224,12 +292,9 @@ def run(
             if eval_every and step % eval_every == 0:
                 evaluation = trainer.evaluate()
                 _log(run_dir, {"step": step, "eval": evaluation})
-            now = min(int(time.time() - start), bar.total)
-            if now > bar.n:
-                bar.update(now - bar.n)
-            if time.time() - last_ckpt > 60 * checkpoint_minutes:
-                save()
-                last_ckpt = time.time()
+            now_s = min(int(time.time() - start), bar.total)
+            if now_s > bar.n:
+                bar.update(now_s - bar.n)
         if count:  # the steps since the last log line
             last = {k: float(v) / count for k, v in sums.items()}
             record = {
@@ -237,8 +302,9 @@ def run(
                 "seconds": round(elapsed_before + time.time() - start, 1),
             }
             _log(run_dir, {**record, **{k: round(v, 5) for k, v in last.items()}})
-        evaluation = trainer.evaluate()
-        _log(run_dir, {"step": trainer.step_count, "eval": evaluation})
+        if main:
+            evaluation = trainer.evaluate()
+            _log(run_dir, {"step": trainer.step_count, "eval": evaluation})
         save()
     total = elapsed_before + time.time() - start
     summary = {"steps": trainer.step_count, "seconds": round(total, 1), "last": last}
@@ -286,6 +352,26 @@ class Checkpointed:
             else:
                 v.load_state_dict(state[k])
         self.step_count = int(state["step"])
+
+    def rank_state(self) -> dict[str, Any]:
+        """The part of the state that differs between data-parallel ranks: the generators
+        (each rank draws its own augmentation); all else is the same on every rank."""
+        parts = self._state_parts().items()
+        return {k: v.get_state() for k, v in parts if isinstance(v, torch.Generator)}
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        for k, v in self._state_parts().items():
+            if isinstance(v, torch.Generator):
+                v.set_state(state[k])
+
+    def parameter_digest(self) -> str:
+        """SHA-1 of every parameter's bytes (not the buffers: BatchNorm statistics are each
+        rank's own): data-parallel replicas must agree to the bit."""
+        h = hashlib.sha1()
+        for module in self._weight_parts().values():
+            for p in module.parameters():
+                h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
 
     def compact_state(self) -> dict[str, Any]:
         weights = {k: half(m.state_dict()) for k, m in self._weight_parts().items()}
