@@ -82,8 +82,35 @@ def test_serve_with_no_model_serves_the_bundled_models(start_server):
         timeout=60,
     )
     assert r.status_code == 200 and r.content[:4] == b"RIFF"
-    if default_model(ASR_MODEL) is not None:
-        assert "asr" in {m["id"] for m in models}
+    if default_model(ASR_MODEL) is None:
+        return
+    assert "asr" in {m["id"] for m in models}
+    # the round trip over HTTP: the server's recogniser decodes with the bundled LM, as ASR()
+    from speechrt.asr import ASR
+
+    speech = httpx.post(
+        f"{url}/v1/audio/speech",
+        json={"model": "tts", "input": SENTENCES[1], "voice": "0", "response_format": "wav"},
+        timeout=60,
+    ).content
+    r = httpx.post(
+        f"{url}/v1/audio/transcriptions",
+        files={"file": ("fox.wav", speech)},
+        data={
+            "model": "asr",
+            "response_format": "verbose_json",
+            "timestamp_granularities[]": "word",
+        },
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    asr = ASR(device="cpu")
+    want = asr.transcribe([asr.load_audio(speech)])[0]
+    got = r.json()
+    assert asr.decoder == "beam" and got["text"] == want.text
+    assert [w["word"] for w in got["words"]] == want.text.split()
+    starts = [w["start"] for w in got["words"]]
+    assert starts == sorted(starts) and got["words"][-1]["end"] <= got["duration"] + 1e-6
 
 
 HELDOUT = Path(__file__).parent / "data" / "heldout_sentences.txt"
