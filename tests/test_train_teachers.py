@@ -7,6 +7,7 @@ Tests that run them are skipped when they are not installed (CI): install with
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,6 +41,10 @@ def test_teachers_speak_and_festival_times_its_phones():
     (hts,) = teachers.synthesize("slt-hts", ['a "quoted" test, with a backslash \\ here.'])
     assert len(hts.audio) / hts.sample_rate == pytest.approx(hts.segments[-1].end, abs=0.01)
     assert [name for _, name in hts.words][:3] == ["a", "quoted", "test"]
+    ked_dir = Path("/usr/share/festival/voices/english/ked_diphone")
+    if ked_dir.exists():  # apt-get install festvox-kdlpc16k
+        (ked,) = teachers.synthesize("ked", ["hello there."])
+        assert ked.sample_rate == 16000 and len(ked.audio) > 8000
 
 
 @needs_teachers

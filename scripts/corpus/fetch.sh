@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download (here, where Debian's archive and PyPI are reachable) what the GPU machine needs to
 # make the corpus, into the git-ignored folder .carry/ (name it in the device tool's `carry`):
-#   .carry/debs/    flite + festival + the HTS voice + fortunes and the libraries they load
+#   .carry/debs/    flite + festival + its HTS and ked voices + fortunes and the libraries they load
 #                   (all but libc6, libgcc-s1 and libstdc++6, which every machine has newer)
 #   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks
 #                   them; typing_extensions only in case the image's is older than typeguard needs)
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEBS=(
   flite libflite1
-  festival festvox-us-slt-hts festlex-cmu festlex-poslex libestools2.5
+  festival festvox-us-slt-hts festvox-kdlpc16k festlex-cmu festlex-poslex libestools2.5
   fortunes fortunes-min
   libasound2 libasyncns0 libbsd0 libcap2 libdbus-1-3 libflac12 libgcrypt20 libgomp1
   libgpg-error0 liblz4-1 liblzma5 libmd0 libmp3lame0 libmpg123-0 libogg0 libopus0 libpulse0

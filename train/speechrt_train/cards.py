@@ -142,8 +142,9 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "## Data",
         "",
         "English sentences from Debian's `fortunes` (train/speechrt_train/texts.py), 3 % held "
-        "out by a hash of the text (no model trains on them), read by Debian's flite voices "
-        "(rms, slt, awb, kal16) and festival's HTS voice cmu_us_slt_arctic_hts (the TTS voice). "
+        "out by a hash of the text (no model trains on them), read by the voices below: Debian's "
+        "flite (rms, slt, awb, kal16) and festival (the HTS voice cmu_us_slt_arctic_hts, the TTS "
+        "voice; the diphone voice ked where listed). "
         "The held-out recogniser voice hears only held-out sentences.",
         "",
         _table(_corpus_rows(metrics.get("corpus", {}))),

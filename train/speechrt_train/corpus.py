@@ -44,6 +44,7 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
         "slt": (4000, 200),
         "awb": (4000, 200),
         "kal16": (4432, 200),  # with the above: every one of the 17 432 train sentences once
+        "ked": (4000, 200),  # a fifth training speaker (festival diphones), reading them again
         "rms": (0, 300),
     },
     "small": {v: (200, 20) for v in ("slt-hts", "slt", "awb", "kal16")} | {"rms": (0, 100)},

@@ -2,7 +2,8 @@
 
     flite -voice NAME -t TEXT -o out.wav                  rms, slt, awb, kal16 (16 kHz)
     festival -b script.scm  (one process per batch)       slt-hts: HTS voice (32 kHz) that also
-                                                          writes each phone's end time
+                                                          writes each phone's end time; ked:
+                                                          diphone voice (16 kHz, festvox-kdlpc16k)
 
 Both run either from the system (apt-get install flite festival festvox-us-slt-hts) or from
 Debian packages unpacked with `dpkg -x` into a prefix (the GPU machine: scripts/corpus/unpack.sh);
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 FLITE_VOICES = ("rms", "slt", "awb", "kal16")
-FESTIVAL_VOICES = {"slt-hts": "voice_cmu_us_slt_arctic_hts"}
+FESTIVAL_VOICES = {"slt-hts": "voice_cmu_us_slt_arctic_hts", "ked": "voice_ked_diphone"}
 VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES)
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
