@@ -184,7 +184,10 @@ class Recorder:
         return {"loss": 0.0}
 
     def evaluate(self) -> dict[str, float]:
-        raise AssertionError("only rank 0 evaluates")
+        return {}
+
+    def state_dict(self) -> dict:
+        return {"step": self.step_count}
 
     def rank_state(self) -> dict:
         return {}
@@ -193,11 +196,24 @@ class Recorder:
         return ""
 
 
+class FollowerRecorder(Recorder):
+    def evaluate(self) -> dict[str, float]:
+        raise AssertionError("only rank 0 evaluates")
+
+
+def test_anneal_decays_the_learning_rate_to_zero_by_the_end_of_the_budget(tmp_path):
+    trainer = Recorder()  # one process: its own clock sets lr_scale
+    run(trainer, tmp_path / "r", minutes=0.01, anneal_minutes=0.005, progress=False)
+    s = trainer.scales
+    assert s[0] == 1.0 and all(a >= b for a, b in zip(s, s[1:], strict=False))
+    assert 0.0 <= s[-1] < 0.05 and any(0.3 < x < 0.7 for x in s)
+
+
 def test_other_ranks_follow_rank_0s_stop_anneal_and_checkpoints(tmp_path):
     # (go on?, lr_scale, checkpoint first?) as rank 0 broadcasts them; this rank's own budget
     # (an hour, no annealing) is not what stops it or sets its learning rate
     ranks = Follower([[1, 0.75, 0], [1, 0.5, 1], [1, 0.25, 0], [0, 0.0, 0]])
-    trainer = Recorder()
+    trainer = FollowerRecorder()
     summary = run(trainer, tmp_path / "r", 60, anneal_minutes=1, progress=False, ranks=ranks)
     assert trainer.scales == [0.75, 0.5, 0.25] and summary["steps"] == 3
     assert ranks.gathered == 2  # the checkpoint before step 2 and the last one: rank 0 writes

@@ -417,30 +417,3 @@ def test_train_speed_script_reports_each_variant(corpus, tmp_path):
     assert script.main([*args, "--seconds", "0"]) == 0  # budget spent: every variant skipped
     assert all(r["stopped"] == "skipped" for r in json.loads(out.read_text())["results"])
     assert script.main(["--corpus", str(tmp_path / "none"), "--out", str(out)]) == 2
-
-
-def test_anneal_decays_the_learning_rate_to_zero_by_the_end_of_the_budget(tmp_path):
-    class Recorder:
-        """The smallest trainer: records the lr_scale run() gives each step."""
-
-        lr_scale = 1.0
-
-        def __init__(self) -> None:
-            self.step_count, self.scales = 0, []
-
-        def step(self) -> dict[str, float]:
-            self.scales.append(self.lr_scale)
-            self.step_count += 1
-            return {"loss": 0.0}
-
-        def evaluate(self) -> dict[str, float]:
-            return {}
-
-        def state_dict(self) -> dict:
-            return {"step": self.step_count}
-
-    trainer = Recorder()
-    run(trainer, tmp_path / "r", minutes=0.01, anneal_minutes=0.005, progress=False)
-    s = trainer.scales
-    assert s[0] == 1.0 and all(a >= b for a, b in zip(s, s[1:], strict=False))
-    assert 0.0 <= s[-1] < 0.05 and any(0.3 < x < 0.7 for x in s)
