@@ -27,7 +27,7 @@ from tqdm import tqdm
 from speechrt.asr import ASR
 from speechrt.audio.io import resample
 from speechrt.beam import beam_search
-from speechrt.ctc import collapse, greedy_ids
+from speechrt.ctc import greedy_decode
 from speechrt.metrics import wer
 from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
@@ -50,14 +50,12 @@ def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
-def greedy_text(lp: np.ndarray) -> str:
-    ids = greedy_ids(torch.from_numpy(lp)[None], torch.tensor([lp.shape[0]]))[0]
-    return " ".join("".join(LABELS[i] for i, _, _ in collapse(ids, len(LABELS))).split())
-
-
 def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]:
     lps = log_probs(asr, audios)
-    greedy = [greedy_text(lp) for lp in lps]
+    greedy = [
+        greedy_decode(torch.from_numpy(lp)[None], torch.tensor([len(lp)]), LABELS, 1.0)[0].text
+        for lp in lps
+    ]
     t0 = time.perf_counter()
     beam = [beam_search(lp, LABELS, asr.lm, asr.beam_options) for lp in lps]
     seconds = sum(len(a) for a in audios) / asr.sample_rate
