@@ -15,7 +15,7 @@ from types import ModuleType
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
 
 
-_QUOTE = re.compile(r"(?<!\w)'|'(?!\w)")  # an apostrophe not inside a word: a quotation mark
+QUOTE_MARK = re.compile(r"(?<!\w)'|'(?!\w)")  # an apostrophe not inside a word: a quotation mark
 
 
 def normalize_transcript(text: str) -> str:
@@ -24,7 +24,7 @@ def normalize_transcript(text: str) -> str:
     no one can hear it)."""
     text = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES).lower()
     kept = (" " if ch != "'" and unicodedata.category(ch)[0] in "PSZC" else ch for ch in text)
-    return re.sub(r"\s+", " ", _QUOTE.sub(" ", "".join(kept))).strip()
+    return re.sub(r"\s+", " ", QUOTE_MARK.sub(" ", "".join(kept))).strip()
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from speechrt.audio.features import FeatureConfig, _mel_basis, _window
+from speechrt.metrics import QUOTE_MARK
 from speechrt.models.jasper import LABELS
 
 _NOT_LABEL = re.compile(r"[^a-z' ]+")
-_QUOTE = re.compile(r"(?<![a-z])'|'(?![a-z])")  # not inside a word: a quotation mark, unheard
 
 
 def transcript(spoken: str) -> str:
     """What the recogniser should write for a teacher's text: a-z, ' (inside words only) and
     single spaces."""
-    return " ".join(_QUOTE.sub(" ", _NOT_LABEL.sub(" ", spoken.lower())).split())
+    return " ".join(QUOTE_MARK.sub(" ", _NOT_LABEL.sub(" ", spoken.lower())).split())
 
 
 def label_ids(text: str) -> list[int]:
