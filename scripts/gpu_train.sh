@@ -85,18 +85,31 @@ if [ "$QGPUS" -gt 1 ]; then  # QuartzNet on GPUs 0..N-1, the others after them o
   GPU=([hifigan]=$spare [fastpitch]=$spare [quartznet]=$(seq -s, 0 $(( QGPUS - 1 ))))
   EXTRA[quartznet]+=" --gpus $QGPUS"
 fi
-PIDS=()
-for m in $MODELS; do
-  args=(--corpus corpus --run "runs/$m" --minutes 600 --deadline "$DEADLINE"
-        --warm-start "${WARM:-.carry/resume}/$m.pt" --quiet)
-  args+=(--compact-out "$RESUME/$m.pt")
-  # shellcheck disable=SC2086
-  [ "${NGPU:-0}" -ge 1 ] && export CUDA_VISIBLE_DEVICES=${GPU[$m]}
-  python3 -m speechrt_train "$m" "${args[@]}" ${EXTRA[$m]} > >(sed -u "s/^/[$m] /") 2>&1 &
-  PIDS+=($!)
-done
+train() {  # model, its GPU list, its arguments: one trainer in the background
+  local m=$1 gpus=$2
+  shift 2
+  [ "${NGPU:-0}" -ge 1 ] && export CUDA_VISIBLE_DEVICES=$gpus
+  python3 -m speechrt_train "$m" --corpus corpus --run "runs/$m" --minutes 600 \
+    --deadline "$DEADLINE" --warm-start "${WARM:-.carry/resume}/$m.pt" --quiet \
+    --compact-out "$RESUME/$m.pt" "$@" > >(sed -u "s/^/[$m] /") 2>&1 &
+  PID[$m]=$!
+}
+declare -A PID=()
+# shellcheck disable=SC2086
+for m in $MODELS; do train "$m" "${GPU[$m]}" ${EXTRA[$m]}; done
 FAILED=0
-for pid in "${PIDS[@]}"; do wait "$pid" || FAILED=1; done
+for m in $MODELS; do
+  wait "${PID[$m]}" && continue
+  # data-parallel QuartzNet failed (NCCL, a rank): the same run on one GPU from where it was,
+  # if a few minutes are left (it resumes runs/quartznet/last.pt, or warm-starts again)
+  if [ "$m" = quartznet ] && [ "$QGPUS" -gt 1 ] && [ $(( DEADLINE - $(date +%s) )) -gt 120 ]; then
+    echo "== data-parallel QuartzNet failed: going on on GPU 0 alone"
+    # shellcheck disable=SC2086
+    train quartznet 0 ${QUARTZNET_ARGS:-}
+    wait "${PID[quartznet]}" && continue
+  fi
+  FAILED=1
+done
 for m in $MODELS; do
   [ -f "runs/$m/log.jsonl" ] && tail -n 2 "runs/$m/log.jsonl" | sed "s/^/[$m] /"
 done
