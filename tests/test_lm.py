@@ -100,12 +100,39 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     back = load_lm(tmp_path)
     assert back.vocab == lm.vocab and back.order == 3
     assert back.decoding == {"alpha": 0.5} and back.source == {"sentences": 7}
-    for a, b in zip(lm.arrays, back.arrays, strict=True):
+    ids, back_ids = lm.arrays[2], back.arrays[2]
+    for x, y in zip(ids, back_ids, strict=True):
+        np.testing.assert_array_equal(x, y)
+    # log-probabilities and backoffs are stored in fp16: within half its step at their size
+    for a, b in zip(lm.arrays[:2], back.arrays[:2], strict=True):
         for x, y in zip(a, b, strict=True):
-            np.testing.assert_array_equal(x, y)
+            assert y.dtype == np.float32
+            np.testing.assert_allclose(y, x, rtol=2**-11, atol=0)
     for h in histories(lm):
         got = [back.logprob(w, h) for w in range(len(lm))]
-        assert got == [lm.logprob(w, h) for w in range(len(lm))]
+        want = [lm.logprob(w, h) for w in range(len(lm))]
+        np.testing.assert_allclose(got, want, rtol=0, atol=0.01)
+
+
+def test_float32_files_still_load(tmp_path: Path) -> None:
+    """LMs written before fp16 storage (float32 arrays) load unchanged."""
+    from safetensors.numpy import load_file, save_file
+
+    lm = build_lm(TEXT, ["zebra"], prune=2)
+    lm.save(tmp_path)
+    path = tmp_path / "lm.safetensors"
+    logp, backoff, _ = lm.arrays
+    t = load_file(str(path))
+    for n in range(1, lm.order + 1):
+        t[f"logp.{n}"] = logp[n - 1].astype(np.float32)
+        if n < lm.order:
+            t[f"backoff.{n}"] = backoff[n - 1].astype(np.float32)
+    save_file(t, str(path))
+    back = load_lm(tmp_path)
+    for h in histories(lm):
+        assert [back.logprob(w, h) for w in range(len(lm))] == [
+            lm.logprob(w, h) for w in range(len(lm))
+        ]
 
 
 @pytest.fixture()

@@ -48,10 +48,15 @@ def test_lm_command_sees_the_train_split_only(
 ) -> None:
     train, held, (twin_train, twin_held) = fortunes()
     train.append("There are 22 cats in the house.")
-    assert not is_heldout(train[-1])
+    # the LM reads sentences of any length, not just those the corpus keeps (3-24 words) ...
+    long = "This " + " ".join(f"{name(40_000 + k)}" for k in range(30)) + " stays."
+    train.append(long)
+    # ... but none that quotes a held-out sentence
+    quoting = f"He said that {held[0][0].lower()}{held[0][1:-1]} and left."
+    assert not any(is_heldout(s) for s in (train[-2], long, quoting))
     folder = tmp_path / "root" / FORTUNES_DIR
     folder.mkdir(parents=True)
-    lines = [*train, twin_train, *held, twin_held]
+    lines = [*train, twin_train, quoting, *held, twin_held]
     (folder / "tiny").write_text("\n%\n".join(lines) + "\n")
     words = tmp_path / "words"
     words.write_text("Zebra\nnaïve\nx-ray\no'clock\nit's\n'\nzebra\n")
@@ -59,7 +64,8 @@ def test_lm_command_sees_the_train_split_only(
     args = ["lm", "--out", str(out), "--fortunes-root", str(tmp_path / "root")]
     assert main([*args, "--words", str(words), "--alpha", "0.3"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["train_sentences"] == len(train) + 1 and summary["dropped_as_heldout"] == 1
+    side = summary["sources"]["fortunes train side"]
+    assert side["sentences"] == len(train) and side["dropped_as_heldout"] == 2
     assert summary["sentences"] == len(train)
     lm = load_lm(out)
     vocab = set(lm.vocab)
@@ -71,5 +77,45 @@ def test_lm_command_sees_the_train_split_only(
         own = {w for w in transcript(s).split() if w.startswith("zq")}
         assert own and not own & vocab, s  # nothing held out reaches the LM ...
     assert transcript(twin_train).split()[0] not in vocab  # ... not even as a train twin
+    assert name(40_029) in vocab and "said" not in vocab  # the long one in, the quoting one out
     assert lm.decoding == {**DECODING, "alpha": 0.3}
     assert lm.source["words_listed"] == 3 and lm.source["sentences"] == len(train)
+
+
+def test_lm_command_reads_extra_text(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--text-root: fortune files, dictd databases and WordNet examples, all LM text, minus
+    anything that holds a held-out fortune sentence."""
+    import gzip
+
+    train, held, _ = fortunes()
+    fortunes_root = tmp_path / "fortunes"
+    (fortunes_root / FORTUNES_DIR).mkdir(parents=True)
+    (fortunes_root / FORTUNES_DIR / "tiny").write_text("\n%\n".join([*train, *held]) + "\n")
+    extra = tmp_path / "extra"
+    (extra / FORTUNES_DIR).mkdir(parents=True)
+    (extra / FORTUNES_DIR / "quotes").write_text("Zqfortune is here.\n%\nAnother zqquote.\n")
+    (extra / "usr/share/dictd").mkdir(parents=True)
+    jargon = "zqhack\n   A zqkludge that works. It zqruns.\n\nzqcruft\n   Old zqcode.\n"
+    (extra / "usr/share/dictd/jargon.dict.dz").write_bytes(gzip.compress(jargon.encode()))
+    wordnet = extra / "usr/share/wordnet"
+    wordnet.mkdir(parents=True)
+    held_line = held[0].rstrip(".")
+    for pos in ("noun", "verb", "adj", "adv"):
+        (wordnet / f"data.{pos}").write_text(
+            "  1 This software and database is being provided\n"
+            f'00001740 03 n 01 zq{pos} 0 000 | a thing; "the zq{pos}word ran"; "{held_line}"\n'
+        )
+    out = tmp_path / "lm"
+    args = ["lm", "--out", str(out), "--fortunes-root", str(fortunes_root)]
+    assert main([*args, "--text-root", str(extra)]) == 0
+    sources = json.loads(capsys.readouterr().out)["sources"]
+    assert sources["fortune files"]["sentences"] == 2
+    assert sources["dictd jargon"]["sentences"] == 3  # one per ". " (a headword starts one)
+    assert sources["wordnet examples"] == {"sentences": 4, "words": 12, "dropped_as_heldout": 1}
+    vocab = set(load_lm(out).vocab)
+    assert {"zqfortune", "zqquote", "zqkludge", "zqruns", "zqcode", "zqnounword"} <= vocab
+    assert "software" not in vocab  # WordNet's license header is not text
+    for s in held:
+        assert not {w for w in transcript(s).split() if w.startswith("zq")} & vocab
+    assert main([*args, "--text-root", str(tmp_path / "nothing")]) == 2
+    assert "no fortune files, dictd databases or WordNet" in capsys.readouterr().err

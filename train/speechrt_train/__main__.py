@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder for lm.json + lm.safetensors")
     p.add_argument("--words", help="extra vocabulary, one word a line (e.g. wamerican's)")
     p.add_argument("--fortunes-root", default="/", help="Debian root holding the fortunes")
+    p.add_argument(
+        "--text-root",
+        help="Debian root with more English text unpacked (fortune-anarchism, dict-jargon, "
+        "dict-devil, wordnet-base): all of it LM text",
+    )
     p.add_argument("--order", type=int, default=3)
     p.add_argument("--prune", type=int, help="drop top-order n-grams seen fewer times")
     for name in ("beam_size", "max_chars"):
@@ -238,7 +243,19 @@ def main(argv: list[str] | None = None) -> int:
 
         decoding = {k: getattr(args, k) for k in DECODING if getattr(args, k) is not None}
         prune = PRUNE if args.prune is None else args.prune
-        result = build(args.out, args.fortunes_root, args.words, args.order, prune, decoding)
+        try:
+            result = build(
+                args.out,
+                args.fortunes_root,
+                args.words,
+                args.order,
+                prune,
+                decoding,
+                args.text_root,
+            )
+        except FileNotFoundError as e:
+            print(f"speechrt_train lm: {e}", file=sys.stderr)
+            return 2
     elif args.command == "export":
         from speechrt_train.export import evaluate, export, write_metrics
 

@@ -1,10 +1,12 @@
 """`python -m speechrt_train lm`: the recogniser's word trigram model, from the train split.
 
-    fortune sentences (texts.py) -> train split only -> what the teacher voices read
-    (speechrt's english_cleaners_v2: numbers, abbreviations in words) -> the recogniser's
-    transcript form (asr_data.transcript: a-z, ' and single spaces) -> sentences whose form
-    equals a held-out sentence's dropped -> speechrt.lm.build_lm (+ a word list, e.g. Debian's
-    wamerican, lowercased and limited to words the labels can spell) -> lm.json + lm.safetensors
+    every sentence of the fortunes (any length, texts.entries) -> those the split holds out
+    dropped -> what the teacher voices read (speechrt's english_cleaners_v2: numbers,
+    abbreviations in words) -> the recogniser's transcript form (asr_data.transcript: a-z, '
+    and single spaces) -> any form that holds a held-out sentence's form dropped
+    [+ extra English text from other Debian packages (`extra_texts`), same form, same filter]
+    -> speechrt.lm.build_lm (+ a word list, e.g. Debian's wamerican, lowercased and limited to
+    words the labels can spell) -> lm.json + lm.safetensors
 
 The decoding defaults written into lm.json (DECODING) were tuned on held-out sentences that no
 evaluation uses (docs/models/README.md, "Language model").
@@ -12,20 +14,32 @@ evaluation uses (docs/models/README.md, "Language model").
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import re
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from speechrt.lm import NGramLM, build_lm
 from speechrt.models.jasper import LABELS
+from speechrt.text.sentences import split_sentences
 from speechrt_train.asr_data import transcript
-from speechrt_train.texts import Sentence, load_sentences, split
+from speechrt_train.texts import (
+    FORTUNES_DIR,
+    entries,
+    entry_text,
+    fortune_files,
+    is_heldout,
+    load_sentences,
+    split,
+)
 
 # speechrt.beam.BeamOptions fields, tuned (docs/models/README.md)
 DECODING: dict[str, Any] = {
     "beam_size": 32,
-    "alpha": 0.6,
-    "beta": 1.0,
+    "alpha": 0.8,
+    "beta": 0.0,
     "oov_penalty": -3.0,
     "oov_char_penalty": -2.0,
     "prune_logp": -7.0,
@@ -35,12 +49,111 @@ ORDER = 3
 PRUNE = 2  # singleton trigrams dropped: 40 % smaller, the same dev WER (docs/models/README.md)
 
 
-def spoken_forms(sentences: list[Sentence]) -> list[str]:
-    """Each sentence as the recogniser is trained to write it (see asr_data.load_speech)."""
+LONG = 400  # characters: the LM reads long sentences whole (the corpus keeps <= 160)
+WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
+_QUOTED = re.compile(r'"([^"]{8,})"')  # a WordNet gloss's examples: "he waited for the bus"
+
+
+def spoken_forms(texts: list[str]) -> list[str]:
+    """Each text as the recogniser is trained to write it (see asr_data.load_speech)."""
     from speechrt_train.align import make_processor, tp_plain
 
     tp = tp_plain(make_processor())
-    return [transcript(tp.normalize(s.text).strip()) for s in sentences]
+    return [transcript(tp.normalize(t).strip()) for t in texts]
+
+
+def fortune_prose(folder: Path) -> list[str]:
+    """Every sentence of the fortune files in a folder, whatever its length, each once."""
+    seen: dict[str, None] = {}
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ""):
+        for entry in entries(path.read_text(encoding="utf-8", errors="replace")):
+            prose = entry_text(entry)
+            for s in split_sentences(prose, max_chars=LONG) if prose else []:
+                seen.setdefault(s, None)
+    return list(seen)
+
+
+def dictd_prose(path: Path) -> list[str]:
+    """The sentences of a dictd database (.dict.dz: gzip text), paragraph by paragraph."""
+    text = gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
+    out: dict[str, None] = {}
+    for para in re.split(r"\n\s*\n", text):
+        for s in split_sentences(" ".join(para.split()), max_chars=LONG):
+            out.setdefault(s, None)
+    return list(out)
+
+
+def wordnet_examples(folder: Path) -> list[str]:
+    """WordNet's example sentences (the quoted parts of each synset's gloss)."""
+    out: dict[str, None] = {}
+    for name in WORDNET_FILES:
+        for line in (folder / name).read_text(encoding="utf-8", errors="replace").splitlines():
+            if line and not line.startswith(" "):  # the license header lines start with spaces
+                for s in _QUOTED.findall(line.split("|", 1)[-1]):
+                    out.setdefault(s, None)
+    return list(out)
+
+
+def extra_texts(root: str | Path) -> dict[str, list[str]]:
+    """English text from Debian packages unpacked under root (`dpkg -x PKG.deb root`), by source:
+    fortune files (fortune-anarchism), dictd databases (dict-jargon: the Jargon File, dict-devil:
+    Bierce's Devil's Dictionary) and WordNet's example sentences (wordnet-base). None of it is
+    split: it is all LM text (the held-out filter still applies)."""
+    root = Path(root)
+    found: dict[str, list[str]] = {}
+    fortunes = root / FORTUNES_DIR
+    if fortunes.is_dir():
+        found["fortune files"] = fortune_prose(fortunes)
+    for path in sorted((root / "usr/share/dictd").glob("*.dict.dz")):
+        found[f"dictd {path.name.split('.')[0]}"] = dictd_prose(path)
+    wordnet = root / "usr/share/wordnet"
+    if all((wordnet / n).is_file() for n in WORDNET_FILES):
+        found["wordnet examples"] = wordnet_examples(wordnet)
+    if not found:
+        raise FileNotFoundError(f"no fortune files, dictd databases or WordNet under {root}")
+    return found
+
+
+class HeldoutFilter:
+    """Is a held-out sentence's form inside this form (as whole words)? Indexed by first word."""
+
+    def __init__(self, forms: list[str]) -> None:
+        self.by_first: defaultdict[str, list[list[str]]] = defaultdict(list)
+        for f in forms:
+            if f.split():
+                self.by_first[f.split()[0]].append(f.split())
+
+    def __call__(self, form: str) -> bool:
+        w = form.split()
+        return any(
+            w[i : i + len(h)] == h for i, x in enumerate(w) for h in self.by_first.get(x, ())
+        )
+
+
+def lm_texts(
+    fortunes_root: str | Path, text_root: str | Path | None = None
+) -> tuple[list[str], dict[str, Any]]:
+    """The LM's sentences (transcript form) and where they came from: the fortunes' train side
+    (every sentence the split does not hold out) and any extra text, minus every form that holds
+    a held-out one (two sentences can differ only in punctuation: the split hashes the text, the
+    LM sees the transcript; a long sentence can quote a short held-out one)."""
+    folder = Path(fortunes_root) / FORTUNES_DIR
+    if not fortune_files(fortunes_root):
+        raise FileNotFoundError(f"no fortune files under {fortunes_root} (unpack the .debs)")
+    _, heldout = split(load_sentences(fortunes_root))
+    held = HeldoutFilter(spoken_forms([s.text for s in heldout]))
+    sources = {"fortunes train side": [s for s in fortune_prose(folder) if not is_heldout(s)]}
+    if text_root is not None:
+        sources.update(extra_texts(text_root))
+    texts: list[str] = []
+    counts: dict[str, Any] = {}
+    for name, raw in sources.items():
+        forms = [f for f in spoken_forms(raw) if f]
+        kept = [f for f in forms if not held(f)]
+        texts += kept
+        counts[name] = {"sentences": len(kept), "words": sum(len(f.split()) for f in kept)}
+        counts[name]["dropped_as_heldout"] = len(forms) - len(kept)
+    return texts, counts
 
 
 def read_words(path: str | Path) -> list[str]:
@@ -54,16 +167,6 @@ def read_words(path: str | Path) -> list[str]:
     return list(seen)
 
 
-def lm_texts(sentences: list[Sentence]) -> tuple[list[str], dict[str, int]]:
-    """The train split's transcripts, minus any that equal a held-out one (two sentences can differ
-    only in punctuation: the split hashes the text, the LM sees the transcript)."""
-    train, heldout = split(sentences)
-    held = set(spoken_forms(heldout))
-    forms = spoken_forms(train)
-    kept = [f for f in forms if f and f not in held]
-    return kept, {"train_sentences": len(train), "dropped_as_heldout": len(forms) - len(kept)}
-
-
 def build(
     out: str | Path,
     fortunes_root: str | Path = "/",
@@ -71,18 +174,16 @@ def build(
     order: int = ORDER,
     prune: int = PRUNE,
     decoding: dict[str, Any] | None = None,
+    text_root: str | Path | None = None,
 ) -> dict[str, Any]:
     """Build and save the LM; returns a summary (also the provenance in lm.json)."""
-    sentences = load_sentences(fortunes_root)
-    if not sentences:
-        raise FileNotFoundError(f"no fortune files under {fortunes_root} (unpack the .debs)")
-    texts, counts = lm_texts(sentences)
+    texts, counts = lm_texts(fortunes_root, text_root)
     extra = read_words(words) if words else []
     source: dict[str, Any] = {
         "built_by": "speechrt_train lm",
-        "text": "fortunes, train split, as spoken (english_cleaners_v2), transcript form",
+        "text": "as spoken (english_cleaners_v2), transcript form, held-out sentences dropped",
         "sentences": len(texts),
-        **counts,
+        "sources": counts,
         "order": order,
         "prune": prune,
         "smoothing": "interpolated modified Kneser-Ney",
