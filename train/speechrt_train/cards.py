@@ -42,8 +42,10 @@ ABOUT = {
         "QuartzNet 5x5 recogniser (`asr`)",
         "16 kHz audio -> 64 log-mel features (DLE's front end) -> CTC over ` a-z '`, decoded by "
         "prefix beam search with a word trigram LM shipped beside it (`lm.json` + "
-        "`lm.safetensors`: interpolated modified Kneser-Ney over the fortunes train split plus "
-        "Debian's wamerican word list; `python -m speechrt_train lm`). "
+        "`lm.safetensors`: interpolated modified Kneser-Ney over the fortunes' train side and "
+        "English text from Debian packages (fortune-anarchism, the Jargon File, the Devil's "
+        "Dictionary, WordNet's examples; no sentence holding a held-out one) plus Debian's "
+        "wamerican word list; `python -m speechrt_train lm`). "
         "Trained with CTC on every teacher voice except the held-out one, with speed "
         "(x0.9-1.1), gain (+-6 dB), white noise (10-40 dB SNR, half the items) and SpecAugment; "
         "BatchNorm folded into the convolutions at export.",
