@@ -11,6 +11,7 @@ QuartzNet trains data-parallel on N GPUs of one machine with `--gpus N` (one pro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -80,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="data-parallel processes, one per GPU (cuda:0..N-1; with --device cpu: N CPU "
         "processes); --batch-size is split across them",
     )
+    sub.choices["hifigan"].add_argument(
+        "--mels-from",
+        metavar="DIR",
+        help="a FastPitch component (e.g. src/speechrt/defaults/voice-acoustic): train on its "
+        "teacher-forced mels instead of the ground truth (fine-tuning the vocoder to it)",
+    )
     p = sub.add_parser("lm", help="the recogniser's word trigram model (train split only)")
     p.add_argument("--out", required=True, help="folder for lm.json + lm.safetensors")
     p.add_argument("--words", help="extra vocabulary, one word a line (e.g. wamerican's)")
@@ -119,8 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace, config: Any) -> Any:
-    import dataclasses
-
     changes = {k: getattr(args, k) for k in ("preset", "batch_size", "lr") if getattr(args, k)}
     fields = {f.name: f.type for f in dataclasses.fields(config)}
     for item in args.set:
@@ -135,6 +140,19 @@ def _overrides(args: argparse.Namespace, config: Any) -> Any:
         }
         changes[key] = kind.get(str(fields[key]), str)(value)
     return dataclasses.replace(config, **changes)
+
+
+def _predict_mels(model_dir: str, voices: list[Any], device: str) -> None:
+    """Every item's mel in `voices` (VoiceData) replaced by FastPitch's teacher-forced one."""
+    from speechrt.errors import SpeechRTError
+    from speechrt_train.fastpitch_train import load_mel_teacher, predicted_mels
+
+    try:
+        teacher = load_mel_teacher(model_dir, voices[0].mel_config, device)
+    except (ValueError, SpeechRTError) as e:
+        raise SystemExit(f"--mels-from: {e}") from None
+    for data in voices:
+        data.replace_mels(predicted_mels(teacher, data))
 
 
 def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
@@ -153,7 +171,11 @@ def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
             return FastPitchTrainer(train, val, _overrides(args, FastPitchConfig()), device)
         from speechrt_train.hifigan_train import HiFiGANConfig, HiFiGANTrainer
 
-        return HiFiGANTrainer(train, val, _overrides(args, HiFiGANConfig()), device)
+        config = _overrides(args, HiFiGANConfig())
+        if args.mels_from:
+            _predict_mels(args.mels_from, [train, val], device)
+        config = dataclasses.replace(config, mels_from=args.mels_from)  # not from --set
+        return HiFiGANTrainer(train, val, config, device)
     from speechrt_train.asr_data import load_speech
     from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
 

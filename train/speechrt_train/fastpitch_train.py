@@ -7,17 +7,22 @@ called with the ground-truth durations, pitch and energy (teacher forcing, as DL
         -> energy predictor; + energy_emb(target energy) -> repeat by target durations
         -> decoder -> proj -> mel
     loss = MSE(mel) + 0.1 * (MSE(log(1 + dur)) + MSE(pitch) + MSE(energy)), masked (DLE's weights)
+
+A trained component's teacher-forced mels (`predicted_mels`, frame for frame with the real audio)
+are what HiFi-GAN is fine-tuned on (`python -m speechrt_train hifigan --mels-from DIR`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from speechrt.audio.mel import MelConfig
 from speechrt.models.fastpitch import FastPitch, FastPitchDims, lengths_mask
 from speechrt_train.loop import Batches, Checkpointed, warmup_rsqrt
 from speechrt_train.tts_data import TextBatch, VoiceData, text_batch
@@ -108,6 +113,47 @@ def teacher_forced(model: FastPitch, b: TextBatch) -> FastPitchOut:
     dec = model.decoder(frames, frames_mask, frames_mask)
     mel = model.proj(dec).permute(0, 2, 1)  # (B, n_mels, T)
     return FastPitchOut(mel, log_dur, pitch, energy)
+
+
+def load_mel_teacher(
+    model_dir: str | Path, mel_config: MelConfig, device: str | torch.device = "cpu"
+) -> FastPitch:
+    """A FastPitch component (model repository form) that is to predict a voice's mels
+    (float32, eval mode): it must make the voice's mels from the corpus's symbol ids, and
+    hold the pitch statistics it was trained with (its pitch_mean / pitch_std buffers)."""
+    from speechrt.repo import load_component
+    from speechrt_train.align import make_processor
+
+    model, info = load_component(model_dir, device)
+    if info.kind != "fastpitch":
+        raise ValueError(f"{model_dir}: a {info.kind} component, not fastpitch")
+    if info.mel is None:
+        raise ValueError(f"{model_dir}: model.json has no mel config")
+    info.mel.check_matches(mel_config, f"FastPitch {model_dir} and the corpus")
+    if info.meta.get("text") != make_processor().to_meta():
+        raise ValueError(f"{model_dir}: text front end {info.meta.get('text')} is not the corpus's")
+    if not float(model.pitch_std[0]) > 0:  # 0: a checkpoint without its training statistics
+        raise ValueError(f"{model_dir}: no pitch statistics (pitch_std buffer is 0)")
+    return model
+
+
+@torch.no_grad()
+def predicted_mels(model: FastPitch, data: VoiceData, batch_size: int = 32) -> list[Tensor]:
+    """FastPitch's teacher-forced mel of every item of `data`: from its ids with the true
+    durations, pitch (normalised by the model's own statistics) and energy, so item i gets
+    exactly its T_i frames -> [(n_mels, T_i) float32] in data's order. Batches of similar
+    lengths (less padding; each item is independent of its batch-mates)."""
+    model.eval()
+    mean, std = float(model.pitch_mean[0]), float(model.pitch_std[0])
+    frames = data.frames()
+    order = sorted(range(len(data)), key=lambda i: frames[i])
+    mels: list[Tensor] = [torch.empty(0)] * len(data)
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        mel = teacher_forced(model, text_batch(data, index, mean, std)).mel.float()
+        for k, i in enumerate(index):
+            mels[i] = mel[k, :, : frames[i]].clone()  # (n_mels, T_i), not a view of the batch
+    return mels
 
 
 def losses(out: FastPitchOut, b: TextBatch) -> dict[str, Tensor]:

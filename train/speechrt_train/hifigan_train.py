@@ -6,6 +6,8 @@ discriminators: multi-period (periods 2, 3, 5, 7, 11; 2-D convs over the folded 
                 the paper's by `width` (4.6 M parameters at the default 1/4)
 losses (least squares GAN, as the paper): D: (1 - D(y))^2 + D(G(x))^2
           G: (1 - D(G(x)))^2 + 2 * feature matching (L1) + 45 * L1(full-band log-mel)
+data: (mel, real audio) segments; the mels are the ground truth's, or FastPitch's teacher-forced
+      ones (config.mels_from, `--mels-from DIR`: fine-tuned to the acoustic model's errors)
 """
 
 from __future__ import annotations
@@ -158,6 +160,9 @@ class HiFiGANConfig:
     seed: int = 0
     amp: bool = True  # bf16 autocast for the discriminators on CUDA
     compile: bool = False  # torch.compile generator and discriminators (fixed segment shape)
+    # the FastPitch component whose teacher-forced mels replaced the ground truth (fine-tuning;
+    # set by --mels-from), None: ground-truth mels
+    mels_from: str | None = None
 
 
 def plain_generator(gen: HiFiGAN) -> HiFiGAN:

@@ -54,6 +54,15 @@ class VoiceData:
     def frames(self) -> list[int]:
         return [m.shape[1] for m in self.mels]
 
+    def replace_mels(self, mels: list[Tensor]) -> None:
+        """Other mels of the same items (e.g. an acoustic model's predictions), each (n_mels,
+        T) as the one it replaces; the packed mels are rebuilt from them on next use."""
+        for key, old, new in zip(self.keys, self.mels, mels, strict=True):
+            if new.shape != old.shape:
+                raise ValueError(f"{key}: mel {tuple(new.shape)} for {tuple(old.shape)}")
+        self.mels[:] = mels
+        self._packed = None
+
 
 def load_voice(
     shard: dict,
