@@ -1,0 +1,87 @@
+"""Where the synthesize -> transcribe round trip loses words: the recogniser's WER on held-out
+sentences read three ways, each stage of our voice replaced by the teacher's one at a time.
+
+    PYTHONPATH=src:train python scripts/round_trip_breakdown.py --out breakdown.json
+
+    teacher      the TTS voice's teacher (festival HTS slt) reading the sentences
+    copy         the teacher's audio -> log-mel -> our HiFi-GAN (the vocoder's loss alone)
+    ours         FastPitch -> HiFi-GAN (the bundled voice, what the CI round trip hears)
+
+Sets: tests/data/heldout_sentences.txt (the CI's 40) and the LM's dev sentences (held-out
+300..522 minus those 40). Needs the teachers unpacked (scripts/corpus/unpack.sh /tmp/teachers).
+The recogniser decodes as shipped (beam search with its LM) and greedily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from speechrt.asr import ASR
+from speechrt.audio.io import resample
+from speechrt.audio.mel import mel_spectrogram
+from speechrt.metrics import wer
+from speechrt.options import SynthesisOptions
+from speechrt.tts import TTS
+from speechrt_train.align import make_processor, tp_plain
+from speechrt_train.asr_data import transcript
+from speechrt_train.corpus import TTS_VOICE
+from speechrt_train.teachers import Teachers
+from speechrt_train.texts import load_sentences, split
+
+CI_SENTENCES = Path(__file__).resolve().parents[1] / "tests/data/heldout_sentences.txt"
+
+
+def copy_synthesis(voice: TTS, audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Teacher audio -> our vocoder's log-mel -> our vocoder, at the vocoder's rate."""
+    a = resample(audio, sample_rate, voice.mel.sampling_rate).astype(np.float32)
+    mel = mel_spectrogram(torch.from_numpy(a)[None], voice.mel)
+    with torch.no_grad():
+        y, n = voice.mel_to_audio(mel, torch.tensor([mel.shape[-1]]), SynthesisOptions(), None)
+    return y[0, : int(n[0])].numpy()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--asr", default="src/speechrt/defaults/asr", help="recogniser folder + LM")
+    p.add_argument("--teachers", default="/tmp/teachers", help="unpacked .debs")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    ci = CI_SENTENCES.read_text().splitlines()
+    _, held = split(load_sentences(args.teachers))
+    sets = {"ci_40": ci, "dev": [s.text for s in held[300:] if s.text not in set(ci)]}
+    tp = tp_plain(make_processor())
+    teachers = Teachers(args.teachers)
+    voice = TTS(device="cpu")
+    beam = ASR(args.asr, device="cpu")
+    greedy = ASR(args.asr, device="cpu", decoder="greedy")
+    result: dict = {"asr": args.asr, "decoding": beam.beam_options.__dict__}
+    for name, texts in sets.items():
+        refs = [transcript(tp.normalize(t)) for t in texts]
+        spoken = [tp.normalize(t).strip() for t in texts]
+        read = teachers.synthesize(TTS_VOICE, spoken)
+        rate = voice.mel.sampling_rate
+        audio = {
+            "teacher": [(u.audio, u.sample_rate) for u in read],
+            "copy": [(copy_synthesis(voice, u.audio, u.sample_rate), rate) for u in tqdm(read)],
+            "ours": [(a, rate) for a in voice.synthesize(texts)],
+        }
+        result[name] = {"sentences": len(texts)}
+        for way, items in audio.items():
+            heard = [resample(a, sr, beam.sample_rate) for a, sr in items]
+            row = {
+                "beam": wer(refs, [t.text for t in beam.transcribe(heard, batch_size=8)]),
+                "greedy": wer(refs, [t.text for t in greedy.transcribe(heard, batch_size=8)]),
+            }
+            result[name][way] = {k: round(v, 4) for k, v in row.items()}
+            print(name, way, result[name][way], flush=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
