@@ -13,6 +13,8 @@
 #   with --export:    train.log, metrics.json, bundle.tar.part-?? (<= 6 parts of 15 MiB) holding
 #                     defaults/{voice-acoustic,voice-vocoder,asr}/model.{json,safetensors} and
 #                     resume/<model>.pt; here: cat bundle.tar.part-* | tar -x -C DIR
+# BREAKDOWN=1 (with --export) also runs scripts/round_trip_breakdown.py on the exported models
+# (the LM from src/speechrt/defaults/asr) into $OUT/breakdown.json (3 more minutes reserved).
 # SPEED=S (seconds) first times the trainers' variants (scripts/train_speed.py), in parallel
 # on the GPUs, into $OUT/speed-{quartznet,hifigan}.json; training then gets what is left.
 # MODELS="hifigan quartznet" trains only those; with --export the others are evaluated as
@@ -66,7 +68,7 @@ fi
 RESUME=$OUT  # without --export the compact files come back as they are; with it, in the tar
 if [ -n "$EXPORT" ]; then RESUME=bundle/resume; rm -rf bundle; mkdir -p "$RESUME" bundle/defaults; fi
 RESERVE=45
-[ -n "$EXPORT" ] && RESERVE=150
+[ -n "$EXPORT" ] && RESERVE=$(( 150 + ${BREAKDOWN:+180} ))
 DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
 echo "== training for $(( DEADLINE - $(date +%s) )) s"
 declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
@@ -132,6 +134,13 @@ if [ -n "$EXPORT" ]; then
     --corpus corpus --metrics "$OUT/metrics.json" || exit 1
   # $OUT returns at most 8 files of <= 16 MiB: the defaults and the resume files in one tar
   tar -c bundle | split -b 15M - "$OUT/bundle.tar.part-" || exit 1
+  if [ -n "${BREAKDOWN:-}" ]; then  # the round trip's WERs with these models, the tree's LM
+    echo "== round_trip_breakdown.py"
+    # shellcheck disable=SC2086
+    python3 scripts/round_trip_breakdown.py --defaults bundle/defaults --device auto \
+      --lm src/speechrt/defaults/asr --out "$OUT/breakdown.json" ${BREAKDOWN_ARGS:-} ||
+      echo "== round_trip_breakdown.py failed (the bundle is already in \$OUT)"
+  fi
 fi
 echo "== done in $(( $(date +%s) - START )) s"
 sleep 1  # let tee write the log's last lines before $OUT is collected

@@ -1,7 +1,8 @@
 """Where the synthesize -> transcribe round trip loses words: the recogniser's WER on held-out
 sentences read three ways, each stage of our voice replaced by the teacher's one at a time.
 
-    PYTHONPATH=src:train python scripts/round_trip_breakdown.py --out breakdown.json
+    PYTHONPATH=src:train python scripts/round_trip_breakdown.py --out breakdown.json \
+        [--defaults DIR --lm src/speechrt/defaults/asr --device cuda]
 
     teacher      the TTS voice's teacher (festival HTS slt) reading the sentences
     copy         the teacher's audio -> log-mel -> our HiFi-GAN (the vocoder's loss alone)
@@ -9,13 +10,16 @@ sentences read three ways, each stage of our voice replaced by the teacher's one
 
 Sets: tests/data/heldout_sentences.txt (the CI's 40) and the LM's dev sentences (held-out
 300..522 minus those 40). Needs the teachers unpacked (scripts/corpus/unpack.sh /tmp/teachers).
-The recogniser decodes as shipped (beam search with its LM) and greedily.
+The recogniser decodes as shipped (beam search with its LM) and greedily. `--defaults DIR`
+reads the voice and the recogniser from an export's folder (voice-acoustic, voice-vocoder, asr;
+the LM from `--lm` when the export's asr has none), as scripts/gpu_train.sh's export does.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -40,27 +44,32 @@ CI_SENTENCES = Path(__file__).resolve().parents[1] / "tests/data/heldout_sentenc
 def copy_synthesis(voice: TTS, audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """Teacher audio -> our vocoder's log-mel -> our vocoder, at the vocoder's rate."""
     a = resample(audio, sample_rate, voice.mel.sampling_rate).astype(np.float32)
-    mel = mel_spectrogram(torch.from_numpy(a)[None], voice.mel)
+    mel = mel_spectrogram(torch.from_numpy(a)[None], voice.mel).to(voice.device)
     with torch.no_grad():
         y, n = voice.mel_to_audio(mel, torch.tensor([mel.shape[-1]]), SynthesisOptions(), None)
-    return y[0, : int(n[0])].numpy()
+    return y[0, : int(n[0])].cpu().numpy()
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--asr", default="src/speechrt/defaults/asr", help="recogniser folder + LM")
+    p.add_argument("--defaults", default="src/speechrt/defaults", help="models' folder")
+    p.add_argument("--lm", help="LM folder (default: the recogniser's own)")
     p.add_argument("--teachers", default="/tmp/teachers", help="unpacked .debs")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    p.add_argument("--limit", type=int, help="first N sentences of each set (smoke runs)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    models = Path(args.defaults)
     ci = CI_SENTENCES.read_text().splitlines()
     _, held = split(load_sentences(args.teachers))
     sets = {"ci_40": ci, "dev": [s.text for s in held[300:] if s.text not in set(ci)]}
+    sets = {k: v[: args.limit] for k, v in sets.items()}
     tp = tp_plain(make_processor())
     teachers = Teachers(args.teachers)
-    voice = TTS(device="cpu")
-    beam = ASR(args.asr, device="cpu")
-    greedy = ASR(args.asr, device="cpu", decoder="greedy")
-    result: dict = {"asr": args.asr, "decoding": beam.beam_options.__dict__}
+    voice = TTS(models / "voice-acoustic", models / "voice-vocoder", device=args.device)
+    beam = ASR(models / "asr", device=args.device, decoder="beam", lm=args.lm)
+    greedy = ASR(models / "asr", device=args.device, decoder="greedy")
+    result: dict = {"defaults": args.defaults, "lm": args.lm, "decoding": asdict(beam.beam_options)}
     for name, texts in sets.items():
         refs = [transcript(tp.normalize(t)) for t in texts]
         spoken = [tp.normalize(t).strip() for t in texts]
