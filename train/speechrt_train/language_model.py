@@ -26,7 +26,6 @@ from speechrt.models.jasper import LABELS
 from speechrt.text.sentences import split_sentences
 from speechrt_train.asr_data import transcript
 from speechrt_train.texts import (
-    FORTUNES_DIR,
     entries,
     entry_text,
     fortune_files,
@@ -62,10 +61,11 @@ def spoken_forms(texts: list[str]) -> list[str]:
     return [transcript(tp.normalize(t).strip()) for t in texts]
 
 
-def fortune_prose(folder: Path) -> list[str]:
-    """Every sentence of the fortune files in a folder, whatever its length, each once."""
+def fortune_prose(root: str | Path) -> list[str]:
+    """Every sentence of the fortune files under a Debian root (texts.fortune_files: no
+    pictures or code), whatever its length, each once."""
     seen: dict[str, None] = {}
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ""):
+    for path in fortune_files(root):
         for entry in entries(path.read_text(encoding="utf-8", errors="replace")):
             prose = entry_text(entry)
             for s in split_sentences(prose, max_chars=LONG) if prose else []:
@@ -101,9 +101,8 @@ def extra_texts(root: str | Path) -> dict[str, list[str]]:
     split: it is all LM text (the held-out filter still applies)."""
     root = Path(root)
     found: dict[str, list[str]] = {}
-    fortunes = root / FORTUNES_DIR
-    if fortunes.is_dir():
-        found["fortune files"] = fortune_prose(fortunes)
+    if fortune_files(root):
+        found["fortune files"] = fortune_prose(root)
     for path in sorted((root / "usr/share/dictd").glob("*.dict.dz")):
         found[f"dictd {path.name.split('.')[0]}"] = dictd_prose(path)
     wordnet = root / "usr/share/wordnet"
@@ -119,9 +118,9 @@ class HeldoutFilter:
 
     def __init__(self, forms: list[str]) -> None:
         self.by_first: defaultdict[str, list[list[str]]] = defaultdict(list)
-        for f in forms:
-            if f.split():
-                self.by_first[f.split()[0]].append(f.split())
+        for words in (f.split() for f in forms):
+            if words:
+                self.by_first[words[0]].append(words)
 
     def __call__(self, form: str) -> bool:
         w = form.split()
@@ -137,12 +136,12 @@ def lm_texts(
     (every sentence the split does not hold out) and any extra text, minus every form that holds
     a held-out one (two sentences can differ only in punctuation: the split hashes the text, the
     LM sees the transcript; a long sentence can quote a short held-out one)."""
-    folder = Path(fortunes_root) / FORTUNES_DIR
     if not fortune_files(fortunes_root):
         raise FileNotFoundError(f"no fortune files under {fortunes_root} (unpack the .debs)")
     _, heldout = split(load_sentences(fortunes_root))
     held = HeldoutFilter(spoken_forms([s.text for s in heldout]))
-    sources = {"fortunes train side": [s for s in fortune_prose(folder) if not is_heldout(s)]}
+    train_side = [s for s in fortune_prose(fortunes_root) if not is_heldout(s)]
+    sources = {"fortunes train side": train_side}
     if text_root is not None:
         sources.update(extra_texts(text_root))
     texts: list[str] = []
