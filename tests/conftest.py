@@ -135,3 +135,13 @@ def speech_server(start_server, tiny_voice: tuple[Path, Path], tiny_asr: Path) -
         *("--max-text-chars", "2000", "--max-upload-mb", "1", "--max-audio-seconds", "30"),
     )
     return url
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny synthetic training corpus (speechrt_train.synthetic: no synthesizer), read-only."""
+    from speechrt_train.synthetic import write_corpus
+
+    path = tmp_path_factory.mktemp("corpus")
+    write_corpus(path)
+    return path

@@ -23,17 +23,9 @@ import torch
 from speechrt_train.__main__ import main
 from speechrt_train.distributed import Ranks
 from speechrt_train.loop import run
-from speechrt_train.synthetic import write_corpus
 
 ROOT = Path(__file__).parents[1]
 TESTS = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus")
-    write_corpus(path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -39,19 +39,12 @@ from speechrt_train.quartznet_train import (
     TrainableJasper,
     precise_bn,
 )
-from speechrt_train.synthetic import write_corpus
 from speechrt_train.tts_data import VoiceData, load_voice
 
 FP = FastPitchConfig(preset="fastpitch-tiny", batch_size=4, lr=3e-3, warmup=5, amp=False)
 HG = HiFiGANConfig(preset="hifigan-tiny", disc_width=0.05, batch_size=2, segment_frames=8)
+HG_ARGS = ["--preset", "hifigan-tiny", "--set", "disc_width=0.05", "--set", "segment_frames=8"]
 QN = QuartzNetConfig(preset="quartznet-tiny", batch_size=4, lr=3e-3, warmup=5, amp=False)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus")
-    write_corpus(path)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -184,12 +177,7 @@ def test_hifigan_trains_on_fastpitch_mels_through_the_cli(corpus, voice, tmp_pat
         str(corpus),
         "--run",
         str(tmp_path / "hifigan"),
-        "--preset",
-        "hifigan-tiny",
-        "--set",
-        "disc_width=0.05",
-        "--set",
-        "segment_frames=8",
+        *HG_ARGS,
         "--max-steps",
         "2",
         "--quiet",
@@ -358,12 +346,7 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
                 "hifigan",
                 "--run",
                 str(runs / "hifigan"),
-                "--preset",
-                "hifigan-tiny",
-                "--set",
-                "disc_width=0.05",
-                "--set",
-                "segment_frames=8",
+                *HG_ARGS,
                 *common,
             ]
         )
