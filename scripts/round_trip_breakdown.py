@@ -10,7 +10,8 @@ sentences read three ways, each stage of our voice replaced by the teacher's one
 
 Sets: tests/data/heldout_sentences.txt (the CI's 40) and the LM's dev sentences (held-out
 300..522 minus those 40). Needs the teachers unpacked (scripts/corpus/unpack.sh /tmp/teachers).
-The recogniser decodes as shipped (beam search with its LM) and greedily. `--defaults DIR`
+The recogniser decodes as shipped (beam search with its LM) and greedily, from one acoustic
+pass (scripts/asr_eval.py's `score`). `--defaults DIR`
 reads the voice and the recogniser from an export's folder (voice-acoustic, voice-vocoder, asr;
 the LM from `--lm` when the export's asr has none), as scripts/gpu_train.sh's export does.
 """
@@ -24,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from asr_eval import score  # scripts/: one acoustic pass, greedy and beam WER
 from tqdm import tqdm
 
 from speechrt.asr import ASR
 from speechrt.audio.io import resample
 from speechrt.audio.mel import mel_spectrogram
-from speechrt.metrics import wer
 from speechrt.options import SynthesisOptions
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
@@ -67,9 +68,8 @@ def main() -> None:
     tp = tp_plain(make_processor())
     teachers = Teachers(args.teachers)
     voice = TTS(models / "voice-acoustic", models / "voice-vocoder", device=args.device)
-    beam = ASR(models / "asr", device=args.device, decoder="beam", lm=args.lm)
-    greedy = ASR(models / "asr", device=args.device, decoder="greedy")
-    result: dict = {"defaults": args.defaults, "lm": args.lm, "decoding": asdict(beam.beam_options)}
+    asr = ASR(models / "asr", device=args.device, decoder="beam", lm=args.lm)
+    result: dict = {"defaults": args.defaults, "lm": args.lm, "decoding": asdict(asr.beam_options)}
     for name, texts in sets.items():
         refs = [transcript(tp.normalize(t)) for t in texts]
         spoken = [tp.normalize(t).strip() for t in texts]
@@ -82,12 +82,8 @@ def main() -> None:
         }
         result[name] = {"sentences": len(texts)}
         for way, items in audio.items():
-            heard = [resample(a, sr, beam.sample_rate) for a, sr in items]
-            row = {
-                "beam": wer(refs, [t.text for t in beam.transcribe(heard, batch_size=8)]),
-                "greedy": wer(refs, [t.text for t in greedy.transcribe(heard, batch_size=8)]),
-            }
-            result[name][way] = {k: round(v, 4) for k, v in row.items()}
+            row = score(asr, refs, [resample(a, sr, asr.sample_rate) for a, sr in items])
+            result[name][way] = {k: row[k] for k in ("beam", "greedy")}
             print(name, way, result[name][way], flush=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
