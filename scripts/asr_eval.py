@@ -46,7 +46,7 @@ def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
         if len(segments) != 1:
             raise ValueError(f"utterance {i} is longer than one window")
         lp, n = asr.log_probs(segments)
-        out.append(lp[0, : int(n[0])].float().numpy())
+        out.append(lp[0, : int(n[0])].float().cpu().numpy())
     return out
 
 
