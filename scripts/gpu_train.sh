@@ -22,6 +22,8 @@
 # QUARTZNET_GPUS=N trains QuartzNet data-parallel on GPUs 0..N-1 (`--gpus N`: one process per
 # GPU; --batch-size is the global batch, split across them); the other models then take the
 # GPU after those, or share GPU 0 where there is none (with no GPU: N CPU processes, a smoke run).
+# PLAN=wide (default full) makes the corpus with the extra text of .carry/text/*.deb (fortune-
+# anarchism, dict-jargon, dict-devil, wordnet-base): ~45 h, every sentence read about once.
 # Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
 # bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume)
 set -uo pipefail
@@ -45,8 +47,10 @@ export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site
 
 if [ ! -f corpus/manifest.json ]; then
   echo "== corpus ($PLAN)"
+  TEXT_ARGS=()  # PLAN=wide reads the extra text too (.carry/text/*.deb, unpacked to /tmp/text)
+  [ "$PLAN" = wide ] && TEXT_ARGS=(--text-root /tmp/text)
   python3 -m speechrt_train corpus --out corpus --plan "$PLAN" --prefix /tmp/teachers \
-    --minutes 3 --quiet || exit 1
+    --minutes 3 --quiet "${TEXT_ARGS[@]}" || exit 1
 fi
 [ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
 

@@ -119,3 +119,50 @@ def test_lm_command_reads_extra_text(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert not {w for w in transcript(s).split() if w.startswith("zq")} & vocab
     assert main([*args, "--text-root", str(tmp_path / "nothing")]) == 2
     assert "no fortune files, dictd databases or WordNet" in capsys.readouterr().err
+
+
+def test_corpus_text_root_adds_train_sentences_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """corpus --text-root: the extra text's acceptable sentences join the train side (a WordNet
+    example capitalised and stopped); none that the split holds out, none that holds a held-out
+    fortune, no fortune twice; the held-out sentences stay exactly the fortunes' own."""
+    from speechrt_train.corpus import assign
+    from speechrt_train.language_model import speech_sentences
+    from speechrt_train.texts import load_sentences, split
+
+    train, held, _ = fortunes()
+    root = tmp_path / "fortunes"
+    (root / FORTUNES_DIR).mkdir(parents=True)
+    (root / FORTUNES_DIR / "tiny").write_text("\n%\n".join([*train, *held]) + "\n")
+    own = load_sentences(root)
+    split_out = next(
+        f"The zqsplit{i} is here." for i in range(1000) if is_heldout(f"The zqsplit{i} is here.")
+    )
+    extra = tmp_path / "extra"
+    (extra / "usr/share/wordnet").mkdir(parents=True)
+    examples = [
+        "the zqdog ran home",  # -> "The zqdog ran home."
+        f"he said {held[0][0].lower()}{held[0][1:-1]}",  # holds a held-out fortune
+        train[0].upper()[:-1].lower(),  # a fortune again (folded)
+        "too short",
+        split_out.rstrip("."),  # the split would hold it out
+        "a very " + "long " * 30 + "one",
+    ]
+    for pos in ("noun", "verb", "adj", "adv"):
+        body = "; ".join(f'"{e}"' for e in examples) if pos == "noun" else '"The zqcat sat."'
+        (extra / f"usr/share/wordnet/data.{pos}").write_text(f"00001740 03 n 01 x 0 | a; {body}\n")
+    got = [s.text for s in speech_sentences(extra, own)]
+    assert sorted(got) == ["The zqcat sat.", "The zqdog ran home."]
+    merged = sorted(own + speech_sentences(extra, own), key=lambda s: s.key)
+    assert split(merged)[1] == split(own)[1]
+    tasks = assign({"slt": (len(split(merged)[0]), 3)}, merged)
+    read = [s.text for t in tasks for s in t.sentences]
+    assert "The zqdog ran home." in read and set(read[:3]) <= {s.text for s in split(own)[1]}
+
+    args = ["corpus", "--out", str(tmp_path / "c"), "--fortunes-root", str(root), "--quiet"]
+    assert main([*args, "--plan", "wide"]) == 2  # the fortunes alone are too few
+    assert "plan wants more sentences" in capsys.readouterr().err
+    assert main([*args, "--plan", "tiny", "--text-root", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no fortune files, dictd databases or WordNet" in err

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Unpack .carry/debs into a prefix (default /tmp/teachers) and .carry/wheels into a site folder
-# (default /tmp/site); idempotent. Then: PYTHONPATH=src:train:/tmp/site and pass
-# `--prefix /tmp/teachers` to `python -m speechrt_train corpus` (it sets LD_LIBRARY_PATH and
-# festival's --libdir itself). Usage: bash scripts/corpus/unpack.sh [PREFIX] [SITE]
+# Unpack .carry/debs into a prefix (default /tmp/teachers), .carry/wheels into a site folder
+# (default /tmp/site) and, where there are any, .carry/text/*.deb (more English text: see
+# `speechrt_train corpus --text-root`) into a text root (default /tmp/text); idempotent. Then:
+# PYTHONPATH=src:train:/tmp/site and pass `--prefix /tmp/teachers` to `python -m speechrt_train
+# corpus` (it sets LD_LIBRARY_PATH and festival's --libdir itself).
+# Usage: bash scripts/corpus/unpack.sh [PREFIX] [SITE] [TEXT]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PREFIX=${1:-/tmp/teachers}
 SITE=${2:-/tmp/site}
-if [ ! -x "$PREFIX/usr/bin/festival" ]; then
-  mkdir -p "$PREFIX"
+TEXT=${3:-/tmp/text}
+
+unpack() {  # unpack DEST DEB...
+  local dest=$1
+  shift
+  mkdir -p "$dest"
   if command -v dpkg >/dev/null; then
-    for f in .carry/debs/*.deb; do dpkg -x "$f" "$PREFIX"; done
+    for f in "$@"; do dpkg -x "$f" "$dest"; done
   else  # no dpkg: a .deb is an ar archive holding data.tar.*; Python reads both
-    python3 - "$PREFIX" .carry/debs/*.deb <<'PY'
+    python3 - "$dest" "$@" <<'PY'
 import io, sys, tarfile
 prefix, debs = sys.argv[1], sys.argv[2:]
 for deb in debs:
@@ -26,6 +32,13 @@ for deb in debs:
         pos += 60 + size + (size % 2)
 PY
   fi
+}
+
+if [ ! -x "$PREFIX/usr/bin/festival" ]; then
+  unpack "$PREFIX" .carry/debs/*.deb
+fi
+if compgen -G ".carry/text/*.deb" >/dev/null && [ ! -d "$TEXT/usr" ]; then
+  unpack "$TEXT" .carry/text/*.deb
 fi
 if [ ! -d "$SITE/inflect" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -37,4 +50,4 @@ raise SystemExit(v < (4, 14))" 2>/dev/null; then
     rm -rf "$SITE"/typing_extensions*
   fi
 fi
-echo "teachers in $PREFIX, wheels in $SITE"
+echo "teachers in $PREFIX, wheels in $SITE$([ -d "$TEXT/usr" ] && echo ", text in $TEXT")"

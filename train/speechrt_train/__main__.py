@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("corpus", help="synthesize the teacher corpus")
     p.add_argument("--out", default="corpus")
     p.add_argument(
-        "--plan", default="small", help="full, small, tiny or synthetic (default: small)"
+        "--plan", default="small", help="full, wide, small, tiny or synthetic (default: small)"
     )
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument("--prefix", help="unpacked .debs (scripts/corpus/unpack.sh); default: system")
@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--fortunes-root", help="Debian root holding the fortunes (default: prefix or /)"
     )
     p.add_argument("--minutes", type=float, help="stop handing out work after this long")
+    p.add_argument(
+        "--text-root",
+        help="Debian root with more English text unpacked (as for `lm`): its sentences join "
+        "the train side (plan wide)",
+    )
     p.add_argument("--quiet", action="store_true")
     for name in TRAINED:
         _common(sub.add_parser(name, help=f"train {name} (time-budgeted, resumable)"), name)
@@ -252,9 +257,20 @@ def main(argv: list[str] | None = None) -> int:
         from speechrt_train.corpus import build
 
         root = args.fortunes_root or args.prefix or "/"
-        result = build(
-            args.out, args.plan, args.jobs, args.prefix, root, args.minutes, not args.quiet
-        )
+        try:
+            result = build(
+                args.out,
+                args.plan,
+                args.jobs,
+                args.prefix,
+                root,
+                args.minutes,
+                not args.quiet,
+                args.text_root,
+            )
+        except (FileNotFoundError, ValueError) as e:
+            print(f"speechrt_train corpus: {e}", file=sys.stderr)
+            return 2
     elif args.command in TRAINED:
         summary = train(args)
         if summary is None:  # a data-parallel rank other than 0: rank 0 reports

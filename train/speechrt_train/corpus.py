@@ -47,6 +47,16 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
         "ked": (4000, 200),  # a fifth training speaker (festival diphones), reading them again
         "rms": (0, 300),
     },
+    # with --text-root (docs/models/README.md, "Sixth GPU session"): the 62 695 train sentences
+    # of the fortunes and the extra text nearly all read once (~45 h, ~4 000 CPU-seconds)
+    "wide": {
+        "slt-hts": (14000, 200),
+        "slt": (12000, 200),
+        "awb": (12000, 200),
+        "kal16": (12000, 200),
+        "ked": (12000, 200),
+        "rms": (0, 300),
+    },
     "small": {v: (200, 20) for v in ("slt-hts", "slt", "awb", "kal16")} | {"rms": (0, 100)},
     "tiny": {"slt-hts": (12, 3), "slt": (8, 2), "rms": (0, 4)},
 }
@@ -185,8 +195,13 @@ def build(
     fortunes_root: str | Path = "/",
     minutes: float | None = None,
     progress: bool = True,
+    text_root: str | Path | None = None,
 ) -> dict[str, Any]:
     """Synthesize the corpus into out_dir; returns (and writes) the manifest.
+
+    `text_root`: a Debian root holding more English text (language_model.extra_texts), whose
+    acceptable sentences join the train side (language_model.speech_sentences), merged with the
+    fortunes' in hash order; the held-out sentences stay exactly the fortunes' own.
 
     `minutes`: stop handing out batches after this long and keep what is done (the batches are
     interleaved across voices, so each voice gets its proportional share)."""
@@ -196,6 +211,12 @@ def build(
     sentences = load_sentences(fortunes_root)
     if not sentences:
         raise FileNotFoundError(f"no fortune files under {fortunes_root} (unpack the .debs)")
+    extra = []
+    if text_root is not None:
+        from speechrt_train.language_model import speech_sentences
+
+        extra = speech_sentences(text_root, sentences)
+        sentences = sorted(sentences + extra, key=lambda s: s.key)
     tasks = assign(plan, sentences)
     jobs = jobs or mp.cpu_count()
     out = Path(out_dir)
@@ -226,6 +247,7 @@ def build(
         "jobs": jobs,
         "wall_seconds": round(time.time() - t0, 1),
         "stopped_at_deadline": stopped,
+        "sentences": {"fortunes": len(sentences) - len(extra), "extra text": len(extra)},
     }
     voices = {}
     for voice, its in items.items():

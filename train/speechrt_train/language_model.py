@@ -26,18 +26,21 @@ from speechrt.models.jasper import LABELS
 from speechrt.text.sentences import split_sentences
 from speechrt_train.asr_data import transcript
 from speechrt_train.texts import (
+    Sentence,
+    acceptable,
     entries,
     entry_text,
     fortune_files,
     is_heldout,
     load_sentences,
     split,
+    text_key,
 )
 
 # speechrt.beam.BeamOptions fields, tuned (docs/models/README.md)
 DECODING: dict[str, Any] = {
     "beam_size": 32,
-    "alpha": 0.8,
+    "alpha": 1.0,
     "beta": 0.0,
     "oov_penalty": -3.0,
     "oov_char_penalty": -2.0,
@@ -111,6 +114,27 @@ def extra_texts(root: str | Path) -> dict[str, list[str]]:
     if not found:
         raise FileNotFoundError(f"no fortune files, dictd databases or WordNet under {root}")
     return found
+
+
+def speech_sentences(text_root: str | Path, fortunes: list[Sentence]) -> list[Sentence]:
+    """More sentences for the teachers to read (corpus --text-root): the extra text
+    (`extra_texts`) cut to what the corpus accepts (texts.acceptable; a WordNet example gets a
+    capital and a full stop first), minus the fortunes' own (folded), any sentence the split
+    would hold out, and any that holds a held-out fortune sentence. Train side only."""
+    held = HeldoutFilter(spoken_forms([s.text for s in fortunes if s.heldout]))
+    seen = {s.text.lower() for s in fortunes}
+    picked: dict[str, Sentence] = {}
+    for name, raw in extra_texts(text_root).items():
+        for text in raw:
+            if name == "wordnet examples" and text and text[-1] not in ".!?":
+                text = text[0].upper() + text[1:] + "."
+            folded = text.lower()
+            if acceptable(text) and not is_heldout(text) and folded not in seen:
+                seen.add(folded)
+                picked[text] = Sentence(text_key(text), text)
+    texts = list(picked)
+    kept = [picked[t] for t, f in zip(texts, spoken_forms(texts), strict=True) if f and not held(f)]
+    return sorted(kept, key=lambda s: s.key)
 
 
 class HeldoutFilter:
