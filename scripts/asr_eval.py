@@ -9,6 +9,10 @@ teacher voice rms (flite, unpacked by scripts/corpus/unpack.sh; the recogniser n
 References are what each voice was asked to say, in the recogniser's transcript form. One ASR
 pass per set gives the log-probabilities; both decoders read the same ones. `speechrt_train
 cards --decoding asr-eval.json` puts the result in docs/models/quartznet.md.
+
+`--fit N` also measures how much the recogniser learnt its sentences by heart: the TTS teacher
+(slt-hts, which it trained on) reading the first N *training* sentences against N held-out
+ones (`teacher_fit`; the LM knows the training sentences too, so compare the greedy WERs).
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
-from speechrt_train.corpus import HELDOUT_VOICE
+from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE
 from speechrt_train.teachers import Teachers
-from speechrt_train.texts import load_sentences, split
+from speechrt_train.texts import Sentence, load_sentences, split
 
 
 def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
@@ -72,17 +76,29 @@ def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]
     }
 
 
+def teacher_score(asr: ASR, teachers: str, sentences: list[Sentence]) -> dict[str, Any]:
+    """`score` of the TTS teacher voice reading these sentences."""
+    tp = tp_plain(make_processor())
+    spoken = [tp.normalize(s.text).strip() for s in sentences]
+    audios = [
+        resample(u.audio, u.sample_rate, asr.sample_rate)
+        for u in Teachers(teachers).synthesize(TTS_VOICE, spoken)
+    ]
+    return score(asr, [transcript(t) for t in spoken], audios)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--asr", default="src/speechrt/defaults/asr", help="recogniser folder + LM")
     p.add_argument("--teachers", default="/tmp/teachers", help="unpacked .debs (flite, fortunes)")
     p.add_argument("--sentences", type=int, default=200)
+    p.add_argument("--fit", type=int, default=0, help="N: teacher on train vs held-out text")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
     torch.set_num_threads(2)
     asr = ASR(args.asr, device="cpu", decoder="beam")
-    _, heldout = split(load_sentences(args.teachers))
+    train, heldout = split(load_sentences(args.teachers))
     texts = [s.text for s in heldout[: args.sentences]]
     tp = tp_plain(make_processor())
     spoken = [tp.normalize(t).strip() for t in texts]
@@ -104,10 +120,17 @@ def main() -> None:
         f"heldout_voice_{HELDOUT_VOICE}": score(asr, refs, teacher),
         "hello_world": asr.transcribe([hello])[0].text,
     }
+    if args.fit:
+        result["teacher_fit"] = {
+            name: teacher_score(asr, args.teachers, sentences[: args.fit])
+            for name, sentences in (("train_text", train), ("heldout_text", heldout))
+        }
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}, indent=1))
-    for k in ("our_voice", f"heldout_voice_{HELDOUT_VOICE}"):
-        print(k, {m: result[k][m] for m in ("sentences", "greedy", "beam")})
+    rows = {k: result[k] for k in ("our_voice", f"heldout_voice_{HELDOUT_VOICE}")}
+    rows.update({f"{TTS_VOICE} {k}": v for k, v in result.get("teacher_fit", {}).items()})
+    for k, row in rows.items():
+        print(k, {m: row[m] for m in ("sentences", "greedy", "beam")})
 
 
 if __name__ == "__main__":

