@@ -23,7 +23,7 @@
 # GPU; --batch-size is the global batch, split across them); the other models then take the
 # GPU after those, or share GPU 0 where there is none (with no GPU: N CPU processes, a smoke run).
 # PLAN=wide (default full) makes the corpus with the extra text of .carry/text/*.deb (fortune-
-# anarchism, dict-jargon, dict-devil, wordnet-base): ~45 h, every sentence read about once.
+# anarchism, dict-jargon, dict-devil, wordnet-base): ~54 h, every sentence read about once.
 # Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
 # bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume)
 set -uo pipefail

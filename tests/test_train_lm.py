@@ -143,6 +143,7 @@ def test_corpus_text_root_adds_train_sentences_only(
     (extra / "usr/share/wordnet").mkdir(parents=True)
     examples = [
         "the zqdog ran home",  # -> "The zqdog ran home."
+        "is the zqbird in?",  # -> "Is the zqbird in?"
         f"he said {held[0][0].lower()}{held[0][1:-1]}",  # holds a held-out fortune
         train[0].upper()[:-1].lower(),  # a fortune again (folded)
         "too short",
@@ -153,7 +154,7 @@ def test_corpus_text_root_adds_train_sentences_only(
         body = "; ".join(f'"{e}"' for e in examples) if pos == "noun" else '"The zqcat sat."'
         (extra / f"usr/share/wordnet/data.{pos}").write_text(f"00001740 03 n 01 x 0 | a; {body}\n")
     got = [s.text for s in speech_sentences(extra, own)]
-    assert sorted(got) == ["The zqcat sat.", "The zqdog ran home."]
+    assert sorted(got) == ["Is the zqbird in?", "The zqcat sat.", "The zqdog ran home."]
     merged = sorted(own + speech_sentences(extra, own), key=lambda s: s.key)
     assert split(merged)[1] == split(own)[1]
     tasks = assign({"slt": (len(split(merged)[0]), 3)}, merged)

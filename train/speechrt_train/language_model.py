@@ -126,8 +126,8 @@ def speech_sentences(text_root: str | Path, fortunes: list[Sentence]) -> list[Se
     picked: dict[str, Sentence] = {}
     for name, raw in extra_texts(text_root).items():
         for text in raw:
-            if name == "wordnet examples" and text and text[-1] not in ".!?":
-                text = text[0].upper() + text[1:] + "."
+            if name == "wordnet examples" and text:
+                text = text[0].upper() + text[1:] + ("" if text[-1] in ".!?" else ".")
             folded = text.lower()
             if acceptable(text) and not is_heldout(text) and folded not in seen:
                 seen.add(folded)
