@@ -51,6 +51,14 @@ def copy_synthesis(voice: TTS, audio: np.ndarray, sample_rate: int) -> np.ndarra
     return y[0, : int(n[0])].cpu().numpy()
 
 
+def sentence_sets(teachers: str, limit: int | None = None) -> dict[str, list[str]]:
+    """The CI's 40 held-out sentences and the dev ones (held-out 300.. minus those 40)."""
+    ci = CI_SENTENCES.read_text().splitlines()
+    _, held = split(load_sentences(teachers))
+    sets = {"ci_40": ci, "dev": [s.text for s in held[300:] if s.text not in set(ci)]}
+    return {k: v[:limit] for k, v in sets.items()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--defaults", default="src/speechrt/defaults", help="models' folder")
@@ -61,10 +69,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     args = p.parse_args()
     models = Path(args.defaults)
-    ci = CI_SENTENCES.read_text().splitlines()
-    _, held = split(load_sentences(args.teachers))
-    sets = {"ci_40": ci, "dev": [s.text for s in held[300:] if s.text not in set(ci)]}
-    sets = {k: v[: args.limit] for k, v in sets.items()}
+    sets = sentence_sets(args.teachers, args.limit)
     tp = tp_plain(make_processor())
     teachers = Teachers(args.teachers)
     voice = TTS(models / "voice-acoustic", models / "voice-vocoder", device=args.device)
