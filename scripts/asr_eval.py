@@ -39,7 +39,7 @@ from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
 from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE
 from speechrt_train.teachers import Teachers
-from speechrt_train.texts import Sentence, load_sentences, split
+from speechrt_train.texts import load_sentences, split
 
 
 def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
@@ -76,13 +76,13 @@ def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]
     }
 
 
-def teacher_score(asr: ASR, teachers: str, sentences: list[Sentence]) -> dict[str, Any]:
-    """`score` of the TTS teacher voice reading these sentences."""
+def teacher_score(asr: ASR, teachers: str, voice: str, texts: list[str]) -> dict[str, Any]:
+    """`score` of a teacher voice reading these texts (as spoken: english_cleaners_v2)."""
     tp = tp_plain(make_processor())
-    spoken = [tp.normalize(s.text).strip() for s in sentences]
+    spoken = [tp.normalize(t).strip() for t in texts]
     audios = [
         resample(u.audio, u.sample_rate, asr.sample_rate)
-        for u in Teachers(teachers).synthesize(TTS_VOICE, spoken)
+        for u in Teachers(teachers).synthesize(voice, spoken)
     ]
     return score(asr, [transcript(t) for t in spoken], audios)
 
@@ -106,10 +106,6 @@ def main() -> None:
 
     voice = TTS(device="cpu")
     ours = [resample(a, voice.sampling_rate, asr.sample_rate) for a in voice.synthesize(texts)]
-    teacher = [
-        resample(u.audio, u.sample_rate, asr.sample_rate)
-        for u in Teachers(args.teachers).synthesize(HELDOUT_VOICE, spoken)
-    ]
     hello = resample(voice.synthesize(["Hello world."])[0], voice.sampling_rate, asr.sample_rate)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     result = {
@@ -117,13 +113,13 @@ def main() -> None:
         "commit": commit.stdout.strip(),
         "decoding": asr.beam_options.to_dict(),
         "our_voice": score(asr, refs, ours),
-        f"heldout_voice_{HELDOUT_VOICE}": score(asr, refs, teacher),
+        f"heldout_voice_{HELDOUT_VOICE}": teacher_score(asr, args.teachers, HELDOUT_VOICE, texts),
         "hello_world": asr.transcribe([hello])[0].text,
     }
     if args.fit:
         result["teacher_fit"] = {
-            name: teacher_score(asr, args.teachers, sentences[: args.fit])
-            for name, sentences in (("train_text", train), ("heldout_text", heldout))
+            name: teacher_score(asr, args.teachers, TTS_VOICE, [s.text for s in part[: args.fit]])
+            for name, part in (("train_text", train), ("heldout_text", heldout))
         }
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}, indent=1))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +73,11 @@ def main() -> None:
     teachers = Teachers(args.teachers)
     voice = TTS(models / "voice-acoustic", models / "voice-vocoder", device=args.device)
     asr = ASR(models / "asr", device=args.device, decoder="beam", lm=args.lm)
-    result: dict = {"defaults": args.defaults, "lm": args.lm, "decoding": asdict(asr.beam_options)}
+    result: dict = {
+        "defaults": args.defaults,
+        "lm": args.lm,
+        "decoding": asr.beam_options.to_dict(),
+    }
     for name, texts in sets.items():
         refs = [transcript(tp.normalize(t)) for t in texts]
         spoken = [tp.normalize(t).strip() for t in texts]

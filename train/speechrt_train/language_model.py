@@ -33,7 +33,6 @@ from speechrt_train.texts import (
     fortune_files,
     is_heldout,
     load_sentences,
-    split,
     text_key,
 )
 
@@ -121,7 +120,7 @@ def speech_sentences(text_root: str | Path, fortunes: list[Sentence]) -> list[Se
     (`extra_texts`) cut to what the corpus accepts (texts.acceptable; a WordNet example gets a
     capital and a full stop first), minus the fortunes' own (folded), any sentence the split
     would hold out, and any that holds a held-out fortune sentence. Train side only."""
-    held = HeldoutFilter(spoken_forms([s.text for s in fortunes if s.heldout]))
+    held = HeldoutFilter.of(fortunes)
     seen = {s.text.lower() for s in fortunes}
     picked: dict[str, Sentence] = {}
     for name, raw in extra_texts(text_root).items():
@@ -146,6 +145,11 @@ class HeldoutFilter:
             if words:
                 self.by_first[words[0]].append(words)
 
+    @classmethod
+    def of(cls, sentences: list[Sentence]) -> HeldoutFilter:
+        """The filter of the held-out ones among these sentences, in their spoken form."""
+        return cls(spoken_forms([s.text for s in sentences if s.heldout]))
+
     def __call__(self, form: str) -> bool:
         w = form.split()
         return any(
@@ -162,8 +166,7 @@ def lm_texts(
     LM sees the transcript; a long sentence can quote a short held-out one)."""
     if not fortune_files(fortunes_root):
         raise FileNotFoundError(f"no fortune files under {fortunes_root} (unpack the .debs)")
-    _, heldout = split(load_sentences(fortunes_root))
-    held = HeldoutFilter(spoken_forms([s.text for s in heldout]))
+    held = HeldoutFilter.of(load_sentences(fortunes_root))
     train_side = [s for s in fortune_prose(fortunes_root) if not is_heldout(s)]
     sources = {"fortunes train side": train_side}
     if text_root is not None:
