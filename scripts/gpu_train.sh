@@ -13,6 +13,8 @@
 #   with --export:    train.log, metrics.json, bundle.tar.part-?? (<= 6 parts of 15 MiB) holding
 #                     defaults/{voice-acoustic,voice-vocoder,asr}/model.{json,safetensors} and
 #                     resume/<model>.pt; here: cat bundle.tar.part-* | tar -x -C DIR
+#                     (the tar comes back even when the export fails; without a default
+#                     the tree lacks, moved out to fit the carry, it exports unevaluated)
 # BREAKDOWN=1 (with --export) also runs scripts/round_trip_breakdown.py on the exported models
 # (the LM from src/speechrt/defaults/asr) into $OUT/breakdown.json (3 more minutes reserved).
 # SPEED=S (seconds) first times the trainers' variants (scripts/train_speed.py), in parallel
@@ -72,7 +74,7 @@ fi
 RESUME=$OUT  # without --export the compact files come back as they are; with it, in the tar
 if [ -n "$EXPORT" ]; then RESUME=bundle/resume; rm -rf bundle; mkdir -p "$RESUME" bundle/defaults; fi
 RESERVE=45
-[ -n "$EXPORT" ] && RESERVE=$(( 150 + ${BREAKDOWN:+180} ))
+if [ -n "$EXPORT" ]; then RESERVE=150; [ -n "${BREAKDOWN:-}" ] && RESERVE=330; fi
 DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
 echo "== training for $(( DEADLINE - $(date +%s) )) s"
 declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
@@ -127,17 +129,23 @@ mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/
 unset CUDA_VISIBLE_DEVICES
 if [ -n "$EXPORT" ]; then
   echo "== export + evaluate"
-  # a model not trained here is evaluated (and shipped back) as the repository has it
+  # a model not trained here is evaluated (and shipped back) as the repository has it; the
+  # evaluation needs all three, so one the tree lacks (moved out to fit the carry) skips it
   declare -A DIR=([fastpitch]=voice-acoustic [hifigan]=voice-vocoder [quartznet]=asr)
+  EVALUATE=--evaluate
   for m in fastpitch hifigan quartznet; do
     case " $MODELS " in *" $m "*) continue ;; esac
     d=src/speechrt/defaults/${DIR[$m]}
-    [ -d "$d" ] && cp -r "$d" bundle/defaults/
+    if [ -d "$d" ]; then cp -r "$d" bundle/defaults/
+    else echo "== no $d in the tree: export without evaluation"; EVALUATE=; fi
   done
-  python3 -m speechrt_train export --runs runs --out bundle/defaults --evaluate \
-    --corpus corpus --metrics "$OUT/metrics.json" || exit 1
-  # $OUT returns at most 8 files of <= 16 MiB: the defaults and the resume files in one tar
+  python3 -m speechrt_train export --runs runs --out bundle/defaults $EVALUATE \
+    --corpus corpus --metrics "$OUT/metrics.json"
+  EXPORTED=$?
+  # $OUT returns at most 8 files of <= 16 MiB: the defaults and the resume files in one tar,
+  # made even when the export failed (the resume files are in it)
   tar -c bundle | split -b 15M - "$OUT/bundle.tar.part-" || exit 1
+  [ "$EXPORTED" = 0 ] || { echo "== export failed (the resume files are in the tar)"; exit 1; }
   if [ -n "${BREAKDOWN:-}" ]; then  # the round trip's WERs with these models, the tree's LM
     echo "== round_trip_breakdown.py"
     # shellcheck disable=SC2086

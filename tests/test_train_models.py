@@ -446,6 +446,12 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert main(["cards", "--metrics", str(metrics), *args]) == 0
     card = (tmp_path / "c3" / "quartznet.md").read_text()
     assert "| WER, our voice, 2 held-out sentences | **0.250** with the LM (greedy 0.500) |" in card
+    assert "Plan wide" not in card  # the wide plan's extra text is named only when it was read
+    result["corpus"] = {"sentences": {"fortunes": 17955, "extra text": 45514}}
+    metrics.write_text(json.dumps(result))
+    assert main(["cards", "--metrics", str(metrics), *args]) == 0
+    card = (tmp_path / "c3" / "quartznet.md").read_text()
+    assert "Plan wide adds 45,514 sentences" in card and "fortunes' 17,955." in card
 
 
 def _compile_with(monkeypatch, backend: str) -> None:

@@ -76,6 +76,18 @@ def _corpus_rows(corpus: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
+def _extra_text(metrics: dict[str, Any]) -> str:
+    """The wide plan's sentences beyond the fortunes (corpus manifest), as a sentence."""
+    counts = metrics.get("corpus", {}).get("sentences", {})
+    if not counts.get("extra text"):
+        return ""
+    return (
+        f" Plan wide adds {counts['extra text']:,} sentences of the LM's extra English text "
+        "(fortune-anarchism, the Jargon File, the Devil's Dictionary, WordNet's examples; "
+        f"none holding a held-out sentence) to the fortunes' {counts['fortunes']:,}."
+    )
+
+
 def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
     title, about = ABOUT[model]
     export = metrics["export"][model]
@@ -147,7 +159,7 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "out by a hash of the text (no model trains on them), read by the voices below: Debian's "
         "flite (rms, slt, awb, kal16) and festival (the HTS voice cmu_us_slt_arctic_hts, the TTS "
         "voice; the diphone voice ked where listed). "
-        "The held-out recogniser voice hears only held-out sentences.",
+        "The held-out recogniser voice hears only held-out sentences." + _extra_text(metrics),
         "",
         _table(_corpus_rows(metrics.get("corpus", {}))),
         "",
