@@ -27,7 +27,9 @@
 # PLAN=wide (default full) makes the corpus with the extra text of .carry/text/*.deb (fortune-
 # anarchism, dict-jargon, dict-devil, wordnet-base): ~54 h, every sentence read about once.
 # Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
-# bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume)
+# bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume;
+# WARM_QUARTZNET=src/speechrt/defaults/asr warm-starts QuartzNet from the exported recogniser,
+# its BatchNorms unfolded: quartznet_train.unfold)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -94,11 +96,11 @@ if [ "$QGPUS" -gt 1 ]; then  # QuartzNet on GPUs 0..N-1, the others after them o
   EXTRA[quartznet]+=" --gpus $QGPUS"
 fi
 train() {  # model, its GPU list, its arguments: one trainer in the background
-  local m=$1 gpus=$2
+  local m=$1 gpus=$2 own="WARM_${1^^}"
   shift 2
   [ "${NGPU:-0}" -ge 1 ] && export CUDA_VISIBLE_DEVICES=$gpus
   python3 -m speechrt_train "$m" --corpus corpus --run "runs/$m" --minutes 600 \
-    --deadline "$DEADLINE" --warm-start "${WARM:-.carry/resume}/$m.pt" --quiet \
+    --deadline "$DEADLINE" --warm-start "${!own:-${WARM:-.carry/resume}/$m.pt}" --quiet \
     --compact-out "$RESUME/$m.pt" "$@" > >(sed -u "s/^/[$m] /") 2>&1 &
   PID[$m]=$!
 }

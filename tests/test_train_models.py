@@ -38,6 +38,7 @@ from speechrt_train.quartznet_train import (
     QuartzNetTrainer,
     TrainableJasper,
     precise_bn,
+    unfold,
 )
 from speechrt_train.tts_data import VoiceData, load_voice
 
@@ -251,6 +252,35 @@ def test_quartznet_learns_folds_and_resumes_exactly(speech, tmp_path):
     assert _same_weights(whole.model, resumed.model)
 
 
+def test_unfold_gives_back_a_trainable_model_that_computes_the_folded_one(speech):
+    """An exported (folded) recogniser unfolded for training: eval mode computes what the
+    folded model computes; training mode (no dropout) on the calibration items nearly so; and
+    folding it again gives the same weights."""
+    train, val = speech
+    trainer = QuartzNetTrainer(train, val, QN)
+    for _ in range(5):
+        trainer.step()
+    trainer.model.eval()
+    folded = QuartzNet(trainer.model.net.dims).eval()
+    folded.load_state_dict(trainer.model.folded_state_dict())
+    calib = [speech_batch(train, [i], trainer.features)[0][0] for i in range(6)]
+    model = unfold(folded.state_dict(), folded.dims, calib)
+    feats, lengths, _, _ = speech_batch(val, [0, 1, 2], trainer.features)
+    with torch.no_grad():
+        want, _ = folded(feats, lengths)
+        got, _ = model.eval()(feats, lengths)
+    assert (got - want).abs().max() < 1e-4
+    again = model.folded_state_dict()
+    for k, v in folded.state_dict().items():
+        assert torch.allclose(again[k], v, atol=1e-6, rtol=1e-5), k
+    model.dropout = 0.0
+    items = torch.cat(calib, dim=1)[None]  # the six items as one: the statistics recorded
+    with torch.no_grad():
+        want, _ = folded(items, torch.tensor([items.shape[2]]))
+        got, _ = model.train()(items, torch.tensor([items.shape[2]]))
+    assert (got - want).abs().max() < 0.05 * want.abs().max()
+
+
 def test_batchnorm_ignores_padding_and_precise_bn_matches_batch_statistics(speech):
     train, _ = speech
     model = TrainableJasper(QuartzNetDims(**QUARTZNET_PRESETS["quartznet-tiny"]), dropout=0.0)
@@ -422,6 +452,17 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
         assert (out / name / "model.json").exists() and (out / name / "model.safetensors").exists()
     log = (tmp_path / "qn2" / "log.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["step"] == 3
+    # a fresh run warm-starts from the exported recogniser (unfolded) at its step, 2
+    qn3 = ["quartznet", "--preset", "quartznet-tiny", "--corpus", str(corpus), "--quiet"]
+    qn3 += ["--device", "cpu", "--max-steps", "4", "--run", str(tmp_path / "qn3")]
+    assert main([*qn3, "--warm-start", str(out / "asr")]) == 0
+    log = [json.loads(line) for line in (tmp_path / "qn3" / "log.jsonl").read_text().splitlines()]
+    assert log[0]["step"] == 3 and log[-1]["step"] == 4
+    with pytest.raises(SystemExit, match="voice-acoustic: a fastpitch .*not the 'quartznet-tiny'"):
+        main([*qn3[:-1], str(tmp_path / "qn4"), "--warm-start", str(out / "voice-acoustic")])
+    fp = ["fastpitch", "--preset", "fastpitch-tiny", "--corpus", str(corpus), "--quiet"]
+    with pytest.raises(SystemExit, match="compact files only"):
+        main([*fp, "--run", str(tmp_path / "fp2"), "--warm-start", str(out / "voice-acoustic")])
     assert main(["cards", "--metrics", str(metrics), "--out", str(tmp_path / "cards")]) == 0
     card = (tmp_path / "cards" / "quartznet.md").read_text()
     assert "WER, held-out voice rms" in card and "quartznet-tiny" in card

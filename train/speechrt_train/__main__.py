@@ -52,7 +52,11 @@ def _common(p: argparse.ArgumentParser, model: str) -> None:
         default=0.0,
         help="decay the learning rate linearly to 0 over the budget's last M minutes",
     )
-    p.add_argument("--warm-start", help="compact file to start from when the run has no last.pt")
+    p.add_argument(
+        "--warm-start",
+        help="compact file to start from when the run has no last.pt (quartznet: or an exported "
+        "model directory, e.g. src/speechrt/defaults/asr)",
+    )
     p.add_argument("--compact-out", help="also write the weights (fp16) to this compact file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -200,7 +204,7 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     import torch
 
     from speechrt_train.distributed import Ranks
-    from speechrt_train.loop import run, write_compact
+    from speechrt_train.loop import WarmStartError, write_compact
 
     ranks, device = Ranks.from_env(_device(args.device))
     if ranks.world > 1 and args.command != "quartznet":
@@ -213,7 +217,23 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     minutes = args.minutes
     if args.deadline:  # data loading took part of the chunk: step only until the deadline
         minutes = max(0.0, min(minutes, (args.deadline - time.time()) / 60))
-    summary = run(
+    try:
+        summary = _run(args, trainer, minutes, ranks)
+    except WarmStartError as e:
+        raise SystemExit(f"speechrt_train {args.command}: {e}") from None
+    # (an error above ends this process with the process group open: torchrun ends the rest)
+    ranks.close()
+    if not ranks.main:
+        return None
+    if args.compact_out:
+        write_compact(trainer, args.run, args.compact_out)
+    return summary
+
+
+def _run(args: argparse.Namespace, trainer: Any, minutes: float, ranks: Any) -> dict[str, Any]:
+    from speechrt_train.loop import run
+
+    return run(
         trainer,
         args.run,
         minutes,
@@ -227,13 +247,6 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
         anneal_minutes=args.anneal_minutes,
         ranks=ranks,
     )
-    # (an error above ends this process with the process group open: torchrun ends the rest)
-    ranks.close()
-    if not ranks.main:
-        return None
-    if args.compact_out:
-        write_compact(trainer, args.run, args.compact_out)
-    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

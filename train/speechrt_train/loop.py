@@ -27,10 +27,15 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from speechrt.errors import SpeechRTError
 from speechrt_train.distributed import Ranks
 
 CHECKPOINT = "last.pt"
 LOG = "log.jsonl"
+
+
+class WarmStartError(ValueError):
+    """A warm start that cannot be made (wrong kind of model, unreadable directory)."""
 
 
 class Trainer(Protocol):
@@ -42,6 +47,7 @@ class Trainer(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def compact_state(self) -> dict[str, Any]: ...
     def load_compact(self, state: dict[str, Any]) -> None: ...
+    def load_exported(self, model_dir: str | Path) -> float: ...
     # data-parallel runs only: what differs between ranks, and the replicas' fingerprint
     def rank_state(self) -> dict[str, Any]: ...
     def load_rank_state(self, state: dict[str, Any]) -> None: ...
@@ -205,6 +211,16 @@ def run(
         state = torch.load(ckpt, map_location="cpu", weights_only=True)
         _resume(trainer, state, ranks, name, ckpt)
         elapsed_before = float(state["elapsed"])
+    elif warm_start and Path(warm_start).is_dir():  # an exported component (QuartzNet only)
+        try:
+            elapsed_before = trainer.load_exported(warm_start)
+        except (ValueError, SpeechRTError) as e:
+            raise WarmStartError(f"--warm-start {warm_start}: {e}") from None
+        if main:
+            print(
+                f"{name}: warm start from the exported {warm_start} (step {trainer.step_count})",
+                file=sys.stderr,
+            )
     elif warm_start and Path(warm_start).exists():
         compact = torch.load(warm_start, map_location="cpu", weights_only=True)
         trainer.load_compact(compact)
@@ -381,6 +397,12 @@ class Checkpointed:
         for k, m in self._weight_parts().items():
             m.load_state_dict(full(state[k]))
         self.step_count = int(state["step"])
+
+    def load_exported(self, model_dir: str | Path) -> float:
+        """Warm-start from an exported component (trainers that can unfold one override it)."""
+        raise ValueError(
+            f"{model_dir}: a model directory; this trainer warm-starts from compact files only"
+        )
 
 
 def half(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

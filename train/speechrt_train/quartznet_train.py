@@ -12,6 +12,7 @@ compute the same thing as the trainable model in eval mode (tested).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -215,6 +216,51 @@ class TrainableJasper(nn.Module):
 
 
 @torch.no_grad()
+def unfold(folded: dict[str, Tensor], dims: QuartzNetDims, feats: list[Tensor]) -> TrainableJasper:
+    """The inverse of `folded_state_dict`, to train an exported recogniser again: the folded
+    weights go into the convs as they are, and every BatchNorm becomes the identity in eval
+    mode (gamma = sqrt(var + eps), beta = running mean = mean), with mean and var the
+    per-channel statistics of its input over `feats` (each (n_feats, T), one item: no padding).
+    Eval mode then computes exactly what the folded model does; training mode does so on a
+    batch with those statistics, and approximately on others. Run it on the CPU: deterministic,
+    so every data-parallel rank unfolds to the same parameters."""
+    model = TrainableJasper(dims).eval()
+    model.net.load_state_dict(folded)
+    norms = [bn for group in (*model.sub_bn, *model.res_bn) for bn in group]
+    sums = {
+        bn: [torch.zeros(bn.num_features, dtype=torch.float64) for _ in range(2)] for bn in norms
+    }
+    frames = dict.fromkeys(norms, 0)
+
+    def record(bn: nn.Module, inputs: tuple[Tensor, ...], _: Tensor) -> None:
+        x = inputs[0][0].double()  # (C, T): one item, every frame valid
+        sums[bn][0] += x.sum(dim=1)
+        sums[bn][1] += x.square().sum(dim=1)
+        frames[bn] += x.shape[1]
+
+    for bn in norms:  # the identity while recording: every layer sees the folded model's input
+        bn.running_mean.zero_()
+        bn.running_var.fill_(1.0 - bn.eps)
+        bn.weight.fill_(1.0)
+        bn.bias.zero_()
+    hooks = [bn.register_forward_hook(record) for bn in norms]
+    try:
+        for f in feats:
+            model(f[None].float(), torch.tensor([f.shape[-1]]))
+    finally:
+        for h in hooks:
+            h.remove()
+    for bn in norms:
+        mean = sums[bn][0] / frames[bn]
+        var = (sums[bn][1] / frames[bn] - mean.square()).clamp(min=0.0)
+        bn.running_mean.copy_(mean)
+        bn.running_var.copy_(var)
+        bn.weight.copy_(torch.sqrt(var + bn.eps))
+        bn.bias.copy_(mean)
+    return model
+
+
+@torch.no_grad()
 def precise_bn(
     model: TrainableJasper,
     data: SpeechData,
@@ -401,6 +447,34 @@ class QuartzNetTrainer(Checkpointed):
         if self.val is None:
             return {}
         return {"val_wer": wer(self.val.texts, self.transcribe(self.val)), "val_n": len(self.val)}
+
+    def load_exported(self, model_dir: str | Path, items: int = 96) -> float:
+        """Warm-start from an exported recogniser (a model directory, e.g. the bundled
+        src/speechrt/defaults/asr): its folded weights unfolded (`unfold`) with BatchNorm
+        statistics from `items` training utterances spread over the data, augmented as in
+        training (the statistics its BatchNorms ran on; own seeded generators), its step count
+        from model.json. Returns its training seconds."""
+        from speechrt.repo import load_component
+
+        net, info = load_component(model_dir)
+        if info.kind != "quartznet" or info.meta.get("preset") != self.config.preset:
+            raise ValueError(
+                f"{model_dir}: a {info.kind} {info.meta.get('preset')!r}, "
+                f"not the {self.config.preset!r} this run trains"
+            )
+        picks = np.linspace(0, len(self.train) - 1, min(items, len(self.train))).astype(int)
+        gens = (
+            torch.Generator().manual_seed(self.config.seed + 7),
+            torch.Generator(device=self.device).manual_seed(self.config.seed + 8),
+        )
+        feats = [
+            speech_batch_host(self.train, [i], self.features, self.augment, gens)[0][0].cpu()
+            for i in picks.tolist()
+        ]
+        model = unfold(net.state_dict(), self.model.net.dims, feats)
+        self.model.load_state_dict(model.to(self.device).state_dict())
+        self.step_count = int(info.source.get("steps", 0))
+        return float(info.source.get("train_seconds", 0.0))
 
     def _state_parts(self) -> dict[str, Any]:
         return {
