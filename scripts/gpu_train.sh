@@ -133,12 +133,13 @@ if [ -n "$EXPORT" ]; then
   echo "== export + evaluate"
   # a model not trained here is evaluated (and shipped back) as the repository has it; the
   # evaluation needs all three, so one the tree lacks (moved out to fit the carry) skips it
+  # (the device's copy of the tree keeps a moved folder, empty: look for its model.json)
   declare -A DIR=([fastpitch]=voice-acoustic [hifigan]=voice-vocoder [quartznet]=asr)
   EVALUATE=--evaluate
   for m in fastpitch hifigan quartznet; do
     case " $MODELS " in *" $m "*) continue ;; esac
     d=src/speechrt/defaults/${DIR[$m]}
-    if [ -d "$d" ]; then cp -r "$d" bundle/defaults/
+    if [ -f "$d/model.json" ]; then cp -r "$d" bundle/defaults/
     else echo "== no $d in the tree: export without evaluation"; EVALUATE=; fi
   done
   python3 -m speechrt_train export --runs runs --out bundle/defaults $EVALUATE \

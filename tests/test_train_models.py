@@ -432,6 +432,7 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
                 "--out",
                 str(out),
                 "--evaluate",
+                "--precise-bn",
                 "--corpus",
                 str(corpus),
                 "--metrics",

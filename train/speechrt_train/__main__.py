@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="src/speechrt/defaults")
     p.add_argument("--fp32", action="store_true", help="keep float32 weights")
     p.add_argument("--evaluate", action="store_true", help="also run `evaluate` on the result")
+    p.add_argument(
+        "--precise-bn",
+        action="store_true",
+        help="recompute QuartzNet's BatchNorm statistics on clean training speech before folding "
+        "(off by default: it raised held-out WER; docs/models/README.md, seventh session)",
+    )
     p.add_argument("--corpus", default="corpus")
     p.add_argument("--metrics", help="write the summary (JSON) here too")
     p.add_argument("--device", default="auto")
@@ -316,7 +322,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         device = _device(args.device)
         speech = None
-        if "quartznet" in runs and (Path(args.corpus) / "manifest.json").exists():
+        if args.precise_bn and "quartznet" in runs:
+            if not (Path(args.corpus) / "manifest.json").exists():
+                print(f"--precise-bn: no corpus in {args.corpus}", file=sys.stderr)
+                return 2
             from speechrt_train.asr_data import load_speech
             from speechrt_train.corpus import HELDOUT_VOICE, load_shard
 

@@ -39,7 +39,8 @@ from speechrt_train.texts import (
 # speechrt.beam.BeamOptions fields, tuned (docs/models/README.md)
 DECODING: dict[str, Any] = {
     "beam_size": 32,
-    "alpha": 0.7,  # retuned on dev for the step-29,808 recogniser (0.6-0.8 within 0.0016)
+    "alpha": 0.7,  # tuned on dev for the step-36,119 recogniser (0.5 / 0.6 / 0.7 / 0.8 / 0.9:
+    # 0.0711 / 0.0683 / 0.0654 / 0.0687 / 0.0691)
     "beta": 0.0,
     "oov_penalty": -3.0,
     "oov_char_penalty": -2.0,
