@@ -127,10 +127,14 @@ def start_server(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def speech_server(start_server, tiny_voice: tuple[Path, Path], tiny_asr: Path) -> str:
-    """Base URL of one server with the tiny voice and ASR model, shared by the serving tests."""
+    """Base URL of one server with the tiny voice and ASR model, shared by the serving tests
+    (batch-invariant where this CPU allows it: speechrt.device.batch_invariance_holds)."""
+    from speechrt.device import batch_invariance_holds
+
+    invariant = ["--batch-invariant"] if batch_invariance_holds() else []
     url, _ = start_server(
         *("--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])),
-        *("--asr", str(tiny_asr), "--device", "cpu", "--threads", "1", "--batch-invariant"),
+        *("--asr", str(tiny_asr), "--device", "cpu", "--threads", "1", *invariant),
         *("--max-batch-size", "8", "--max-queue-delay-ms", "20", "--max-queue-size", "512"),
         *("--max-text-chars", "2000", "--max-upload-mb", "1", "--max-audio-seconds", "30"),
     )

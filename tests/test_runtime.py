@@ -45,14 +45,21 @@ def per_item(opts: SynthesisOptions, B: int) -> list[torch.Tensor]:
     ],
 )
 @pytest.mark.parametrize("std", [50.0, 0.0])  # 0: no statistics, LJSpeech's std is used
-def test_fastpitch_graph_is_bit_exact(opts: SynthesisOptions, std: float) -> None:
+def test_fastpitch_graph_matches_infer(opts: SynthesisOptions, std: float) -> None:
+    """The graph with per-item options = infer with shared ones: durations and lengths exactly,
+    floats bitwise with MKL on Intel CPUs and within float32 rounding on an AMD EPYC, whose
+    sgemm rounds by shape (the graph's shapes differ: 1e-6 of the largest value)."""
     model = fastpitch(energy_conditioning=True)
     model.pitch_std.fill_(std)
     with torch.no_grad():
         ref = model.infer(IDS, LENS, opts)
         out = FastPitchGraph(model)(IDS, LENS, *per_item(opts, 2))
     for a, b in zip(ref, out, strict=True):
-        assert torch.equal(a, b)
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if a.is_floating_point():
+            assert (a - b).abs().max() <= 1e-6 * max(1.0, float(a.abs().max()))
+        else:
+            assert torch.equal(a, b)
 
 
 def test_hifigan_graph_equals_mel_to_audio() -> None:

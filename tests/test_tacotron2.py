@@ -163,7 +163,9 @@ def test_batchnorm_folding_encoder_and_postnet() -> None:
         y = F.batch_norm(y, sd[c + "1.running_mean"], sd[c + "1.running_var"],
                          sd[c + "1.weight"], sd[c + "1.bias"])  # fmt: skip
         y = torch.tanh(y) if i < 4 else y
-    assert (model.postnet(mel) - (mel + y)).abs().max() <= 1e-5
+    # folded vs unfolded: float32 rounding over five layers, relative to the outputs' size (~20
+    # here; 1.2e-6 of it measured on an AMD EPYC, under 1e-5 / 20 on Intel); a wrong fold is O(1)
+    assert (model.postnet(mel) - (mel + y)).abs().max() <= 1e-5 * max(1.0, (mel + y).abs().max())
 
 
 def test_decoder_step_matches_dle_math() -> None:

@@ -41,6 +41,40 @@ def batch_invariant() -> bool:
     return _batch_invariant
 
 
+_holds: bool | None = None  # the probe's answer, once asked
+
+
+@torch.no_grad()
+def batch_invariance_holds() -> bool:
+    """Whether this machine's CPU kernels give an item the same bits alone and batched, with
+    oneDNN off and MKL_CBWR strict (set_batch_invariant's settings, in place while it runs), at
+    one thread and at the current count: a small convolution (im2col + sgemm) and a Linear to
+    one output (sgemv), as in FastPitch and HiFi-GAN, over an item alone and padded beside
+    another. It holds with MKL on the Intel CPUs the mode was measured on; MKL on an AMD EPYC
+    (AVX2) rounds both differently by shape (up to 2e-7 here)."""
+    global _holds
+    if _holds is None:
+        os.environ.setdefault("MKL_CBWR", MKL_STRICT)
+        before, threads = torch.backends.mkldnn.enabled, torch.get_num_threads()
+        torch.backends.mkldnn.enabled = False
+        try:
+            g = torch.Generator().manual_seed(0)
+            conv, fc = torch.nn.Conv1d(16, 16, 3, padding=1), torch.nn.Linear(16, 1)
+            for p in (*conv.parameters(), *fc.parameters()):
+                p.copy_(torch.randn(p.shape, generator=g))
+            x = torch.randn(2, 16, 46, generator=g)
+            h = x.transpose(1, 2)
+            _holds = True
+            for n in sorted({1, threads}):
+                torch.set_num_threads(n)
+                same_conv = torch.equal(conv(x[:1, :, :19])[0, :, :18], conv(x)[0, :, :18])
+                _holds &= same_conv and torch.equal(fc(h[:1, :19])[0], fc(h)[0, :19])
+        finally:
+            torch.set_num_threads(threads)
+            torch.backends.mkldnn.enabled = before
+    return _holds
+
+
 def set_batch_invariant(on: bool = True) -> None:
     """Batch-invariant mode for eager CPU inference: an item's output is bitwise the same whether
     it runs alone or batched, at any position, with any batch-mates and any padded length.
@@ -60,6 +94,11 @@ def set_batch_invariant(on: bool = True) -> None:
         cbwr = os.environ.setdefault("MKL_CBWR", MKL_STRICT)
         if "STRICT" not in cbwr.upper():
             raise SpeechRTError(f"batch-invariant mode needs MKL_CBWR={MKL_STRICT}, not {cbwr!r}")
+        if not batch_invariance_holds():
+            raise SpeechRTError(
+                "batch-invariant mode is not available on this CPU: its matrix kernels round an "
+                "item differently alone and batched (speechrt.device.batch_invariance_holds)"
+            )
         _mkldnn_before = torch.backends.mkldnn.enabled
         torch.backends.mkldnn.enabled = False
     else:
