@@ -50,8 +50,9 @@ def batch_invariance_holds() -> bool:
     oneDNN off and MKL_CBWR strict (set_batch_invariant's settings, in place while it runs), at
     one thread and at the current count: a small convolution (im2col + sgemm) and a Linear to
     one output (sgemv), as in FastPitch and HiFi-GAN, over an item alone and padded beside
-    another. It holds with MKL on the Intel CPUs the mode was measured on; MKL on an AMD EPYC
-    (AVX2) rounds both differently by shape (up to 2e-7 here)."""
+    another. The tiny voice's bitwise serving tests, which run these shapes, passed on the CPUs
+    the mode was measured on; MKL on an AMD EPYC (AVX2) rounds both differently by shape (up to
+    2e-7)."""
     global _holds
     if _holds is None:
         os.environ.setdefault("MKL_CBWR", MKL_STRICT)

@@ -210,7 +210,7 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     import torch
 
     from speechrt_train.distributed import Ranks
-    from speechrt_train.loop import WarmStartError, write_compact
+    from speechrt_train.loop import WarmStartError, run, write_compact
 
     ranks, device = Ranks.from_env(_device(args.device))
     if ranks.world > 1 and args.command != "quartznet":
@@ -224,7 +224,20 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.deadline:  # data loading took part of the chunk: step only until the deadline
         minutes = max(0.0, min(minutes, (args.deadline - time.time()) / 60))
     try:
-        summary = _run(args, trainer, minutes, ranks)
+        summary = run(
+            trainer,
+            args.run,
+            minutes,
+            max_steps=args.max_steps,
+            checkpoint_minutes=args.checkpoint_minutes,
+            log_every=args.log_every,
+            eval_every=args.eval_every,
+            warm_start=args.warm_start,
+            progress=not args.quiet,
+            name=args.command,
+            anneal_minutes=args.anneal_minutes,
+            ranks=ranks,
+        )
     except WarmStartError as e:
         raise SystemExit(f"speechrt_train {args.command}: {e}") from None
     # (an error above ends this process with the process group open: torchrun ends the rest)
@@ -234,25 +247,6 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.compact_out:
         write_compact(trainer, args.run, args.compact_out)
     return summary
-
-
-def _run(args: argparse.Namespace, trainer: Any, minutes: float, ranks: Any) -> dict[str, Any]:
-    from speechrt_train.loop import run
-
-    return run(
-        trainer,
-        args.run,
-        minutes,
-        max_steps=args.max_steps,
-        checkpoint_minutes=args.checkpoint_minutes,
-        log_every=args.log_every,
-        eval_every=args.eval_every,
-        warm_start=args.warm_start,
-        progress=not args.quiet,
-        name=args.command,
-        anneal_minutes=args.anneal_minutes,
-        ranks=ranks,
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
