@@ -21,20 +21,28 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.eager import to_contract
+from speechrt.runtime.layout import channels_last_convs
 
 # graphs kept in float32 whatever the precision: the denoiser's DFT sums n_fft products per bin;
 # Tacotron2's encoder and decoder feed an autoregressive loop whose stop gate amplifies rounding
 FLOAT32_GRAPHS = {"denoiser", "tacotron2.encoder", "tacotron2.decoder_step"}
 RECOMPILE_LIMIT = 256  # one compiled variant per bucket shape
+# graphs whose 1-D convolutions run channels-last (runtime/layout.py): no NCHW <-> NHWC transposes
+# around cuDNN's half-precision kernels
+CHANNELS_LAST_GRAPHS = {"hifigan", "jasper", "waveglow", "fastpitch", "fastspeech"}
 
 
 def compile_fn(fn: Callable, mode: str | None) -> Callable:
-    """torch.compile with static shapes; mode None = no compilation (eager, e.g. on the CPU)."""
+    """torch.compile with static shapes; mode None = no compilation (eager, e.g. on the CPU).
+
+    "reduce-overhead": compiled (Inductor's default mode) and replayed as one CUDA graph per
+    input shape (`CapturedGraphs`)."""
     if mode is None:
         return fn
     import torch._dynamo.config as dynamo_config
@@ -42,8 +50,55 @@ def compile_fn(fn: Callable, mode: str | None) -> Callable:
     for name in ("recompile_limit", "cache_size_limit"):
         if getattr(dynamo_config, name, RECOMPILE_LIMIT) < RECOMPILE_LIMIT:
             setattr(dynamo_config, name, RECOMPILE_LIMIT)
+    if mode == "reduce-overhead":
+        return CapturedGraphs(torch.compile(fn, dynamic=False))
     kwargs = {} if mode == "default" else {"mode": mode}
     return torch.compile(fn, dynamic=False, **kwargs)
+
+
+class CapturedGraphs:
+    """fn replayed as a CUDA graph captured once per input signature (shapes, dtypes).
+
+    A call copies its tensors into the graph's static inputs, replays, and returns the graph's
+    static outputs: they are overwritten by the next call of the same signature, so callers copy
+    what they keep (CudaRunner.crop does). Replaying skips the Python of fn, the compiled
+    function's guards and per-kernel launches: one graph launch per call. All graphs of one
+    instance share a memory pool; they run one after another on the current stream.
+    """
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, list[Any], Any]] = {}
+        self.pool: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, spec = tree_flatten(args)  # tensors, and constants (e.g. a frame count)
+        key = (spec, *((x.shape, x.dtype, x.device) if isinstance(x, Tensor) else x
+                       for x in leaves))  # fmt: skip
+        entry = self.graphs.get(key)
+        if entry is None:
+            entry = self.graphs[key] = self.capture(leaves, spec)
+        graph, static, out = entry
+        for dst, src in zip(static, leaves, strict=True):
+            if isinstance(dst, Tensor):
+                dst.copy_(src, non_blocking=True)
+        graph.replay()
+        return out
+
+    def capture(self, leaves: list[Any], spec: Any) -> tuple:
+        static = [x.clone() if isinstance(x, Tensor) else x for x in leaves]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # compile and warm up outside the capture
+            for _ in range(2):
+                self.fn(*tree_unflatten(static, spec))
+        torch.cuda.current_stream().wait_stream(stream)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = self.fn(*tree_unflatten(static, spec))
+        return graph, static, out
 
 
 def pad_axis(x: Tensor, dim: int, size: int, batch: bool, value: float = 0) -> Tensor:
@@ -73,17 +128,29 @@ class CudaRunner:
         dtype: torch.dtype = torch.float16,
         buckets: Buckets | None = None,
         mode: str | None = "reduce-overhead",
+        channels_last: bool | None = None,
     ) -> None:
+        """channels_last: run 1-D convolutions channels-last (None: CHANNELS_LAST_GRAPHS)."""
         self.contract = contract
         self.device = torch.device(device)
         self.buckets = buckets if buckets is not None else Buckets()
         self.dtype = torch.float32 if graph_name in FLOAT32_GRAPHS else dtype
-        self.graph = copy.deepcopy(wrapper).to(self.device, self.dtype).eval()
+        if channels_last is None:
+            channels_last = graph_name in CHANNELS_LAST_GRAPHS
+        self.channels_last = channels_last
+        self.graph = self.prepare(wrapper, self.dtype)
         self.mode = mode
         self.graphs = mode == "reduce-overhead"
         # name -> callable, compiled and plain (plain: the same math, e.g. for verify's hooks)
         self.plain: dict[str, Callable] = {"graph": self.graph}
         self.compiled = {k: compile_fn(f, mode) for k, f in self.plain.items()}
+
+    def prepare(self, wrapper: nn.Module, dtype: torch.dtype) -> nn.Module:
+        """A copy of the wrapper on the device, in dtype and layout, in eval mode."""
+        graph = copy.deepcopy(wrapper)
+        if self.channels_last:
+            channels_last_convs(graph)
+        return graph.to(self.device, dtype).eval()
 
     def modules(self) -> list[nn.Module]:
         """The modules this runner computes with (verify hooks them)."""
@@ -115,12 +182,12 @@ class CudaRunner:
             for dim, axis in self.contract.spec(name).dynamic_axes().items():
                 if axis in sizes:
                     x = x.narrow(dim, 0, sizes[axis])
-            cropped[name] = x.clone() if self.graphs else x
+            if self.graphs or not x.is_contiguous():  # own memory, in the contract's layout
+                x = x.clone(memory_format=torch.contiguous_format)
+            cropped[name] = x
         return cropped
 
     def _fns(self, compiled: bool) -> dict[str, Callable]:
-        if compiled and self.graphs:
-            torch.compiler.cudagraph_mark_step_begin()
         return self.compiled if compiled else self.plain
 
     @torch.inference_mode()
@@ -144,7 +211,7 @@ class RegulatedCudaRunner(CudaRunner):
 
     def __init__(self, graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> None:
         super().__init__(graph_name, wrapper, contract, **kw)
-        self.encoder = copy.deepcopy(wrapper).to(self.device, torch.float32).eval()
+        self.encoder = self.prepare(wrapper, torch.float32)
         self.plain = {"encode": self.encoder.encode, "decode": self.graph.decode}
         self.compiled = {k: compile_fn(f, self.mode) for k, f in self.plain.items()}
 

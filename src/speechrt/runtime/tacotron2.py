@@ -140,8 +140,6 @@ class CudaStepLoop:
                 masks.next(start, items)  # draws the next MASK_CHUNK steps for every item
             block = masks.chunk[:, start % MASK_CHUNK : start % MASK_CHUNK + self.k]
             block = pad_axis(block.to(self.device, torch.float32), 0, bb, True)
-            if self.graphs:
-                torch.compiler.cudagraph_mark_step_begin()
             frames, gates, frame, state = self._steps(frame, state, memory, processed, mask, block)
             chunks.append(frames[:b].clone())
             frame, state = frame.clone(), tuple(s.clone() for s in state)

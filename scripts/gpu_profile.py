@@ -1,0 +1,255 @@
+"""Where the GPU time goes: conv layouts and cuDNN autotuning, and the cuda runner's kernels.
+
+    python scripts/gpu_profile.py MODELS_DIR OUT_DIR [--parts micro,tts,asr]
+
+MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.py.
+- micro: HiFi-GAN V1 and Jasper 10x5 alone in fp16 at fixed shapes, each variant (NCHW or
+  channels-last convs x cuDNN autotuning off/on) captured in a CUDA graph and replayed, so the
+  time is the GPU's alone; with FLOPs (torch's counter), achieved TFLOP/s and the kernel table.
+- tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
+  and after, with a profile of one iteration: kernel time per stage against wall time.
+Writes OUT_DIR/profile.json; prints a summary table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from torch.utils.flop_counter import FlopCounterMode
+
+from speechrt.repo import load_component
+from speechrt.runtime import cuda as cuda_runtime
+from speechrt.runtime.layout import channels_last_convs
+
+
+def graph_time_ms(fn, iters: int = 50) -> float:
+    """Median GPU time of fn() replayed as a CUDA graph (warmed up first)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def kernel_table(fn, top: int = 12) -> dict:
+    """Kernels of one eager call of fn: count, total ms, the top entries by time."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by_name[e.name].append(e.device_time_total / 1e3)
+    rows = sorted(((sum(v), len(v), k) for k, v in by_name.items()), reverse=True)
+    return {
+        "kernels": sum(n for _, n, _ in rows),
+        "kernel_ms": sum(t for t, _, _ in rows),
+        "top": [{"ms": round(t, 4), "n": n, "name": k[:120]} for t, n, k in rows[:top]],
+    }
+
+
+def host_table(fn, top: int = 20) -> dict:
+    """Host side of one call of fn: wall ms, launches, syncs, the top ops by self CPU time."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) * 1e3
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    avg = prof.key_averages()
+    counts = {e.key: e.count for e in avg}
+    rows = sorted(avg, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return {
+        "wall_ms": round(wall, 3),
+        "launches": {k: counts.get(k, 0) for k in
+                     ("cudaLaunchKernel", "cudaGraphLaunch", "cudaStreamSynchronize",
+                      "cudaMemcpyAsync", "cudaDeviceSynchronize", "cuLaunchKernel")},
+        "top_self_cpu": [{"us": round(e.self_cpu_time_total, 1), "n": e.count, "name": e.key[:100]}
+                         for e in rows],
+    }  # fmt: skip
+
+
+def host(models: Path) -> dict:
+    """Host tables for the cuda pipelines' stages at batch 1 (the shipped configuration)."""
+    from speechrt.asr import ASR
+    from speechrt.bench.inprocess import TTS_TEXT, synthetic_speechlike
+    from speechrt.options import SynthesisOptions
+    from speechrt.tts import TTS
+
+    out = {}
+    tts = TTS(models / "fastpitch", models / "hifigan", "cuda", "fp16", "cuda")
+    ids, lengths, seeds = tts.batch_to_tensors(tts.text_to_pieces([TTS_TEXT], [0]))
+    opts = SynthesisOptions()
+    with torch.inference_mode():
+        mel, mel_lengths = tts.ids_to_mel(ids, lengths, opts, seeds)
+        out["acoustic"] = host_table(lambda: tts.ids_to_mel(ids, lengths, opts, seeds))
+        out["vocoder"] = host_table(lambda: tts.mel_to_audio(mel, mel_lengths, opts, seeds))
+        asr = ASR(models / "jasper", device="cuda", precision="fp16", backend="cuda")
+        segs = asr.segments(0, synthetic_speechlike(7.0, asr.sample_rate))
+        feats, flen, samples = asr.featurize(segs)
+        out["asr_features"] = host_table(lambda: asr.featurize(segs))
+        out["asr_acoustic"] = host_table(lambda: asr.acoustic(feats, flen, samples))
+    for k, v in out.items():
+        print(k, v["wall_ms"], "ms", v["launches"], flush=True)
+        for r in v["top_self_cpu"][:12]:
+            print(f"   {r['us']:9.1f} us {r['n']:5d}  {r['name']}")
+    return out
+
+
+def flops_of(fn) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def micro(models: Path) -> list[dict]:
+    """HiFi-GAN and Jasper in fp16, every layout x autotune variant, graph-replayed."""
+    dev = torch.device("cuda")
+    cases = []
+    voc, _ = load_component(models / "hifigan")
+    asr, _ = load_component(models / "jasper")
+    for b in (1, 8):
+        mel = torch.randn(b, 80, 768, device=dev, dtype=torch.float16)  # 665 frames' bucket
+        cases.append(("hifigan", b, voc, (mel, torch.full((b,), 768, device=dev))))
+        feats = torch.randn(b, 64, 800, device=dev, dtype=torch.float16)  # 7 s' bucket
+        cases.append(("jasper", b, asr, (feats, torch.full((b,), 716, device=dev))))
+    rows = []
+    for name, b, model, args in cases:
+        for layout in ("nchw", "channels_last"):
+            m = model.to(dev, torch.float32)
+            m = copy.deepcopy(m)
+            if layout == "channels_last":
+                channels_last_convs(m)
+            m = m.to(dev, torch.float16).eval()
+            fn = torch.inference_mode()(lambda m=m, args=args: m(*args))
+            flops = flops_of(fn)
+            for autotune in (False, True):
+                torch.backends.cudnn.benchmark = autotune
+                ms = graph_time_ms(fn)
+                r = {"model": name, "batch": b, "layout": layout, "cudnn_benchmark": autotune,
+                     "graph_ms": round(ms, 4), "gflop": round(flops / 1e9, 1),
+                     "tflops": round(flops / ms / 1e9, 1)}  # fmt: skip
+                r["profile"] = kernel_table(fn)
+                print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
+                rows.append(r)
+            torch.backends.cudnn.benchmark = False
+    return rows
+
+
+def pipelines(models: Path, parts: list[str]) -> list[dict]:
+    from speechrt.asr import ASR
+    from speechrt.bench.inprocess import TTS_TEXT, Variant, bench_asr, bench_tts
+    from speechrt.options import SynthesisOptions
+    from speechrt.tts import TTS
+
+    rows = []
+    configs = {"before": (set(), False), "after": (set(cuda_runtime.CHANNELS_LAST_GRAPHS), False)}
+    saved = set(cuda_runtime.CHANNELS_LAST_GRAPHS)
+    for label, (graphs, autotune) in configs.items():
+        cuda_runtime.CHANNELS_LAST_GRAPHS.clear()
+        cuda_runtime.CHANNELS_LAST_GRAPHS.update(graphs)
+        torch.backends.cudnn.benchmark = autotune
+        v = [Variant("cuda", "fp16")]
+        if "tts" in parts:
+
+            def make_tts(v):
+                return TTS(models / "fastpitch", models / "hifigan", "cuda", v.precision, v.backend)
+
+            for r in bench_tts(make_tts, v, [1, 8], 10, 50):
+                rows.append({"pipeline": "fastpitch-hifigan", "config": label, **r})
+                print(label, "tts", r["batch_size"], r["latency_s"]["mean"], r["stages_s"])
+            tts = make_tts(v[0])
+            ids, lengths, seeds = tts.batch_to_tensors(tts.text_to_pieces([TTS_TEXT], [0]))
+            opts = SynthesisOptions()
+
+            @torch.inference_mode()
+            def step(tts=tts, ids=ids, lengths=lengths, seeds=seeds, opts=opts):
+                mel, mel_lengths = tts.ids_to_mel(ids, lengths, opts, seeds)
+                return tts.mel_to_audio(mel, mel_lengths, opts, seeds)
+
+            for _ in range(3):
+                step()
+            rows.append(
+                {
+                    "pipeline": "fastpitch-hifigan",
+                    "config": label,
+                    "profile_b1": kernel_table(step, 25),
+                }
+            )
+        if "asr" in parts:
+
+            def make_asr(v):
+                return ASR(
+                    models / "jasper", device="cuda", precision=v.precision, backend=v.backend
+                )
+
+            for r in bench_asr(make_asr, v, [1, 8], 10, 50, (7.0,)):
+                rows.append({"pipeline": "jasper", "config": label, **r})
+                print(label, "asr", r["batch_size"], r["latency_s"]["mean"], r["stages_s"])
+    cuda_runtime.CHANNELS_LAST_GRAPHS.update(saved)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--parts", default="micro,tts,asr")
+    args = ap.parse_args()
+    parts = args.parts.split(",")
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if "host" in parts:
+        result["host"] = host(args.models)
+        (args.out / "profile.json").write_text(json.dumps(result, indent=1))
+    if "micro" in parts:
+        result["micro"] = micro(args.models)
+        (args.out / "profile.json").write_text(json.dumps(result, indent=1))
+    result["pipelines"] = []
+    for part in ("tts", "asr"):  # written after each, in case the call runs out of time
+        if part in parts:
+            result["pipelines"] += pipelines(args.models, [part])
+            (args.out / "profile.json").write_text(json.dumps(result, indent=1))
+    for r in result.get("micro", []):
+        print(f"{r['model']:8} b{r['batch']} {r['layout']:13} bench={r['cudnn_benchmark']!s:5} "
+              f"{r['graph_ms']:8.3f} ms {r['tflops']:6.1f} TFLOP/s "
+              f"{r['profile']['kernels']} kernels")  # fmt: skip
+    for r in result["pipelines"]:
+        if "profile_b1" in r:
+            p = r["profile_b1"]
+            print(f"{r['config']}: b1 tts {p['kernels']} kernels, {p['kernel_ms']:.2f} kernel ms")
+            continue
+        st = " ".join(f"{k}={v * 1e3:.2f}" for k, v in r["stages_s"].items())
+        print(f"{r['pipeline']:18} {r['config']:6} b{r['batch_size']} "
+              f"{r['latency_s']['mean'] * 1e3:8.2f} ms  {st}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
