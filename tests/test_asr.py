@@ -11,11 +11,13 @@ import pytest
 import soundfile as sf
 import torch
 
+from dle_jasper import DECODER_GAIN, speechlike, talkative_model
 from speechrt.asr import ASR
 from speechrt.audio.io import resample
 from speechrt.cli import main
 from speechrt.errors import SpeechRTError
-from test_asr_dle import DECODER_GAIN, one_thread, speechlike, talkative_model  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import soundfile as sf
 import torch
 import tritonclient.http as triton
 
+from serving_inputs import ONE, speechlike, wav
 from speechrt.asr import ASR
 from speechrt.audio.io import encode_audio, to_int16
 from speechrt.client import parse_metrics
@@ -21,7 +22,6 @@ from speechrt.device import batch_invariance_holds
 from speechrt.options import SynthesisOptions
 from speechrt.tts import TTS
 
-ONE = "Hello there, how are you today?"
 THREE = "The first sentence is here. Then a second, longer one follows it! Is this the third?"
 LSB = 2  # server vs in-process pipeline: the same samples within 2 int16 steps
 
@@ -53,21 +53,6 @@ def oai(speech_server) -> openai.OpenAI:
 @pytest.fixture(scope="module")
 def trt(speech_server) -> triton.InferenceServerClient:
     return triton.InferenceServerClient(speech_server.removeprefix("http://"))
-
-
-def speechlike(seconds: float, seed: int, sr: int = 16000) -> np.ndarray:
-    """Tone bursts and near-silence: something for the recogniser to chew on."""
-    rng = np.random.default_rng(seed)
-    parts, total = [], int(seconds * sr)
-    while sum(map(len, parts)) < total:
-        n = int(rng.uniform(0.05, 0.4) * sr)
-        tone = np.sin(2 * np.pi * rng.uniform(100, 3000) * np.arange(n) / sr) * np.hanning(n)
-        parts.append(0.3 * tone if rng.random() < 0.7 else 0.003 * rng.standard_normal(n))
-    return np.concatenate(parts)[:total].astype(np.float32)
-
-
-def wav(audio: np.ndarray, sr: int = 16000) -> bytes:
-    return encode_audio(audio, sr, "wav")
 
 
 def pcm_of(data: bytes) -> np.ndarray:
