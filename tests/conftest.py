@@ -21,6 +21,16 @@ def _deterministic():
     yield
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module, whatever an earlier test left set (the ASR modules use
+    it: small CPU ops are dominated by thread hand-offs on a 2-core machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tiny_voice(tmp_path_factory):
     """(acoustic dir, vocoder dir) of a tiny FastPitch + HiFi-GAN converted from DLE checkpoints."""

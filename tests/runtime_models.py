@@ -19,11 +19,27 @@ from speechrt.models.jasper import QuartzNet, QuartzNetDims
 from speechrt.models.tacotron2 import Tacotron2, Tacotron2Dims
 from speechrt.models.waveglow import WaveGlow, WaveGlowDims
 from speechrt.repo import ComponentInfo, save_component
-from test_fastpitch import TINY as TINY_FASTPITCH
 
 # hop 16 = 4 x 4 upsampling; a 64-point STFT for the denoiser
 MEL = MelConfig(sampling_rate=8000, n_fft=64, hop_length=16, win_length=64, n_mels=10)
-FASTPITCH = TINY_FASTPITCH  # the FastPitch tests' tiny dims
+FASTPITCH = dict(  # also tests/test_fastpitch.py's tiny dims
+    n_mel_channels=10,
+    n_symbols=20,
+    symbols_embedding_dim=16,
+    in_fft_n_layers=2,
+    in_fft_n_heads=2,
+    in_fft_d_head=4,
+    in_fft_conv1d_filter_size=32,
+    in_fft_output_size=16,
+    out_fft_n_layers=2,
+    out_fft_n_heads=2,
+    out_fft_d_head=4,
+    out_fft_conv1d_filter_size=32,
+    out_fft_output_size=16,
+    dur_predictor_filter_size=8,
+    pitch_predictor_filter_size=8,
+    energy_predictor_filter_size=8,
+)
 HIFIGAN = dict(
     upsample_rates=(4, 4),
     upsample_kernel_sizes=(8, 8),

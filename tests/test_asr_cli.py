@@ -11,10 +11,12 @@ import pytest
 import soundfile as sf
 import torch
 
+from dle_jasper import speechlike, talkative_model
 from speechrt.asr import ASR
 from speechrt.cli import main
 from speechrt.metrics import char_errors, word_errors
-from test_asr_dle import one_thread, speechlike, talkative_model  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

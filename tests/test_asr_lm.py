@@ -12,13 +12,15 @@ import pytest
 import soundfile as sf
 import torch
 
+from dle_jasper import speechlike, talkative_model
 from speechrt.asr import ASR
 from speechrt.beam import beam_tokens
 from speechrt.cli import main
 from speechrt.ctc import tokens_to_words
 from speechrt.errors import SpeechRTError
 from speechrt.lm import build_lm
-from test_asr_dle import one_thread, speechlike, talkative_model  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SECONDS = (1.5, 2.5, 1.0)
 

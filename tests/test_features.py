@@ -8,6 +8,7 @@ import torch
 
 from speechrt.audio.features import FeatureConfig, batch_features, log_mel
 from speechrt.audio.mel import mel_filterbank
+from speechrt.device import batch_invariance_holds
 from speechrt.errors import SpeechRTError
 
 
@@ -59,7 +60,11 @@ def test_batch_padding_and_independence() -> None:
     for i, w in enumerate(waves):
         one, one_len = batch_features([w], cfg)
         assert one.shape[2] == cfg.padded_frames(w.shape[0]) and one_len.item() == lengths[i]
-        assert torch.equal(one[0], feats[i, :, : one.shape[2]])
+        batched = feats[i, :, : one.shape[2]]
+        if batch_invariance_holds():  # this CPU's MKL sums alike at any batch shape
+            assert torch.equal(one[0], batched)
+        else:  # float32 rounding of normalised features (values of order 1)
+            assert (one[0] - batched).abs().max() <= 1e-5
         assert not feats[i, :, lengths[i] :].any()
 
 

@@ -91,11 +91,11 @@ def test_fastspeech_stage(backend: str) -> None:
 
 def test_asr_pipeline_on_each_backend(tmp_path) -> None:
     """Identical text and word times from eager, onnx and the (uncompiled) cuda runner."""
+    from dle_jasper import speechlike, talkative_model
     from speechrt.asr import ASR
     from speechrt.cli import main
     from speechrt.runtime.cuda import cuda_runner
     from speechrt.runtime.graphs import build_graph
-    from test_asr_dle import speechlike, talkative_model
 
     torch.save({"state_dict": talkative_model("quartznet").state_dict()}, tmp_path / "qn.pt")
     d = tmp_path / "qn"

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from serving_inputs import ONE, speechlike, wav
 from speechrt.asr import ASR
 from speechrt.audio.io import to_int16
 from speechrt.cli import main
@@ -27,7 +28,6 @@ from speechrt.options import SynthesisOptions
 from speechrt.runtime.onnx import OnnxRunner
 from speechrt.serving import ServeConfig, Server
 from speechrt.tts import TTS
-from test_serving import ONE, speechlike, wav
 
 EAGER_TOL = 1e-4  # onnx vs eager, float32 audio / log-mel outputs
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -339,17 +340,37 @@ def test_split_long_sentence() -> None:
         split_sentences("hi", max_chars=0)
 
 
+def split_counting_lines(text: str) -> tuple[list[str], int]:
+    """split_sentences(text, max_chars=120) and the lines of Python it ran: a count of its work
+    that is the same on any CPU."""
+    lines = 0
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
+        nonlocal lines
+        lines += event == "line"
+        return tracer
+
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        pieces = split_sentences(text, max_chars=120)
+    finally:
+        sys.settrace(before)
+    return pieces, lines
+
+
 def test_split_100k_characters_linear() -> None:
+    """Ten times the text costs ten times the work (lines run, ~150,000 here; counted, not
+    timed): quadratic work would cost a hundred times."""
     words = ["alpha", "beta,", "gamma", "Dr.", "delta.", "epsilon?", "zeta", "eta;", "theta\n"]
     text = " ".join(words[i % len(words)] for i in range(17000))[:100_000]
     run_on = "word " * 20_000  # no sentence end at all
-    start = time.perf_counter()
-    pieces = split_sentences(text, max_chars=120)
-    long_pieces = split_sentences(run_on, max_chars=120)
-    assert time.perf_counter() - start < 2.0
-    for result, source in [(pieces, text), (long_pieces, run_on)]:
-        assert all(0 < len(p) <= 120 for p in result)
-        assert " ".join(result) == " ".join(source.split())
+    for source in (text, run_on):
+        pieces, lines = split_counting_lines(source)
+        _, tenth = split_counting_lines(source[:10_000])
+        assert lines <= 11 * tenth
+        assert all(0 < len(p) <= 120 for p in pieces)
+        assert " ".join(pieces) == " ".join(source.split())
 
 
 # --- import boundary ----------------------------------------------------------------------------

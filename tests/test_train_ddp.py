@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -139,11 +138,13 @@ def test_a_two_rank_compact_file_warm_starts_one_process(whole, corpus, paths):
 
 
 def test_a_failing_rank_ends_the_job_at_once(corpus, paths):
-    start = time.time()
+    """Rank 1 fails in its third step of a five-minute run: rank 0, in step with it, never gets
+    past its third step and never finishes (the 90 s bound only stops a hung job)."""
     argv = _args(corpus, paths / "runs" / "fail", "--minutes", "5")
     status, output = _launch(argv, paths / "fail", timeout=90, PROBE_FAIL="3")
     assert status == 1 and "probe: rank 1 fails" in output and "rank 1 failed" in output
-    assert time.time() - start < 60 and not (paths / "fail" / "rank0.pt").exists()
+    assert not (paths / "fail" / "rank0.pt").exists()
+    assert len((paths / "fail" / "rank0.steps").read_text().splitlines()) <= 3
     assert len((paths / "fail" / "rank1.steps").read_text().splitlines()) == 2
 
 

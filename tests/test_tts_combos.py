@@ -10,17 +10,17 @@ import pytest
 import soundfile as sf
 import torch
 
-import test_fastspeech
-import test_tacotron2
-import test_waveglow
+import dle_fastspeech
+import dle_tacotron2
+import dle_waveglow
 from speechrt.cli import main
 from speechrt.errors import MaxDecoderStepsWarning
 from speechrt.models.tacotron2 import Tacotron2Dims
 from speechrt.tts import TTS
 
-TACOTRON2 = dict(test_tacotron2.TINY, n_mel_channels=80, n_symbols=148, max_decoder_steps=400)
-WAVEGLOW = dict(test_waveglow.TINY, n_mel_channels=80)
-FASTSPEECH = dataclasses.replace(test_fastspeech.TINY, n_mels=80, n_symbols=149, max_seq_len=256)
+TACOTRON2 = dict(dle_tacotron2.TINY, n_mel_channels=80, n_symbols=148, max_decoder_steps=400)
+WAVEGLOW = dict(dle_waveglow.TINY, n_mel_channels=80)
+FASTSPEECH = dataclasses.replace(dle_fastspeech.TINY, n_mels=80, n_symbols=149, max_seq_len=256)
 
 
 def convert(ckpt, out) -> str:
@@ -34,14 +34,14 @@ def models(tiny_voice, tmp_path_factory):
     root = tmp_path_factory.mktemp("combos")
     torch.manual_seed(0)
     d = Tacotron2Dims(**TACOTRON2)
-    stopping = test_tacotron2.dle_state_dict(d)
+    stopping = dle_tacotron2.dle_state_dict(d)
     never = {k: v.clone() for k, v in stopping.items()}
-    test_tacotron2.make_stopping(stopping, d, rate=0.3)
+    dle_tacotron2.make_stopping(stopping, d, rate=0.3)
     never["decoder.gate_layer.linear_layer.bias"].fill_(-1e4)
     torch.save({"state_dict": stopping, "config": TACOTRON2}, root / "t2.pt")
     torch.save({"state_dict": never, "config": TACOTRON2}, root / "t2never.pt")
-    torch.save({"state_dict": test_waveglow.dle_state_dict(**WAVEGLOW)}, root / "wg.pt")
-    fs = {"module." + k: v for k, v in test_fastspeech.dle_state_dict(FASTSPEECH).items()}
+    torch.save({"state_dict": dle_waveglow.dle_state_dict(**WAVEGLOW)}, root / "wg.pt")
+    fs = {"module." + k: v for k, v in dle_fastspeech.dle_state_dict(FASTSPEECH).items()}
     torch.save({"step": 1, "model": fs, "optim": {}}, root / "fs.pt")
     return {
         "fastpitch": str(tiny_voice[0]),
