@@ -42,8 +42,7 @@ def compile_fn(fn: Callable, mode: str | None) -> Callable:
     for name in ("recompile_limit", "cache_size_limit"):
         if getattr(dynamo_config, name, RECOMPILE_LIMIT) < RECOMPILE_LIMIT:
             setattr(dynamo_config, name, RECOMPILE_LIMIT)
-    kwargs = {} if mode == "default" else {"mode": mode}
-    return torch.compile(fn, dynamic=False, **kwargs)
+    return torch.compile(fn, dynamic=False, mode=None if mode == "default" else mode)
 
 
 def pad_axis(x: Tensor, dim: int, size: int, batch: bool, value: float = 0) -> Tensor:
@@ -141,6 +140,10 @@ class RegulatedCudaRunner(CudaRunner):
     decode(enc, reps, n_frames) -> (mel, mel_lengths), assemble(mel, mel_lengths, encoded) and
     max_frames (None: no limit).
     """
+
+    # copies of the wrapper above, duck-typed (nn.Module's attributes type as Tensor | Module)
+    graph: Any
+    encoder: Any
 
     def __init__(self, graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> None:
         super().__init__(graph_name, wrapper, contract, **kw)
