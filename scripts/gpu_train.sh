@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One training chunk on the GPU machine: the single command the lead runs through the device
-# tool, from the repository root, carrying .carry (debs + wheels [+ resume/*.pt]):
+# One training chunk on a GPU machine, run from the repository root of a checkout that holds
+# .carry (debs + wheels [+ resume/*.pt]):
 #
 #   bash scripts/gpu_train.sh [MINUTES] [--export]
 #

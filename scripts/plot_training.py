@@ -1,11 +1,12 @@
-"""The recogniser's progress over the GPU sessions, as a picture for docs/models/README.md.
+"""The recogniser's held-out WER over its training stages, as a picture for docs/models/README.md.
 
-    python scripts/plot_training.py [--csv docs/models/runs/quartznet-progress.csv]
+    python scripts/plot_training.py [--csv docs/models/quartznet-progress.csv]
         [--out docs/models/quartznet-progress.png]
 
 The CSV holds one row per training chunk (from each chunk's train.log: the step and the held-out
-voice's greedy WER that ends it) and, where one was measured, our voice's beam + LM WER on 200
-held-out sentences (scripts/asr_eval.py). The round trip's goal (#8: 0.10) is drawn in.
+voice's greedy WER that ends it; `stage` as in the recipe's schedule) and, where one was
+measured, our voice's beam + LM WER on 200 held-out sentences (scripts/asr_eval.py). The
+round trip's target (0.10, tests/test_defaults.py) is drawn in.
 """
 
 from __future__ import annotations
@@ -21,18 +22,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--csv", default="docs/models/runs/quartznet-progress.csv")
+    p.add_argument("--csv", default="docs/models/quartznet-progress.csv")
     p.add_argument("--out", default="docs/models/quartznet-progress.png")
     args = p.parse_args()
     with open(args.csv, newline="") as f:
         rows = list(csv.DictReader(f))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    for session in sorted({r["session"] for r in rows}, key=int):
-        its = [r for r in rows if r["session"] == session]
+    for stage in sorted({r["stage"] for r in rows}, key=int):
+        its = [r for r in rows if r["stage"] == stage]
         steps = [int(r["step"]) for r in its]
-        top.plot(
-            steps, [float(r["val_wer_rms_greedy"]) for r in its], "o-", label=f"session {session}"
-        )
+        top.plot(steps, [float(r["val_wer_rms_greedy"]) for r in its], "o-", label=f"stage {stage}")
     top.set_ylabel("WER, held-out voice rms\n(greedy, 300 sentences)")
     top.legend(fontsize=8)
     top.grid(alpha=0.3)
@@ -44,12 +43,12 @@ def main() -> None:
         color="C3",
         label="our voice, beam + LM (200 sentences)",
     )
-    bottom.axhline(0.10, color="k", linestyle="--", linewidth=1, label="#8's goal")
+    bottom.axhline(0.10, color="k", linestyle="--", linewidth=1, label="target")
     bottom.set_ylabel("round-trip WER")
     bottom.set_xlabel("QuartzNet training step")
     bottom.legend(fontsize=8)
     bottom.grid(alpha=0.3)
-    fig.suptitle("Bundled recogniser (QuartzNet 5x5) over the GPU sessions")
+    fig.suptitle("Bundled recogniser (QuartzNet 5x5) during training")
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print(args.out)

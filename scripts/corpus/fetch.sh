@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Download (here, where Debian's archive and PyPI are reachable) what the GPU machine needs to
-# make the corpus, into the git-ignored folder .carry/ (name it in the device tool's `carry`):
+# Download (where Debian's archive and PyPI are reachable) what an offline GPU machine needs to
+# make the corpus, into the git-ignored folder .carry/ (copy it to that machine's checkout):
 #   .carry/debs/    flite + festival + its HTS and ked voices + fortunes and the libraries they load
 #                   (all but libc6, libgcc-s1 and libstdc++6, which every machine has newer)
 #   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks

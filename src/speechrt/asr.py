@@ -135,6 +135,7 @@ class ASR:
         self.model_dir = Path(model_dir)
         # Runners start from float32 weights (cuda casts what it runs; onnx is float32).
         load_dtype = self.dtype if self.backend == "eager" else torch.float32
+        self.model: Any  # an nn.Module of role "asr" (Jasper: dims, time_stride, output_lengths)
         try:
             self.model, self.info = load_component(model_dir, self.device, load_dtype)
         except (TypeError, ValueError) as e:

@@ -56,8 +56,9 @@ def batch_invariance_holds() -> bool:
     global _holds
     if _holds is None:
         os.environ.setdefault("MKL_CBWR", MKL_STRICT)
-        before, threads = torch.backends.mkldnn.enabled, torch.get_num_threads()
-        torch.backends.mkldnn.enabled = False
+        before, threads = bool(torch.backends.mkldnn.enabled), torch.get_num_threads()
+        # torch's stubs type this flag as its descriptor class; reads and writes are bools
+        torch.backends.mkldnn.enabled = False  # type: ignore[assignment]
         try:
             g = torch.Generator().manual_seed(0)
             conv, fc = torch.nn.Conv1d(16, 16, 3, padding=1), torch.nn.Linear(16, 1)
@@ -72,7 +73,7 @@ def batch_invariance_holds() -> bool:
                 _holds &= same_conv and torch.equal(fc(h[:1, :19])[0], fc(h)[0, :19])
         finally:
             torch.set_num_threads(threads)
-            torch.backends.mkldnn.enabled = before
+            torch.backends.mkldnn.enabled = before  # type: ignore[assignment]
     return _holds
 
 
@@ -100,8 +101,9 @@ def set_batch_invariant(on: bool = True) -> None:
                 "batch-invariant mode is not available on this CPU: its matrix kernels round an "
                 "item differently alone and batched (speechrt.device.batch_invariance_holds)"
             )
-        _mkldnn_before = torch.backends.mkldnn.enabled
-        torch.backends.mkldnn.enabled = False
+        _mkldnn_before = bool(torch.backends.mkldnn.enabled)
+        torch.backends.mkldnn.enabled = False  # type: ignore[assignment]
     else:
-        torch.backends.mkldnn.enabled = _mkldnn_before  # MKL_CBWR stays: MKL has read it
+        # MKL_CBWR stays: MKL has read it
+        torch.backends.mkldnn.enabled = _mkldnn_before  # type: ignore[assignment]
     _batch_invariant = on

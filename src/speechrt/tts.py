@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,6 +67,9 @@ class TTS:
         self.acoustic_dir, self.vocoder_dir = Path(acoustic), Path(vocoder)
         # Runners start from float32 weights (cuda casts what it runs in half; onnx is float32).
         load_dtype = self.dtype if self.backend == "eager" else torch.float32
+        # nn.Modules of the roles' interfaces (generate_mel, mel_to_audio), checked by role
+        self.acoustic: Any
+        self.vocoder: Any
         self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic", load_dtype)
         self.vocoder, self.vocoder_info = self._load(vocoder, "vocoder", load_dtype)
         if self.acoustic_info.mel is None or self.vocoder_info.mel is None:

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--precise-bn",
         action="store_true",
         help="recompute QuartzNet's BatchNorm statistics on clean training speech before folding "
-        "(off by default: it raised held-out WER; docs/models/README.md, seventh session)",
+        "(off by default: it raised held-out WER; docs/models/README.md, export)",
     )
     p.add_argument("--corpus", default="corpus")
     p.add_argument("--metrics", help="write the summary (JSON) here too")

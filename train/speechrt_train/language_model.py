@@ -48,7 +48,7 @@ DECODING: dict[str, Any] = {
     "max_chars": 8,
 }
 ORDER = 3
-PRUNE = 2  # singleton trigrams dropped: 40 % smaller, the same dev WER (docs/models/README.md)
+PRUNE = 2  # singleton trigrams dropped: 40 % smaller, the same dev WER
 
 
 LONG = 400  # characters: the LM reads long sentences whole (the corpus keeps <= 160)

@@ -48,7 +48,7 @@ class MelConfig:
             raise SpeechRTError(f"mel configs of the {what} differ: {detail}")
 
 
-def _hz_to_mel(f: np.ndarray) -> np.ndarray:
+def _hz_to_mel(f: np.ndarray | float) -> np.ndarray:
     # Slaney's auditory toolbox scale (librosa htk=False): linear below 1 kHz, log above.
     f = np.asarray(f, dtype=np.float64)
     f_sp = 200.0 / 3

@@ -10,12 +10,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from speechrt.bench.stats import summarize
+
+if TYPE_CHECKING:
+    from speechrt.asr import ASR
+    from speechrt.tts import TTS
 
 # A 128-character LJSpeech sentence, the seeds' TTS benchmark input length.
 TTS_TEXT = (
@@ -84,7 +89,7 @@ def row(variant: Variant, batch_size: int, times: list[dict[str, float]], device
 
 
 def bench_tts(
-    make_tts: Callable[[Variant], object],
+    make_tts: Callable[[Variant], TTS],
     variants: list[Variant],
     batch_sizes: list[int],
     warmup: int,
@@ -145,7 +150,7 @@ def synthetic_speechlike(seconds: float, sample_rate: int, seed: int = 0) -> np.
 
 
 def bench_asr(
-    make_asr: Callable[[Variant], object],
+    make_asr: Callable[[Variant], ASR],
     variants: list[Variant],
     batch_sizes: list[int],
     warmup: int,

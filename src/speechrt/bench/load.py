@@ -13,6 +13,7 @@ import io
 import re
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import httpx
 import numpy as np
@@ -41,6 +42,7 @@ def make_request(task: str, text: str, audio_wav: bytes | None) -> Callable:
         r.raise_for_status()
 
     async def asr(client: httpx.AsyncClient) -> None:
+        assert audio_wav is not None, "a transcription load needs audio"
         files = {"file": ("bench.wav", audio_wav, "audio/wav")}
         r = await client.post("/v1/audio/transcriptions", data={"model": "asr"}, files=files)
         r.raise_for_status()
@@ -140,10 +142,12 @@ def load_sweep(
     rows = []
     for label, url in targets.items():
         for c in concurrencies:
-            res = asyncio.run(_level(url, task, lambda cl, c=c: closed_loop(send, cl, c, seconds)))
+            res = asyncio.run(
+                _level(url, task, partial(closed_loop, send, concurrency=c, seconds=seconds))
+            )
             rows.append({"target": label, "mode": "concurrency", "level": c, **res})
         for r in rates:
-            res = asyncio.run(_level(url, task, lambda cl, r=r: open_loop(send, cl, r, seconds)))
+            res = asyncio.run(_level(url, task, partial(open_loop, send, rate=r, seconds=seconds)))
             rows.append({"target": label, "mode": "rate", "level": r, **res})
     return rows
 

@@ -36,7 +36,7 @@ def git_commit() -> str | None:
 def stamp(device: torch.device, argv: list[str] | None = None) -> dict:
     from speechrt import __version__
 
-    versions = {"speechrt": __version__}
+    versions: dict[str, str | None] = {"speechrt": __version__}
     for name in PACKAGES[1:]:
         try:
             versions[name] = metadata.version(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from speechrt.errors import SpeechRTError
 
@@ -119,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         r["task"] = args.task
     speedups(rows)
     config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    result = {"stamp": stamp(device, args._argv), "config": config | {"device": str(device)}}
+    result: dict[str, Any] = {"stamp": stamp(device, args._argv)}
+    result["config"] = config | {"device": str(device)}
     result["rows"] = rows
     print_table(rows, f"speechrt bench {args.task} on {result['stamp']['gpu'] or device}")
     paths = write_outputs(result, args.out_dir, args.name or args.task)
@@ -152,7 +154,8 @@ def run_load(args: argparse.Namespace) -> int:
     for r in rows:
         r["task"] = args.task
     config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    result = {"stamp": stamp(torch.device("cpu"), args._argv), "config": config, "rows": rows}
+    result: dict[str, Any] = {"stamp": stamp(torch.device("cpu"), args._argv), "config": config}
+    result["rows"] = rows
     result["stamp"]["device"] = "client"
     print_load_table(rows, f"speechrt bench {args.task} --url ({', '.join(targets)})")
     name = args.name or f"{args.task}-load"

@@ -44,7 +44,7 @@ class Converted:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def model_class(kind: str) -> type:
+def model_class(kind: str) -> type[Any]:
     try:
         module, name = KINDS[kind]
     except KeyError:

@@ -61,6 +61,8 @@ class Denoiser(nn.Module):
 
     role = "denoiser"
     Dims = DenoiserDims
+    window: torch.Tensor  # buffers, registered in __init__
+    bias: torch.Tensor
 
     def __init__(self, dims: DenoiserDims = DenoiserDims()) -> None:
         super().__init__()
@@ -74,7 +76,7 @@ class Denoiser(nn.Module):
 
     @classmethod
     @torch.no_grad()
-    def from_vocoder(cls, vocoder: nn.Module | Vocoder, mel: MelConfig) -> Denoiser:
+    def from_vocoder(cls, vocoder: Vocoder, mel: MelConfig) -> Denoiser:
         """Estimate the bias spectrum of `vocoder` (with `mel`'s sizes) from an all-zero mel."""
         dims = DenoiserDims(
             n_fft=mel.n_fft, hop_length=mel.n_fft // N_OVERLAP, win_length=mel.win_length

@@ -127,6 +127,8 @@ def regulate_length(
 
 
 class PositionalEmbedding(nn.Module):
+    inv_freq: Tensor  # buffer, registered in __init__
+
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.register_buffer("inv_freq", 1 / (10000 ** (torch.arange(0.0, dim, 2.0) / dim)))
@@ -287,6 +289,8 @@ class FastPitch(nn.Module):
     kind = "fastpitch"
     role = "acoustic"
     Dims = FastPitchDims
+    pitch_mean: Tensor  # buffers, registered in __init__
+    pitch_std: Tensor
 
     def __init__(self, dims: FastPitchDims) -> None:
         super().__init__()
@@ -432,7 +436,7 @@ class FastPitch(nn.Module):
 
 def _dims_from(config: dict[str, Any], sd: dict[str, Tensor]) -> FastPitchDims:
     """Config keys win; what the config lacks is read off the weight shapes, else DLE defaults."""
-    fields = {f.name: f.type for f in dataclasses.fields(FastPitchDims)}  # name -> "int" etc.
+    fields = {f.name: str(f.type) for f in dataclasses.fields(FastPitchDims)}  # name -> "int" etc.
     unknown = {k for k in config if k not in fields and not k.startswith("p_")}  # p_*: dropouts
     if unknown:
         raise SpeechRTError(f"fastpitch: unknown config keys {sorted(unknown)}")

@@ -162,6 +162,7 @@ class FastSpeech(nn.Module):
     kind = "fastspeech"
     role = "acoustic"
     Dims = FastSpeechDims
+    position: Tensor  # buffer (sinusoid table), registered in __init__
 
     def __init__(self, dims: FastSpeechDims) -> None:
         super().__init__()
@@ -264,7 +265,7 @@ def _dims_from_config(config: dict[str, Any]) -> FastSpeechDims:
 def _dims_from_shapes(sd: dict[str, Tensor]) -> FastSpeechDims:
     try:
         n_symbols, d_model = sd["word_emb.weight"].shape
-        side = {}
+        side: dict[str, int] = {}
         for name in ("phoneme_side", "mel_side"):
             ffn = sd[f"{name}.layer_stack.0.pos_ffn.w_1.weight"]  # (d_inner, D, k)
             n = len(

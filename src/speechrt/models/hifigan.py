@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -207,6 +207,7 @@ class HiFiGAN(nn.Module):
         scale = 1  # audio samples per mel frame at this stage
         stages = zip(self.ups, self.resblocks, self.dims.upsample_rates, strict=True)
         for up, blocks, rate in stages:
+            blocks = cast(nn.ModuleList, blocks)  # this stage's ResBlocks
             scale *= rate
             x = up(F.leaky_relu(x, LRELU_SLOPE))
             m = _length_mask(mel_lengths, scale, x.shape[-1], x.dtype)

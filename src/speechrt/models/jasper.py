@@ -96,6 +96,7 @@ def mask_frames(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 def conv_lengths(lengths: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     """Valid output frames of `conv` for `lengths` valid input frames (floor division)."""
+    assert not isinstance(conv.padding, str)  # built with int padding (SubBlock)
     (p,), (k,), (d,), (s,) = conv.padding, conv.kernel_size, conv.dilation, conv.stride
     return torch.div(lengths + 2 * p - d * (k - 1) - 1, s, rounding_mode="floor") + 1
 
@@ -170,7 +171,8 @@ class Jasper(nn.Module):
         self.blocks = nn.ModuleList()
         # Residual sources as DLE wires them: a dense block adds its input to the running pane
         # list and reads all of it; a plain one reads its input only.
-        c_in, panes, xs = dims.n_feats, [], [dims.n_feats]
+        panes: list[int] = []
+        c_in, xs = dims.n_feats, [dims.n_feats]
         for b, kind in enumerate(dims.residual):
             if kind == "dense":
                 panes = [*panes, c_in]
@@ -191,7 +193,7 @@ class Jasper(nn.Module):
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         """Output frames for `lengths` input frames (B,)."""
         for block in self.blocks:
-            for sub in block.subs:
+            for sub in block.subs:  # type: ignore[union-attr]  # ModuleList items type as Module
                 lengths = conv_lengths(lengths, sub.depthwise if sub.separable else sub.conv)
         return lengths
 
@@ -231,10 +233,10 @@ class Jasper(nn.Module):
                 "no state dict found in checkpoint (looked for ema_state_dict, state_dict)"
             )
         sd = convert_v1_keys(sd)
-        config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+        config = ckpt["config"] if isinstance(ckpt.get("config"), dict) else {}
         blocks = _parse_blocks(sd)
-        dims, state = _dims_and_state(blocks, sd, config.get(cls.kind, {}).get("encoder", {}))
-        dims = cls.Dims(**dims)
+        fields, state = _dims_and_state(blocks, sd, config.get(cls.kind, {}).get("encoder", {}))
+        dims = cls.Dims(**fields)
         labels = list(config.get("labels", LABELS))
         if len(labels) + 1 != dims.n_classes:
             raise SpeechRTError(
@@ -296,7 +298,8 @@ def _parse_blocks(sd: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
         raise SpeechRTError("checkpoint has no encoder.layers.N.(m)conv.* blocks numbered 0..N")
     blocks = []
     for b in range(len(mods)):
-        subs, pending = [], []
+        subs: list[tuple[list[torch.Tensor], Mod]] = []
+        pending: list[torch.Tensor] = []
         for i in sorted(mods[b]):
             mod = mods[b][i]
             if "running_mean" in mod:
@@ -371,7 +374,7 @@ def _dims_and_state(
     state["decoder.weight"] = sd["decoder.layers.0.weight"].float()
     state["decoder.bias"] = sd["decoder.layers.0.bias"].float()
     first_w = blocks[0]["subs"][0][0][0]
-    dims = {k: tuple(v) for k, v in cols.items()}
+    dims: dict[str, Any] = {k: tuple(v) for k, v in cols.items()}
     dims["n_feats"] = int(
         first_w.shape[0] if len(blocks[0]["subs"][0][0]) == 2 else first_w.shape[1]
     )

@@ -262,7 +262,7 @@ class Tacotron2(nn.Module):
         """
         ids, lengths = check_ids(ids, lengths, self.dims.n_symbols)
         b = ids.shape[0]
-        seeds = _item_seeds(seeds, options, b)
+        item_seeds = _item_seeds(seeds, options, b)
         max_steps = options.max_decoder_steps
         max_steps = self.dims.max_decoder_steps if max_steps is None else max_steps
         if max_steps < 1:
@@ -272,7 +272,7 @@ class Tacotron2(nn.Module):
         memory, processed = self.encoder(ids, lengths_dev)
         mask = ~_length_mask(lengths_dev, memory.shape[1])
         state = self.initial_state(memory)
-        masks = _PrenetMasks(seeds, self.dims.prenet_dim, w.dtype, w.device)
+        masks = _PrenetMasks(item_seeds, self.dims.prenet_dim, w.dtype, w.device)
         frame = memory.new_zeros(b, self.dims.n_mel_channels)
         active = list(range(b))  # caller indices of the items still decoding
         n_frames = [0] * b  # frames generated per item (what its postnet sees)

@@ -102,6 +102,8 @@ class WN(nn.Module):
 class InverseConv1x1(nn.Module):
     """The inverse of WaveGlow's invertible 1x1 conv; `inverse` (C, C, 1) is W^-1, set at load."""
 
+    inverse: Tensor  # buffer, registered in __init__
+
     def __init__(self, c: int) -> None:
         super().__init__()
         self.register_buffer("inverse", torch.eye(c).unsqueeze(-1))

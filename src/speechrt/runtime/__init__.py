@@ -31,7 +31,9 @@ def has_onnx(model_dir: str | Path) -> bool:
     except (OSError, ValueError, KeyError):
         return False
     files = GRAPHS.get(kind)
-    return bool(files) and all((Path(model_dir) / f).is_file() for f in files.values())
+    if not files:
+        return False
+    return all((Path(model_dir) / f).is_file() for f in files.values())
 
 
 def resolve_backend(name: str, device_type: str, model_dirs: Sequence[str | Path] = ()) -> str:

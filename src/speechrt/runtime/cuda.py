@@ -52,8 +52,7 @@ def compile_fn(fn: Callable, mode: str | None) -> Callable:
             setattr(dynamo_config, name, RECOMPILE_LIMIT)
     if mode == "reduce-overhead":
         return CapturedGraphs(torch.compile(fn, dynamic=False))
-    kwargs = {} if mode == "default" else {"mode": mode}
-    return torch.compile(fn, dynamic=False, **kwargs)
+    return torch.compile(fn, dynamic=False, mode=None if mode == "default" else mode)
 
 
 class CapturedGraphs:
@@ -208,6 +207,10 @@ class RegulatedCudaRunner(CudaRunner):
     decode(enc, reps, n_frames) -> (mel, mel_lengths), assemble(mel, mel_lengths, encoded) and
     max_frames (None: no limit).
     """
+
+    # copies of the wrapper above, duck-typed (nn.Module's attributes type as Tensor | Module)
+    graph: Any
+    encoder: Any
 
     def __init__(self, graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> None:
         super().__init__(graph_name, wrapper, contract, **kw)

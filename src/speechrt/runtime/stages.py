@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +21,9 @@ from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
+
+if TYPE_CHECKING:
+    from speechrt.models.waveglow import WaveGlow
 
 
 class TorchOnnx:
@@ -133,7 +136,7 @@ class WaveGlowStage:
     """WaveGlow: the latent noise is drawn per item from its seed on the CPU, as
     WaveGlow.mel_to_audio draws it, and handed to the graph as `z`."""
 
-    def __init__(self, runner: Runner, model: nn.Module) -> None:
+    def __init__(self, runner: Runner, model: WaveGlow) -> None:
         self.runner, self.model = runner, model
 
     def __call__(
@@ -185,7 +188,10 @@ class TTSStages:
         a_model, a_info, _ = acoustic
         a_graphs = list(graphs_of(a_info.kind))
         if a_info.kind == "tacotron2":
+            from speechrt.models.tacotron2 import Tacotron2
             from speechrt.runtime.tacotron2 import tacotron2_stage
+
+            assert isinstance(a_model, Tacotron2)
 
             on_cuda = backend == "cuda"  # its loop compiles the decoder step itself
             runners = [None if on_cuda and "decoder" in g else self._runner(g, *acoustic)
@@ -199,6 +205,9 @@ class TTSStages:
         v_model, v_info, _ = vocoder
         v_runner = self._runner(next(iter(graphs_of(v_info.kind))), *vocoder)
         if v_info.kind == "waveglow":
+            from speechrt.models.waveglow import WaveGlow
+
+            assert isinstance(v_model, WaveGlow)
             self.vocoder: Any = WaveGlowStage(v_runner, v_model)
         else:
             self.vocoder = VocoderStage(v_runner)

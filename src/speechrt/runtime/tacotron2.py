@@ -201,20 +201,23 @@ class Tacotron2Stage:
 
 def tacotron2_stage(
     dims: Tacotron2Dims,
-    runners: Sequence[Runner],
+    runners: Sequence[Runner | None],
     backend: str,
     decoder: torch.nn.Module | None = None,
     device: torch.device | None = None,
     buckets: Buckets | None = None,
     compile_mode: str | None = "reduce-overhead",
 ) -> Tacotron2Stage:
-    """The stage from (encoder, decoder step, postnet) runners; cuda replaces the step runner."""
+    """The stage from (encoder, decoder step, postnet) runners; cuda replaces the step runner
+    (None there)."""
     encoder, step, postnet = runners
+    assert encoder is not None and postnet is not None
     if backend == "cuda":
         assert decoder is not None and device is not None
         loop: StepLoop | CudaStepLoop = CudaStepLoop(
             decoder, device, buckets or Buckets(), compile_mode
         )
     else:
+        assert step is not None
         loop = StepLoop(step)
     return Tacotron2Stage(dims, encoder, loop, postnet)

@@ -141,7 +141,7 @@ def cuda_activations(
             own = set(dict(m.named_modules()))
             found = stack.enter_context(capture(m, [n for n in names if n in own]))
             # a module a runner does not call (FastPitch's fp32 decoder copy) records nothing
-            stack.callback(lambda found=found: acts.update(found))
+            stack.callback(acts.update, found)
         runner.run(feeds, compiled=False)
     return outputs, acts
 

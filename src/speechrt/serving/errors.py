@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Request
@@ -61,7 +62,7 @@ def error_response(
     message: str,
     code: str | None = None,
     param: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body = error_body(request.url.path, status, message, code, param)
     return JSONResponse(body, status_code=status, headers=headers)

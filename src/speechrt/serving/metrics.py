@@ -127,8 +127,8 @@ class Metrics:
                     labels = _labels({"model": model, "version": VERSION})
                     lines.append(f"{name}{{{labels}}} {pending()}")
                 continue
-            for labels, v in sorted(self._counters.get(name, {}).items()):
-                lines.append(f"{name}{{{_labels(dict(labels))}}} {_num(v)}")
+            for pairs, v in sorted(self._counters.get(name, {}).items()):
+                lines.append(f"{name}{{{_labels(dict(pairs))}}} {_num(v)}")
         name = "speechrt_batch_size"
         lines += [f"# HELP {name} Items per executed batch", f"# TYPE {name} histogram"]
         for model, counts in sorted(self._hist.items()):

@@ -112,12 +112,9 @@ class Server:
         if (acoustic is None) != (vocoder is None):
             raise SpeechRTError("a voice needs both --acoustic DIR and --vocoder DIR")
         dev = resolve_device(device)
-        dirs = {"tts": [acoustic, vocoder], "asr": [asr]}
-        backends = {
-            name: resolve_backend(backend, dev.type, ds)
-            for name, ds in dirs.items()
-            if ds[0] is not None
-        }
+        given = {"tts": [acoustic, vocoder], "asr": [asr]}
+        dirs = {name: [d for d in ds if d is not None] for name, ds in given.items()}
+        backends = {name: resolve_backend(backend, dev.type, ds) for name, ds in dirs.items() if ds}
         for name, resolved in backends.items():
             for d in dirs[name] if resolved == "onnx" else ():
                 if (Path(d) / "model.json").is_file() and not has_onnx(d):

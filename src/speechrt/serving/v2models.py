@@ -129,7 +129,7 @@ def pipeline_runners(owner: Any) -> dict[str, Runner]:
     """{graph: runner} of the runners a pipeline already holds (cuda and onnx backends; eager
     calls its modules). Its component models share them: one onnxruntime session, one compiled
     copy per graph, and everything runs on the server's one device thread."""
-    found = [getattr(owner, "runner", None)]  # ASR
+    found: list[Any] = [getattr(owner, "runner", None)]  # ASR
     stages = getattr(owner, "stages", None)  # TTS
     if stages is not None:
         loop = getattr(stages.acoustic, "loop", None)  # Tacotron 2's decoder-step loop

@@ -10,13 +10,14 @@ and the window-envelope normalisation as a conv_transpose1d of the frame mask. I
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechrt.errors import SpeechRTError
-from speechrt.models.denoiser import Denoiser
+from speechrt.models.denoiser import Denoiser, Vocoder
 from speechrt.repo import ComponentInfo
 
 
@@ -42,6 +43,11 @@ def dft_bases(n_fft: int, window: Tensor) -> tuple[Tensor, Tensor]:
 
 class DenoiserGraph(nn.Module):
     """forward(audio (B, N), audio_lengths (B,), strength (B,)) -> denoised (B, N) float32."""
+
+    forward_basis: Tensor  # buffers, registered in __init__
+    inverse_basis: Tensor
+    window_sq: Tensor
+    bias: Tensor
 
     def __init__(self, denoiser: Denoiser) -> None:
         super().__init__()
@@ -100,7 +106,8 @@ def build(vocoder: nn.Module, info: ComponentInfo) -> DenoiserGraph:
     """The denoiser of a vocoder: its bias spectrum is estimated from the vocoder (in float32)."""
     if info.mel is None:
         raise SpeechRTError(f"{info.kind}: model.json has no mel config for the denoiser")
-    return DenoiserGraph(Denoiser.from_vocoder(vocoder, info.mel))
+    # built only for the vocoder kinds (contracts.GRAPHS), whose modules have mel_to_audio
+    return DenoiserGraph(Denoiser.from_vocoder(cast(Vocoder, vocoder), info.mel))
 
 
 def example(graph: DenoiserGraph, batch: int, length: int, seed: int = 0) -> dict[str, Tensor]:

@@ -26,6 +26,7 @@ from speechrt.models.fastpitch import (
     MAX_DURATION,
     MAX_FRAMES,
     FastPitch,
+    FFTransformer,
     lengths_mask,
 )
 
@@ -44,7 +45,8 @@ def positions(length: int | Tensor, inv_freq: Tensor, dtype: torch.dtype) -> Ten
     Positions past 2048 are not representable in float16, so half-precision runs compute them in
     float32 (in float32 this equals the model's own PositionalEmbedding).
     """
-    pos = torch.arange(length, device=inv_freq.device).to(torch.float32)
+    # torch's stubs want a number; a 0-dim tensor (a traced size) works as well
+    pos = torch.arange(length, device=inv_freq.device).to(torch.float32)  # type: ignore[arg-type]
     angles = torch.outer(pos, inv_freq.float())
     return torch.cat([angles.sin(), angles.cos()], dim=1).to(dtype)
 
@@ -78,6 +80,7 @@ class FastPitchGraph(nn.Module):
         if m.speaker_emb is not None:
             assert speaker is not None
             conditioning = m.speaker_emb(speaker)[:, None, :] * m.dims.speaker_emb_weight
+        assert m.encoder.word_emb is not None  # the encoder stack embeds its ids
         enc = self.stack(m.encoder, m.encoder.word_emb(ids), sym_mask, inside_bl, conditioning)
         dtype = enc.dtype
         mask = sym_mask[:, :, None].to(dtype)  # (B, L, 1)
@@ -111,7 +114,7 @@ class FastPitchGraph(nn.Module):
         """
         lengths = reps.sum(dim=1)
         ends = reps.cumsum(dim=1)
-        t = torch.arange(n_frames, device=enc.device)
+        t = torch.arange(n_frames, device=enc.device)  # type: ignore[arg-type]  # as in positions
         # counting only the first L - 1 ends keeps the index < L without a size-dependent clamp
         index = (ends[:, None, :-1] <= t[None, :, None]).sum(dim=2)
         frames = enc.gather(1, index[:, :, None].expand(-1, -1, enc.shape[2]))
@@ -139,7 +142,7 @@ class FastPitchGraph(nn.Module):
 
     @staticmethod
     def stack(
-        fft: nn.Module, x: Tensor, mask: Tensor, inside: Tensor, conditioning: Tensor | int = 0
+        fft: FFTransformer, x: Tensor, mask: Tensor, inside: Tensor, conditioning: Tensor | int = 0
     ) -> Tensor:
         """FFTransformer.forward on embedded input x (B, T, D), positions computed in float32."""
         keep = mask[:, :, None].to(x.dtype)

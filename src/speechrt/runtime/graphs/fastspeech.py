@@ -45,7 +45,8 @@ class FastSpeechGraph(nn.Module):
 
     def positions(self, lengths: Tensor, t: int | Tensor) -> tuple[Tensor, Tensor]:
         """FastSpeech._positions with a traceable size: 1-based positions, 0 at padding."""
-        frames = torch.arange(t, device=lengths.device)
+        # torch's stubs want a number; a 0-dim tensor (a traced size) works as well
+        frames = torch.arange(t, device=lengths.device)  # type: ignore[arg-type]
         valid = frames[None, :] < lengths[:, None]
         return (frames + 1)[None, :] * valid, valid[:, :, None].to(self.model.position.dtype)
 
@@ -58,7 +59,7 @@ class FastSpeechGraph(nn.Module):
         enc = enc.to(m.mel_linear.weight.dtype)
         mel_lengths = self.frame_lengths(reps)
         ends = reps.cumsum(1)
-        t = torch.arange(n_frames, device=enc.device)
+        t = torch.arange(n_frames, device=enc.device)  # type: ignore[arg-type]  # as above
         src = (ends[:, None, :-1] <= t[None, :, None]).sum(2)  # the span holding frame t
         y = torch.gather(enc, 1, src[:, :, None].expand(-1, -1, enc.shape[2]))
         pos, keep = self.positions(mel_lengths, n_frames)

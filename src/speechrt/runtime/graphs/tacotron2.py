@@ -73,7 +73,8 @@ class PostnetGraph(nn.Module):
         self.postnet = model.postnet
 
     def forward(self, mel_outputs: Tensor, mel_lengths: Tensor) -> Tensor:
-        return self.postnet(mel_outputs.to(self.postnet.convs[0].weight.dtype), mel_lengths)
+        dtype = self.postnet.convs[0].weight.dtype  # a ModuleList item, typed as Module
+        return self.postnet(mel_outputs.to(dtype), mel_lengths)  # type: ignore[arg-type]
 
 
 def _lengths(batch: int, length: int) -> Tensor:
@@ -105,14 +106,16 @@ def example_decoder_step(graph: DecoderStepGraph, batch: int, length: int, seed:
     """A mid-utterance state: random memory and states, attention weights summing to 1."""
     g = torch.Generator().manual_seed(seed)
     d = graph.decoder
-    e = d.attention_rnn.input_size - d.prenet[1].out_features
+    # the prenet's width; ModuleList items type as Module
+    p: int = d.prenet[1].out_features  # type: ignore[assignment]
+    e = d.attention_rnn.input_size - p
     a_rnn, d_rnn = d.attention_rnn.hidden_size, d.decoder_rnn.hidden_size
     lengths = _lengths(batch, length)
     mask = ~(torch.arange(length)[None, :] < lengths[:, None])
     weights = torch.rand(batch, length, generator=g).masked_fill(mask, 0.0)
     weights = weights / weights.sum(1, keepdim=True)
     r = lambda *s: torch.randn(*s, generator=g) * 0.5  # noqa: E731
-    keep = (torch.rand(batch, 2, d.prenet[1].out_features, generator=g) >= 0.5).float() * 2.0
+    keep = (torch.rand(batch, 2, p, generator=g) >= 0.5).float() * 2.0
     return {
         "decoder_input": r(batch, d.prenet[0].in_features),
         "attention_hidden": r(batch, a_rnn),
@@ -131,7 +134,7 @@ def example_decoder_step(graph: DecoderStepGraph, batch: int, length: int, seed:
 
 def example_postnet(graph: PostnetGraph, batch: int, length: int, seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(seed)
-    n_mels = graph.postnet.convs[0].in_channels
+    n_mels: int = graph.postnet.convs[0].in_channels  # type: ignore[assignment]  # as above
     return {
         "mel_outputs": torch.randn(batch, n_mels, length, generator=g) - 4.0,
         "mel_lengths": _lengths(batch, length),
