@@ -177,12 +177,16 @@ class ASRService:
         return self.asr.load_audio(audio)  # checks the model's minimum length
 
     async def decode(self, data: bytes) -> np.ndarray:
-        """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate."""
+        """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate.
+
+        The duration limit is checked on the header first and again while decoding (see
+        read_audio), so a small file claiming hours of audio costs nothing to refuse."""
         from speechrt.audio.io import read_audio
 
         if not data:
             raise SpeechRTError("the uploaded file is empty")
-        audio, sr = await asyncio.to_thread(read_audio, data)
+        limit = self.limits.max_audio_seconds
+        audio, sr = await asyncio.to_thread(read_audio, data, self.sampling_rate, limit)
         return await asyncio.to_thread(self.check_audio, audio, sr)
 
     async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
