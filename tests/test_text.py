@@ -328,6 +328,8 @@ def test_split_long_sentence() -> None:
         "ten eleven twelve thirteen",
     ]
     assert split_sentences("a" * 50, max_chars=20) == ["a" * 20, "a" * 20, "a" * 10]
+    run_on = " ".join(["word"] * 124)  # 619 characters, no punctuation: three even pieces
+    assert [len(p) for p in split_sentences(run_on, max_chars=300)] == [209, 204, 204]
     # punctuation cut off a full-length sentence has no room next to it: dropped
     assert split_sentences("a" * 20 + " !!!", max_chars=20) == ["a" * 20]
     assert split_sentences("ab cd, " + "e" * 16 + " !!", max_chars=20) == [

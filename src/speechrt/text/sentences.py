@@ -37,10 +37,12 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
     Cuts at ".", "!", "?", ";" (followed by a space) and at newlines, not after titles or
     initials ("Dr.", "J."). A piece with no letter or digit ("...", "?!") is joined to its
     neighbour. A sentence over `max_chars` is cut at the last ", " / ": " in its window (when
-    that leaves at least a third of the window), else at the last space, else (one word longer
-    than `max_chars`) mid-word. `{ARPAbet}` spans are never cut. Joining the pieces with " "
-    gives back the whitespace-collapsed text, except where a word had to be cut (or a run of
-    punctuation found no room next to a sentence: it is dropped, having nothing to say).
+    that leaves at least a third of the window), else at the space nearest an even share of
+    what is left (so 620 characters become three pieces of ~207, not 300 + 300 + 20), else
+    (one word longer than `max_chars`) mid-word. `{ARPAbet}` spans are never cut. Joining the
+    pieces with " " gives back the whitespace-collapsed text, except where a word had to be cut
+    (or a run of punctuation found no room next to a sentence: it is dropped, having nothing
+    to say).
     """
     if not isinstance(text, str):
         raise SpeechRTError(f"text must be a string, got {type(text).__name__}")
@@ -112,10 +114,15 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
         cut = max(sentence.rfind(b, start, end + 1) for b in _SOFT_BREAKS)
         if cut >= start + max_chars // 3:
             cut += 1  # keep the comma with the left piece
-        else:
-            cut = sentence.rfind(" ", start + 1, end + 1)
-            if cut <= start:
-                cut = end  # a single word longer than max_chars
+        else:  # the space nearest an even share of what is left: no short tail piece
+            rest = n - start
+            target = start + -(-rest // -(-rest // max_chars))  # <= end
+            spaces = (
+                sentence.rfind(" ", start + 1, target + 1),
+                sentence.find(" ", target, end + 1),
+            )
+            spaces = tuple(c for c in spaces if c > start)
+            cut = min(spaces, key=lambda c: abs(c - target)) if spaces else end  # else: one word
         # move a cut that falls inside an {ARPAbet} span to the span's start (or its end)
         i = bisect.bisect_right(span_starts, cut - 1) - 1
         if i >= 0 and spans[i][0] < cut < spans[i][1]:
