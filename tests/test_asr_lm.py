@@ -128,6 +128,15 @@ def test_cli_decoder_flags(
     assert main(["transcribe", files[0], "--model", str(dirs["plain"]), "--decoder", "beam"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "language model" in err
+    assert (
+        main(["transcribe", files[0], "--model", str(dirs["with_lm"]), "--beam-size", "100000"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "speechrt transcribe: error: beam_size must be an integer within [1, 1024], got 100000\n"
+    )
 
 
 def test_corrupt_lm_is_a_one_line_error(

@@ -1,9 +1,18 @@
+import io
+
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
 
-from speechrt.audio.io import encode_audio, read_audio, resample, write_audio
+from speechrt.audio import io as audio_io
+from speechrt.audio.io import (
+    StreamResampler,
+    encode_audio,
+    read_audio,
+    resample,
+    write_audio,
+)
 from speechrt.audio.mel import MelConfig, mel_filterbank, mel_spectrogram
 from speechrt.errors import SpeechRTError
 
@@ -98,3 +107,89 @@ def test_resample_length_and_tone():
     assert len(out) == 22050
     spec = np.abs(np.fft.rfft(out))
     assert abs(spec.argmax() - 200) <= 1
+
+
+# -- bounded decoding: header first, then blocks -------------------------------------------------
+
+
+def flac_bytes(seconds: float, sr: int, channels: int, unknown_length: bool = False) -> bytes:
+    """Silence as FLAC, written a second at a time; `unknown_length` zeroes STREAMINFO's total
+    sample count (a file that does not say how long it is)."""
+    buf = io.BytesIO()
+    with sf.SoundFile(buf, "w", sr, channels, format="FLAC", subtype="PCM_16") as f:
+        for start in range(0, int(seconds * sr), sr):
+            f.write(np.zeros((min(sr, int(seconds * sr) - start), channels), dtype=np.int16))
+    data = bytearray(buf.getvalue())
+    if unknown_length:
+        # "fLaC", a block header, then STREAMINFO: 18 bytes in, a 64-bit field ends in the count
+        assert data[:4] == b"fLaC"
+        field = int.from_bytes(data[18:26], "big") >> 36 << 36
+        data[18:26] = field.to_bytes(8, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    "orig,target,block", [(44100, 16000, 4096), (48000, 16000, 999), (8000, 16000, 777)]
+)
+def test_stream_resampler_matches_whole_signal(orig, target, block):
+    x = np.random.default_rng(0).standard_normal(orig * 2 + 123).astype(np.float32) * 0.3
+    r = StreamResampler(orig, target)
+    pieces = [r.push(x[i : i + block]) for i in range(0, x.shape[0], block)]
+    got = np.concatenate([*pieces, r.flush()])
+    want = resample(x, orig, target)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_read_audio_in_blocks_equals_whole_file(tmp_path, monkeypatch):
+    rng = np.random.default_rng(1)
+    audio = (rng.standard_normal((22050, 3)) * 0.2).astype(np.float32)
+    path = tmp_path / "three.wav"
+    sf.write(path, audio, 22050, subtype="FLOAT")
+    whole, _ = read_audio(path, target_sr=16000)
+    monkeypatch.setattr(audio_io, "BLOCK_SAMPLES", 3 * 1000)  # 1000 frames a block
+    blocks, sr = read_audio(path, target_sr=16000)
+    assert sr == 16000
+    np.testing.assert_allclose(blocks, whole, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(whole, resample(audio.mean(axis=1), 22050, 16000), atol=1e-6)
+
+
+def test_read_audio_refuses_a_long_header_before_decoding(monkeypatch):
+    bomb = flac_bytes(30, 48000, 8)  # 30 s of 8-channel silence in a few kB
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded samples of a file its header already refuses")
+
+    monkeypatch.setattr(sf.SoundFile, "read", no_decoding)
+    with pytest.raises(SpeechRTError, match="audio is 30.0 s long; the limit is 10 s"):
+        read_audio(bomb, target_sr=16000, max_seconds=10)
+
+
+def test_read_audio_refuses_a_file_longer_than_it_says(monkeypatch):
+    unknown = flac_bytes(12, 8000, 2, unknown_length=True)
+    assert sf.info(io.BytesIO(unknown)).frames >= audio_io.UNKNOWN_FRAMES
+    seen: list[int] = []
+    read = sf.SoundFile.read
+
+    def counting(self, *args, **kwargs):
+        data = read(self, *args, **kwargs)
+        seen.append(data.shape[0])
+        return data
+
+    monkeypatch.setattr(sf.SoundFile, "read", counting)
+    monkeypatch.setattr(audio_io, "BLOCK_SAMPLES", 2 * 8000)  # a second a block
+    with pytest.raises(SpeechRTError, match="longer than the limit of 10 s"):
+        read_audio(unknown, target_sr=16000, max_seconds=10)
+    assert sum(seen) == 11 * 8000  # decoding stopped at the first block past the limit
+    audio, sr = read_audio(unknown, target_sr=16000, max_seconds=15)  # within it: all of it
+    assert sr == 16000 and audio.shape == (12 * 16000,)
+
+
+def test_read_audio_refuses_absurd_headers(tmp_path):
+    path = tmp_path / "many.wav"
+    sf.write(path, np.zeros((10, audio_io.MAX_CHANNELS + 1), dtype=np.int16), 16000)
+    with pytest.raises(SpeechRTError, match="65 channels; at most 64 are read"):
+        read_audio(path)
+    sf.write(path, np.zeros(10, dtype=np.int16), 384000)
+    with pytest.raises(SpeechRTError, match="sample rate 384000 Hz is outside"):
+        read_audio(path, target_sr=16000)

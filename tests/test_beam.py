@@ -127,8 +127,21 @@ def test_options() -> None:
     assert opts.alpha == 0.3 and opts.beam_size == 4 and opts.beta == BeamOptions().beta
     assert opts.updated(alpha=None, beta=2.0) == BeamOptions(alpha=0.3, beam_size=4, beta=2.0)
     assert BeamOptions.from_dict(opts.to_dict()) == opts
-    for bad in ({"gamma": 1}, {"beam_size": 0}, {"alpha": float("nan")}, {"beta": "1"}):
+    for bad in (
+        {"gamma": 1},
+        {"beam_size": 0},
+        {"alpha": float("nan")},
+        {"beta": "1"},
+        {"beta": True},
+    ):
         with pytest.raises(SpeechRTError):
             BeamOptions.from_dict(bad)
+    # the search's cost grows with both: each is bounded
+    for bad in ({"beam_size": 100_000}, {"beam_size": 2.5}):
+        with pytest.raises(SpeechRTError, match=r"beam_size must be an integer within \[1, 1024\]"):
+            BeamOptions.from_dict(bad)
+    with pytest.raises(SpeechRTError, match=r"max_chars must be an integer within \[1, 64\]"):
+        BeamOptions(max_chars=1000)
+    assert BeamOptions(beam_size=1024).beam_size == 1024
     with pytest.raises(ValueError, match="labels"):
         beam_search(np.zeros((3, 4)), LABELS, LM, opts)

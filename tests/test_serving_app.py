@@ -132,6 +132,24 @@ def test_shutdown_drains_then_refuses():
     assert late.status_code == 503 and ready.status_code == 503
 
 
+def test_text_limits_count_what_the_model_reads():
+    """Pieces and symbols are counted after splitting and encoding, before anything is queued."""
+    tts = SlowTTS(delay=0.0)
+    limits = Limits(max_text_chars=1000, max_text_symbols=50, max_pieces=4)
+
+    async def body(client, server):
+        return [await speak(client, t) for t in ("a|b|c|d|e", "x" * 51, "x" * 25 + "|" + "y" * 25)]
+
+    pieces, symbols, fine = run_app(tts, ServeConfig(limits=limits), body)
+    assert pieces.status_code == symbols.status_code == 400
+    assert pieces.json()["error"]["message"] == (
+        "input text split into 5 sentence pieces; the limit is 4 per request"
+    )
+    assert "read as 51 symbols after normalisation" in symbols.json()["error"]["message"]
+    assert fine.status_code == 200
+    assert sum(tts.batches) == 2  # only the accepted request's two pieces ran
+
+
 def test_nothing_to_serve_is_refused():
     try:
         Server(None, None)

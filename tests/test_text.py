@@ -16,6 +16,7 @@ import pytest
 from speechrt.errors import SpeechRTError
 from speechrt.text import TextProcessor, clean_text, get_symbols, split_sentences
 from speechrt.text.cmudict import CMUDict, heteronyms, load_dictionary, word_to_arpabet
+from speechrt.text.sentences import split_ids
 
 # A small dictionary in cmudict-0.7b format: one ambiguous word, one heteronym, one bad phone.
 TINY_DICT = """;;; comment
@@ -328,6 +329,8 @@ def test_split_long_sentence() -> None:
         "ten eleven twelve thirteen",
     ]
     assert split_sentences("a" * 50, max_chars=20) == ["a" * 20, "a" * 20, "a" * 10]
+    run_on = " ".join(["word"] * 124)  # 619 characters, no punctuation: three even pieces
+    assert [len(p) for p in split_sentences(run_on, max_chars=300)] == [209, 204, 204]
     # punctuation cut off a full-length sentence has no room next to it: dropped
     assert split_sentences("a" * 20 + " !!!", max_chars=20) == ["a" * 20]
     assert split_sentences("ab cd, " + "e" * 16 + " !!", max_chars=20) == [
@@ -371,6 +374,46 @@ def test_split_100k_characters_linear() -> None:
         assert lines <= 11 * tenth
         assert all(0 < len(p) <= 120 for p in pieces)
         assert " ".join(pieces) == " ".join(source.split())
+
+
+def test_split_ids_cuts_at_spaces_into_even_pieces() -> None:
+    word, space = [1, 2, 3, 4, 5, 6, 7, 8, 9], 0
+    ids = ((word + [space]) * 100)[:-1]  # 999 ids, a space after every 9
+    pieces = split_ids(ids, 300, space)
+    assert [len(p) for p in pieces] == [249] * 4  # four even pieces, no short tail
+    assert all(p[0] != space and p[-1] != space for p in pieces)
+    assert [x for p in pieces for x in [*p, space]][:-1] == ids  # only the cut spaces dropped
+    assert split_ids([5] * 7, 3, space) == [[5] * 3, [5] * 3, [5]]  # no space: cut inside
+    assert split_ids([1, 0, 2], 3, space) == [[1, 0, 2]]  # short enough: untouched
+    assert split_ids([], 3, space) == []
+    with pytest.raises(SpeechRTError):
+        split_ids([1], 0, space)
+
+
+def test_split_ids_bounds_every_piece() -> None:
+    import random
+
+    rnd = random.Random(0)
+    for _ in range(500):
+        max_len = rnd.randint(1, 40)
+        p_space = rnd.choice([0.0, 0.05, 0.3])
+        ids = [
+            0 if rnd.random() < p_space else rnd.randint(1, 9) for _ in range(rnd.randint(0, 300))
+        ]
+        pieces = split_ids(ids, max_len, 0)
+        assert all(1 <= len(p) <= max_len for p in pieces)
+        assert [x for p in pieces for x in p if x] == [x for x in ids if x]
+
+
+def test_encode_pieces_bounds_what_normalisation_lengthens() -> None:
+    tp = TextProcessor("english_basic", "english_cleaners_v2")
+    digits = "1234567890" * 30  # 300 characters: one piece before normalisation
+    assert len(tp.encode(digits)) > 1000
+    pieces = tp.encode_pieces(digits, 200)
+    assert all(len(p) <= 200 for p in pieces)
+    words = [tp.decode(p) for p in pieces]
+    assert " ".join(words) == tp.normalize(digits)  # cut between words, nothing lost
+    assert tp.encode_pieces("Hello there.", 200) == [tp.encode("Hello there.")]
 
 
 # --- import boundary ----------------------------------------------------------------------------

@@ -77,6 +77,20 @@ def test_long_text_is_split_and_joined(tts):
     assert np.isfinite(audio).all() and np.abs(audio).max() <= 1.0
 
 
+def test_pieces_are_bounded_after_normalisation(tts):
+    from speechrt.tts import MAX_PIECE_SYMBOLS
+
+    digits = "1234567890" * 500  # 5,000 characters reading as ~21,000 symbols
+    pieces = tts.text_to_pieces([digits, "Hi."], [0, 1])
+    mine = [p for p in pieces if p.item == 0]
+    assert sum(len(p.ids) for p in mine) > 20_000
+    assert max(len(p.ids) for p in mine) <= MAX_PIECE_SYMBOLS
+    assert [p.index for p in mine] == list(range(len(mine)))
+    assert [p.ids for p in pieces if p.item == 1] == [tts.text.encode("Hi.")]
+    run_on = " ".join(["hello"] * 3000)  # no punctuation at all
+    assert max(len(p.ids) for p in tts.text_to_pieces([run_on], [0])) <= MAX_PIECE_SYMBOLS
+
+
 def test_options_change_the_audio(tts):
     base = tts.synthesize(["Hello world."])[0]
     fast = tts.synthesize(["Hello world."], SynthesisOptions(pace=2.0))[0]

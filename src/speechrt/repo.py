@@ -112,13 +112,59 @@ def load_state_dict(model_dir: str | Path) -> dict[str, torch.Tensor]:
         raise SpeechRTError(f"{path}: corrupt weights file ({e})") from None
 
 
+def weight_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape, from the safetensors header alone (no weight is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(model_dir) / WEIGHTS_FILE
+    if not path.exists():
+        raise SpeechRTError(f"{model_dir}: no {WEIGHTS_FILE}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError, ValueError) as e:
+        raise SpeechRTError(f"{path}: corrupt weights file ({e})") from None
+
+
+def check_dims(model_dir: str | Path, info: ComponentInfo) -> None:
+    """model.json's dims against the weights' shapes, before anything is allocated: the
+    module is built on the meta device and its state dict's shapes compared with the
+    safetensors header. SpeechRTError (one line) names the first difference."""
+    from speechrt.models import build_model
+
+    shapes = weight_shapes(model_dir)
+    try:
+        with torch.device("meta"):
+            model = build_model(info.kind, info.dims)
+    except SpeechRTError as e:
+        raise SpeechRTError(f"{Path(model_dir) / INFO_FILE}: {e}") from None
+    wanted = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    problem = ""
+    if wanted.keys() != shapes.keys():
+        missing, extra = (
+            sorted(wanted.keys() - shapes.keys()),
+            sorted(shapes.keys() - wanted.keys()),
+        )
+        problem = f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}"
+    else:
+        for k, shape in wanted.items():
+            if shape != shapes[k]:
+                problem = f"{k}: the dims make {list(shape)}, the weights hold {list(shapes[k])}"
+                break
+    if problem:
+        raise SpeechRTError(f"{model_dir}: weights do not match model.json ({problem})")
+
+
 def load_component(
     model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> tuple[torch.nn.Module, ComponentInfo]:
-    """Build the module described by model.json and load its weights (strict), in eval mode."""
+    """Build the module described by model.json and load its weights (strict), in eval mode.
+    The dims are checked against the weights' shapes first (check_dims), so a model.json
+    with absurd sizes costs nothing."""
     from speechrt.models import build_model
 
     info = read_info(model_dir)
+    check_dims(model_dir, info)
     model = build_model(info.kind, info.dims)
     state = load_state_dict(model_dir)
     try:

@@ -22,6 +22,9 @@ from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.stages import TTSStages
 
 MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces of at most this
+# ... and a piece whose normalised form is longer ("12345" reads as 40 symbols) is cut at spaces
+# into pieces of at most this many symbol ids: about 30 s of speech, what the model reads at once
+MAX_PIECE_SYMBOLS = 400
 PAUSE_SECONDS = 0.2  # silence inserted between the pieces of one text
 
 
@@ -112,7 +115,8 @@ class TTS:
     # -- stages --------------------------------------------------------------------------------
 
     def text_to_pieces(self, texts: Sequence[str], seeds: Sequence[int]) -> list[Piece]:
-        """Split each text into sentence pieces and encode them to symbol ids."""
+        """Split each text into sentence pieces and encode them to symbol ids: every piece has
+        at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text."""
         from speechrt.text import split_sentences
 
         pieces = []
@@ -120,7 +124,12 @@ class TTS:
             if not isinstance(text, str) or not text.strip():
                 raise SpeechRTError(f"text {item + 1} is empty")
             parts = split_sentences(text, MAX_PIECE_CHARS)
-            encoded = [self.text.encode(p) for p in parts if self.text.has_speech(p)]
+            encoded = [
+                ids
+                for p in parts
+                if self.text.has_speech(p)
+                for ids in self.text.encode_pieces(p, MAX_PIECE_SYMBOLS)
+            ]
             if not encoded:
                 raise SpeechRTError(f"text {item + 1} has nothing to speak: {text[:40]!r}")
             pieces += [Piece(item, j, ids, piece_seed(seed, j)) for j, ids in enumerate(encoded)]

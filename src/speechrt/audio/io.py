@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import io
+from functools import cache
 from math import gcd
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -77,12 +78,81 @@ def write_audio(
         raise SpeechRTError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+# Decoding limits: what a file may claim before a single sample is decoded.
+MAX_SAMPLE_RATE = 192_000  # Hz; resampling filters grow with the rate (20 x rate taps at worst)
+MAX_CHANNELS = 64
+BLOCK_SAMPLES = 1 << 20  # samples (all channels together) decoded at a time: 4 MiB of float32
+UNKNOWN_FRAMES = 1 << 62  # libsndfile's frame count for a stream of unknown length (SF_COUNT_MAX)
+
+
+class StreamResampler:
+    """scipy's resample_poly applied block by block: push() mono blocks, then flush().
+
+    Output j sits at input time j * down / up, and the filter reaches `context` input samples
+    either side of it; so every block is resampled with that much of its neighbours and cut
+    at multiples of `down` input samples (where input and output samples line up). The
+    concatenated output equals resample_poly on the whole signal up to float rounding, while
+    only a block and its context are held.
+    """
+
+    def __init__(self, orig_sr: int, target_sr: int) -> None:
+        from scipy.signal import firwin
+
+        if orig_sr <= 0 or target_sr <= 0:
+            raise SpeechRTError(f"invalid sample rate: {orig_sr} -> {target_sr}")
+        g = gcd(orig_sr, target_sr)
+        self.up, self.down = target_sr // g, orig_sr // g
+        max_rate = max(self.up, self.down)
+        half_len = 10 * max_rate  # resample_poly's filter, in upsampled samples
+        self.filter = firwin(2 * half_len + 1, 1.0 / max_rate, window=("kaiser", 5.0))
+        reach = half_len // self.up + 2  # input samples the filter spans on each side
+        self.context = -(-reach // self.down) * self.down  # rounded up to a multiple of down
+        self.buffer = np.zeros(0, dtype=np.float64)  # input from global index `start`
+        self.start = 0
+        self.done = 0  # input samples (a multiple of down) whose output was returned
+
+    def push(self, block: np.ndarray) -> np.ndarray:
+        """block (N,) -> the output samples it completes (M,) float32."""
+        self.buffer = np.concatenate((self.buffer, block.astype(np.float64)))
+        end = self.start + self.buffer.shape[0]
+        upto = (end - self.context) // self.down * self.down
+        if upto <= self.done:
+            return np.zeros(0, dtype=np.float32)
+        return self._emit(upto, upto + self.context)
+
+    def flush(self) -> np.ndarray:
+        """The output of everything pushed and not yet returned (M,) float32."""
+        end = self.start + self.buffer.shape[0]
+        return self._emit(end, end) if end > self.done else np.zeros(0, dtype=np.float32)
+
+    def _emit(self, upto: int, until: int) -> np.ndarray:
+        """Output for input [done, upto), filtering input [done - context, until)."""
+        from scipy.signal import resample_poly
+
+        first = max(self.start, self.done - self.context)  # a multiple of down (or 0)
+        segment = self.buffer[first - self.start : until - self.start]
+        out = resample_poly(segment, self.up, self.down, window=self.filter)
+        lo = (self.done - first) * self.up // self.down
+        n = -(-(upto - first) * self.up // self.down) - lo  # ceil: resample_poly's length
+        keep = max(self.start, upto - self.context)
+        self.buffer, self.start = self.buffer[keep - self.start :], keep
+        self.done = upto
+        return out[lo : lo + n].astype(np.float32)
+
+
 def read_audio(
-    source: str | Path | bytes | BinaryIO, target_sr: int | None = None
+    source: str | Path | bytes | BinaryIO,
+    target_sr: int | None = None,
+    max_seconds: float | None = None,
 ) -> tuple[np.ndarray, int]:
     """Decode WAV/FLAC/OGG (anything libsndfile reads) to mono float32 (N,), optionally resampled.
 
-    Multi-channel audio is averaged to mono. Returns (audio, sample_rate).
+    Multi-channel audio is averaged to mono. Returns (audio, sample rate). The header is
+    checked before any sample is decoded (rate, channels, and with `max_seconds` the
+    duration), then the file is decoded in blocks that are mixed to mono and resampled as
+    they come, so memory follows the duration at the output rate, not the file's size or
+    channel count. A file that decodes to more than `max_seconds` (its header said less, or
+    did not say) is refused as soon as decoding passes the limit.
     """
     import soundfile as sf
 
@@ -92,11 +162,56 @@ def read_audio(
     if isinstance(source, bytes):
         source = io.BytesIO(source)
     try:
-        data, sr = sf.read(source, dtype="float32", always_2d=True)
+        with _reader_class()(source) as f:
+            return _decode(f, name, target_sr, max_seconds)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         reason = str(e).split(": ", 1)[-1] if str(e) else type(e).__name__
         raise SpeechRTError(f"{name}: not a readable audio file ({reason})") from None
-    audio = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
-    if target_sr is not None and sr != target_sr:
-        audio, sr = resample(audio, sr, target_sr), target_sr
-    return np.ascontiguousarray(audio, dtype=np.float32), int(sr)
+
+
+@cache
+def _reader_class() -> type:
+    """soundfile.SoundFile that reads straight on: soundfile re-seeks to its own count of the
+    position after every read, and that seek fails at the end of a FLAC stream whose header
+    gives no length; libsndfile's reads advance the position by themselves."""
+    import soundfile as sf
+
+    class Reader(sf.SoundFile):
+        def seekable(self) -> bool:
+            return False
+
+    return Reader
+
+
+def _decode(
+    f: Any, name: str, target_sr: int | None, max_seconds: float | None
+) -> tuple[np.ndarray, int]:
+    """An open soundfile.SoundFile -> mono float32 (N,) at target_sr (else its own rate)."""
+    sr, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
+    if not 0 < sr <= MAX_SAMPLE_RATE:
+        raise SpeechRTError(f"{name}: sample rate {sr} Hz is outside 1..{MAX_SAMPLE_RATE} Hz")
+    if not 0 < channels <= MAX_CHANNELS:
+        raise SpeechRTError(f"{name}: {channels} channels; at most {MAX_CHANNELS} are read")
+    max_frames = None if max_seconds is None else int(max_seconds * sr)
+    if max_frames is not None and max_frames < frames < UNKNOWN_FRAMES:
+        raise SpeechRTError(
+            f"{name}: audio is {frames / sr:.1f} s long; the limit is {max_seconds:g} s"
+        )
+    out_sr = target_sr or sr
+    resampler = StreamResampler(sr, out_sr) if out_sr != sr else None
+    parts: list[np.ndarray] = []
+    decoded = 0
+    block = max(1, BLOCK_SAMPLES // channels)
+    while True:
+        data = f.read(block, dtype="float32", always_2d=True)  # (n, channels); n < block: the end
+        if data.shape[0] == 0:
+            break
+        decoded += data.shape[0]
+        if max_frames is not None and decoded > max_frames:
+            raise SpeechRTError(f"{name}: audio is longer than the limit of {max_seconds:g} s")
+        mono = data.mean(axis=1) if channels > 1 else data[:, 0].copy()  # (n,)
+        parts.append(resampler.push(mono) if resampler is not None else mono)
+    if resampler is not None:
+        parts.append(resampler.flush())
+    audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+    return np.ascontiguousarray(audio, dtype=np.float32), out_sr

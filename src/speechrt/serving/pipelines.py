@@ -22,7 +22,11 @@ from speechrt.tts import PAUSE_SECONDS, Piece
 
 @dataclass(frozen=True)
 class Limits:
-    max_text_chars: int = 10_000  # per text
+    max_text_chars: int = 10_000  # per text, as sent
+    # what the acoustic model reads, per request (all its texts), after normalisation: 5,000
+    # digits are 5,000 characters but 21,000 symbols; English prose is about one per character
+    max_text_symbols: int = 15_000
+    max_pieces: int = 256  # sentence pieces (batch items) per request
     max_upload_bytes: int = 25 * 1024 * 1024  # request bodies (OpenAI's file limit)
     max_audio_seconds: float = 600.0  # decoded audio per item
     request_timeout_s: float = 60.0  # queue + compute, per request
@@ -82,11 +86,27 @@ class TTSService:
                 raise SpeechRTError(f"input text has {len(text)} characters; the limit is {limit}")
         # The text front end is plain Python without torch: run it off the event loop.
         pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
+        self._check_pieces(pieces, len(texts))
         futures = self.engine.submit([TTSItem(p, options) for p in pieces])
         per_text: list[list[asyncio.Future[np.ndarray]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
         return per_text
+
+    def _check_pieces(self, pieces: Sequence[Piece], n_texts: int) -> None:
+        """What the model would read, within the request limits, or SpeechRTError."""
+        what = "input text" if n_texts == 1 else f"the {n_texts} texts"
+        if len(pieces) > self.limits.max_pieces:
+            raise SpeechRTError(
+                f"{what} split into {len(pieces)} sentence pieces; the limit is "
+                f"{self.limits.max_pieces} per request"
+            )
+        symbols = sum(len(p.ids) for p in pieces)
+        if symbols > self.limits.max_text_symbols:
+            raise SpeechRTError(
+                f"{what} read as {symbols} symbols after normalisation (numbers spelled out); "
+                f"the limit is {self.limits.max_text_symbols} per request"
+            )
 
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
@@ -177,12 +197,16 @@ class ASRService:
         return self.asr.load_audio(audio)  # checks the model's minimum length
 
     async def decode(self, data: bytes) -> np.ndarray:
-        """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate."""
+        """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate.
+
+        The duration limit is checked on the header first and again while decoding (see
+        read_audio), so a small file claiming hours of audio costs nothing to refuse."""
         from speechrt.audio.io import read_audio
 
         if not data:
             raise SpeechRTError("the uploaded file is empty")
-        audio, sr = await asyncio.to_thread(read_audio, data)
+        limit = self.limits.max_audio_seconds
+        audio, sr = await asyncio.to_thread(read_audio, data, self.sampling_rate, limit)
         return await asyncio.to_thread(self.check_audio, audio, sr)
 
     async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:

@@ -139,6 +139,14 @@ class TextProcessor:
             raise SpeechRTError(f"nothing to speak in {_preview(text)}")
         return ids
 
+    def encode_pieces(self, text: str, max_symbols: int) -> list[list[int]]:
+        """encode(text) cut at spaces into pieces of at most `max_symbols` ids (split_ids);
+        a piece left with nothing to speak (only punctuation) is dropped."""
+        from speechrt.text.sentences import split_ids
+
+        pieces = split_ids(self.encode(text), max_symbols, self._ids[" "])
+        return [p for p in pieces if any(is_speech_symbol(self.symbols[i]) for i in p)]
+
     def has_speech(self, text: str) -> bool:
         """Whether `encode(text)` would succeed."""
         return any(is_speech_symbol(self.symbols[i]) for i in self.text_to_ids(text))

@@ -4,12 +4,16 @@ Acoustic models are trained on single sentences (LJSpeech: < 11 s); Tacotron2 al
 fixed number of decoder steps. So long text is cut at sentence ends first, and a sentence that is
 still too long at a comma, colon or space. Runs in linear time (100 000 characters in well under a
 second) and works on raw text: cleaning happens afterwards, piece by piece.
+
+Cleaning can make a piece several times longer ("1234" -> "one thousand two hundred and thirty
+four"), so `split_ids` bounds what the model reads: it cuts a piece's symbol ids at spaces.
 """
 
 from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Sequence
 
 from speechrt.errors import SpeechRTError
 
@@ -33,10 +37,12 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
     Cuts at ".", "!", "?", ";" (followed by a space) and at newlines, not after titles or
     initials ("Dr.", "J."). A piece with no letter or digit ("...", "?!") is joined to its
     neighbour. A sentence over `max_chars` is cut at the last ", " / ": " in its window (when
-    that leaves at least a third of the window), else at the last space, else (one word longer
-    than `max_chars`) mid-word. `{ARPAbet}` spans are never cut. Joining the pieces with " "
-    gives back the whitespace-collapsed text, except where a word had to be cut (or a run of
-    punctuation found no room next to a sentence: it is dropped, having nothing to say).
+    that leaves at least a third of the window), else at the space nearest an even share of
+    what is left (so 620 characters become three pieces of ~207, not 300 + 300 + 20), else
+    (one word longer than `max_chars`) mid-word. `{ARPAbet}` spans are never cut. Joining the
+    pieces with " " gives back the whitespace-collapsed text, except where a word had to be cut
+    (or a run of punctuation found no room next to a sentence: it is dropped, having nothing
+    to say).
     """
     if not isinstance(text, str):
         raise SpeechRTError(f"text must be a string, got {type(text).__name__}")
@@ -108,10 +114,15 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
         cut = max(sentence.rfind(b, start, end + 1) for b in _SOFT_BREAKS)
         if cut >= start + max_chars // 3:
             cut += 1  # keep the comma with the left piece
-        else:
-            cut = sentence.rfind(" ", start + 1, end + 1)
-            if cut <= start:
-                cut = end  # a single word longer than max_chars
+        else:  # the space nearest an even share of what is left: no short tail piece
+            rest = n - start
+            target = start + -(-rest // -(-rest // max_chars))  # <= end
+            spaces = (
+                sentence.rfind(" ", start + 1, target + 1),
+                sentence.find(" ", target, end + 1),
+            )
+            spaces = tuple(c for c in spaces if c > start)
+            cut = min(spaces, key=lambda c: abs(c - target)) if spaces else end  # else: one word
         # move a cut that falls inside an {ARPAbet} span to the span's start (or its end)
         i = bisect.bisect_right(span_starts, cut - 1) - 1
         if i >= 0 and spans[i][0] < cut < spans[i][1]:
@@ -122,4 +133,34 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
             start += 1
     if start < n:
         pieces.append(sentence[start:])
+    return [p for p in pieces if p]
+
+
+def split_ids(ids: Sequence[int], max_len: int, space: int) -> list[list[int]]:
+    """Symbol ids cut into pieces of at most `max_len`, at `space` ids (dropped at the cuts).
+
+    A sequence over `max_len` is cut into as many pieces as it needs, each cut at the space
+    nearest to an even share of what is left, so no piece is a short tail; a stretch with no
+    space within `max_len` (one very long word) is cut inside. Empty pieces are dropped.
+    """
+    if max_len < 1:
+        raise SpeechRTError(f"max_len must be positive, got {max_len}")
+    spaces = [i for i, x in enumerate(ids) if x == space]
+    pieces: list[list[int]] = []
+    start, n = 0, len(ids)
+    while n - start > max_len:
+        rest = n - start
+        target = start + -(-rest // -(-rest // max_len))  # ceil(rest / ceil(rest / max_len))
+        lo = bisect.bisect_right(spaces, start)  # spaces within (start, start + max_len]
+        hi = bisect.bisect_right(spaces, start + max_len)
+        if lo == hi:
+            pieces.append(list(ids[start : start + max_len]))
+            start += max_len
+            continue
+        k = bisect.bisect_right(spaces, target, lo, hi)  # spaces[lo:k] <= target < spaces[k:hi]
+        near = spaces[max(lo, k - 1) : min(hi, k + 1)]
+        cut = min(near, key=lambda s: abs(s - target))
+        pieces.append(list(ids[start:cut]))
+        start = cut + 1
+    pieces.append(list(ids[start:]))
     return [p for p in pieces if p]
