@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -107,7 +108,8 @@ class CancelOnDisconnect:
         try:
             await self.app(scope, app_receive, app_send)
         except asyncio.CancelledError:
-            task.uncancel()  # handled here: the request ends now, nobody else is waiting on it
+            if sys.version_info >= (3, 11):
+                task.uncancel()  # handled here: the request ends now, nobody else waits on it
             if gone.is_set():
                 return  # nobody to answer
             log.warning("%s %s cancelled by the server's shutdown", scope["method"], scope["path"])

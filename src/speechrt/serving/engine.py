@@ -410,12 +410,17 @@ def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseExceptio
 
 
 async def wait_all(futures: Sequence[asyncio.Future[T]], timeout: float | None) -> list[T]:
-    """All results in order; on timeout (DeadlineExceeded), error or cancellation the rest are
-    cancelled, so their queued items are dropped unstarted."""
+    """All results in order. On timeout (DeadlineExceeded), the first error, or cancellation of
+    the caller, the rest are cancelled, so their queued items are dropped unstarted."""
     try:
-        return list(await asyncio.wait_for(asyncio.gather(*futures), timeout))
-    except asyncio.TimeoutError:
-        raise DeadlineExceeded(f"request did not finish within {timeout:g} s") from None
+        if futures:
+            await asyncio.wait(futures, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
+        for f in futures:
+            if f.done() and not f.cancelled() and (error := f.exception()) is not None:
+                raise error
+        if not all(f.done() for f in futures):
+            raise DeadlineExceeded(f"request did not finish within {timeout:g} s")
+        return [f.result() for f in futures]
     finally:
         for f in futures:
             f.cancel()
