@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import httpx
 import numpy as np
@@ -24,8 +23,7 @@ class SlowTTS:
 
     sampling_rate = 1000
 
-    def __init__(self, delay: float = 0.0, gate: threading.Event | None = None) -> None:
-        self.delay = delay
+    def __init__(self, gate: threading.Event | None = None) -> None:
         self.gate = gate
         self.entered = threading.Event()
         self.batches: list[int] = []
@@ -42,7 +40,6 @@ class SlowTTS:
         if self.gate is not None and not self.entered.is_set():
             self.entered.set()
             assert self.gate.wait(30), "the test never opened the gate"
-        time.sleep(self.delay)
         if any(p.ids == [ord(c) for c in "boom"] for p in batch):
             raise RuntimeError("kernel exploded")
         return [np.array(p.ids, dtype=np.float32) / 1000.0 for p in batch]
@@ -213,7 +210,7 @@ def test_a_request_the_server_cancels_gets_a_json_503(path):
 
 
 def test_a_failing_batch_fails_only_the_bad_request():
-    tts = SlowTTS(0.0)
+    tts = SlowTTS()
     config = ServeConfig(BatchConfig(max_batch_size=8, max_queue_delay_ms=50))
 
     async def body(client, server):
