@@ -1,13 +1,15 @@
 """The app in-process with stand-in pipelines: overload (503), timeouts (504), a failing batch
-that fails only its bad request, and drain on shutdown. No models, no subprocess."""
+that fails only its bad request, clients that go away, and shutdown. No models, no subprocess."""
 
 from __future__ import annotations
 
 import asyncio
-import time
+import json
+import threading
 
 import httpx
 import numpy as np
+import pytest
 
 from speechrt.errors import SpeechRTError
 from speechrt.serving import BatchConfig, Limits, ServeConfig, Server, create_app
@@ -16,12 +18,14 @@ from speechrt.tts import Piece
 
 class SlowTTS:
     """text_to_pieces / ids_to_audio like speechrt.tts.TTS: one piece per '|'-separated part,
-    audio = the ids as samples; "boom" anywhere in a batch raises, as a broken kernel would."""
+    audio = the ids as samples; "boom" anywhere in a batch raises, as a broken kernel would.
+    With a `gate`, the first batch waits for it (`entered` is set once it does)."""
 
     sampling_rate = 1000
 
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.gate = gate
+        self.entered = threading.Event()
         self.batches: list[int] = []
 
     def text_to_pieces(self, texts, seeds):
@@ -33,10 +37,15 @@ class SlowTTS:
 
     def ids_to_audio(self, batch, options):
         self.batches.append(len(batch))
-        time.sleep(self.delay)
+        if self.gate is not None and not self.entered.is_set():
+            self.entered.set()
+            assert self.gate.wait(30), "the test never opened the gate"
         if any(p.ids == [ord(c) for c in "boom"] for p in batch):
             raise RuntimeError("kernel exploded")
         return [np.array(p.ids, dtype=np.float32) / 1000.0 for p in batch]
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 30), "the first batch never started"
 
 
 def run_app(tts, config, body):
@@ -46,7 +55,7 @@ def run_app(tts, config, body):
         transport = httpx.ASGITransport(app=app)
         client = httpx.AsyncClient(transport=transport, base_url="http://t")
         async with app.router.lifespan_context(app), client:
-            return await body(client, server)
+            return await asyncio.wait_for(body(client, server), 60)  # a hang guard
 
     return asyncio.run(main())
 
@@ -56,18 +65,27 @@ def speak(client, text, **kw):
     return client.post("/v1/audio/speech", json=body)
 
 
+async def until(condition) -> None:
+    """Poll an "eventually" condition of the event loop's state (bounded by run_app's guard)."""
+    while not condition():
+        await asyncio.sleep(0.001)
+
+
 def test_full_queue_is_503_with_retry_after():
+    gate = threading.Event()
     config = ServeConfig(BatchConfig(max_batch_size=1, max_queue_delay_ms=0, max_queue_size=2))
+    tts = SlowTTS(gate=gate)
 
     async def body(client, server):
         first = asyncio.create_task(speak(client, "a"))
-        await asyncio.sleep(0.05)  # "a" is on the device; the queue holds two more pieces
+        await tts.wait_entered()  # "a" holds the device
         queued = asyncio.create_task(speak(client, "b|c"))
-        await asyncio.sleep(0.05)
+        await until(lambda: server.engines["tts"].pending == 3)  # b and c queued
         refused = await speak(client, "d")
+        gate.set()
         return refused, await first, await queued
 
-    refused, first, queued = run_app(SlowTTS(0.2), config, body)
+    refused, first, queued = run_app(tts, config, body)
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "overloaded"
     assert first.status_code == queued.status_code == 200
@@ -75,23 +93,124 @@ def test_full_queue_is_503_with_retry_after():
 
 
 def test_slow_request_is_504_and_its_queued_work_is_dropped():
-    tts = SlowTTS(0.3)
+    gate = threading.Event()
+    tts = SlowTTS(gate=gate)
     config = ServeConfig(
         BatchConfig(max_batch_size=1, max_queue_delay_ms=0), Limits(request_timeout_s=0.1)
     )
 
     async def body(client, server):
-        r = await speak(client, "a|b|c")
-        await asyncio.sleep(0.5)
-        return r, server.engines["tts"].pending
+        r = await speak(client, "a|b|c")  # "a" holds the device past the deadline
+        gate.set()
+        engine = server.engines["tts"]
+        await until(lambda: engine.pending == 0 and engine.dropped == 2)  # b, c dropped
+        return r, (await client.get("/metrics")).text
 
-    r, pending = run_app(tts, config, body)
+    r, metrics = run_app(tts, config, body)
     assert r.status_code == 504 and "0.1 s" in r.json()["error"]["message"]
-    assert pending == 0 and tts.batches == [1]  # b and c never ran
+    assert tts.batches == [1]  # b and c never ran
+    assert 'speechrt_dropped_items_total{model="tts",version="1"} 2' in metrics
+
+
+# -- clients that go away, servers that give up --------------------------------------------------
+
+
+async def call(app, path: str, payload: dict, hang_up: asyncio.Event) -> list[dict]:
+    """One request straight through ASGI, as uvicorn makes it: the body, then http.disconnect
+    once `hang_up` is set. Returns the messages the app sent."""
+    body = json.dumps(payload).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"t")],
+        "client": ("127.0.0.1", 1234),
+        "server": ("t", 80),
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if messages:
+            return messages.pop()
+        await hang_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+def run_raw(tts, config, body):
+    async def main():
+        server = Server(tts, None, config)
+        app = create_app(server)
+        async with app.router.lifespan_context(app):
+            return await asyncio.wait_for(body(app, server), 60)  # a hang guard
+
+    return asyncio.run(main())
+
+
+SPEECH = {"model": "tts", "voice": "0", "input": "a|b|c|d", "response_format": "pcm"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_goes_away_has_its_queued_pieces_dropped(stream):
+    gate = threading.Event()
+    tts = SlowTTS(gate=gate)
+    config = ServeConfig(BatchConfig(max_batch_size=1, max_queue_delay_ms=0))
+    payload = {**SPEECH, **({"stream_format": "audio"} if stream else {})}
+
+    async def body(app, server):
+        hang_up = asyncio.Event()
+        request = asyncio.create_task(call(app, "/v1/audio/speech", payload, hang_up))
+        await tts.wait_entered()  # "a" holds the device; b, c, d are queued
+        hang_up.set()
+        sent = await request  # ends without raising, though its handler was cancelled
+        gate.set()
+        engine = server.engines["tts"]
+        await until(lambda: engine.pending == 0)  # the device is free
+        return sent, engine.dropped, server.metrics.render()
+
+    sent, dropped, metrics = run_raw(tts, config, body)
+    assert dropped == 3 and tts.batches == [1]  # b, c and d never ran
+    assert not any(m["type"] == "http.response.body" and m.get("body") for m in sent)
+    assert 'nv_inference_request_failure{model="tts",version="1",reason="CANCELED"} 1' in metrics
+
+
+@pytest.mark.parametrize("path", ["/v1/audio/speech", "/v2/models/tts/infer"])
+def test_a_request_the_server_cancels_gets_a_json_503(path):
+    gate = threading.Event()
+    tts = SlowTTS(gate=gate)
+    config = ServeConfig(BatchConfig(max_batch_size=1, max_queue_delay_ms=0), components=False)
+    v2 = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["a|b"]}]}
+    payload = SPEECH if path.startswith("/v1") else v2
+
+    async def body(app, server):
+        request = asyncio.create_task(call(app, path, payload, asyncio.Event()))
+        await tts.wait_entered()
+        request.cancel()  # what uvicorn does once --graceful-timeout has passed
+        sent = await request
+        gate.set()
+        return sent
+
+    start, content = run_raw(tts, config, body)
+    headers = dict(start["headers"])
+    assert start["status"] == 503 and headers[b"retry-after"] == b"1"
+    error = json.loads(content["body"])["error"]
+    assert "shutting down" in (error if path.startswith("/v2") else error["message"])
 
 
 def test_a_failing_batch_fails_only_the_bad_request():
-    tts = SlowTTS(0.0)
+    tts = SlowTTS()
     config = ServeConfig(BatchConfig(max_batch_size=8, max_queue_delay_ms=50))
 
     async def body(client, server):
@@ -109,7 +228,8 @@ def test_a_failing_batch_fails_only_the_bad_request():
 
 
 def test_shutdown_drains_then_refuses():
-    tts = SlowTTS(0.05)
+    gate = threading.Event()
+    tts = SlowTTS(gate=gate)
     config = ServeConfig(BatchConfig(max_batch_size=2, max_queue_delay_ms=0))
 
     async def main():
@@ -118,8 +238,10 @@ def test_shutdown_drains_then_refuses():
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
         async with app.router.lifespan_context(app):
             tasks = [asyncio.create_task(speak(client, f"x{i}|y{i}")) for i in range(6)]
-            await asyncio.sleep(0.02)
+            await until(lambda: server.engines["tts"].pending == 12)  # the first two held
             stop = asyncio.create_task(server.stop())  # what the lifespan does on SIGTERM
+            await until(lambda: not server.ready)
+            gate.set()
             done = await asyncio.gather(*tasks)
             await stop
             late = await speak(client, "too late")
@@ -127,7 +249,7 @@ def test_shutdown_drains_then_refuses():
         await client.aclose()
         return done, late, ready
 
-    done, late, ready = asyncio.run(main())
+    done, late, ready = asyncio.run(asyncio.wait_for(main(), 60))  # a hang guard
     assert [r.status_code for r in done] == [200] * 6
     assert late.status_code == 503 and ready.status_code == 503
 

@@ -27,19 +27,45 @@ from speechrt.serving.metrics import Metrics
 from speechrt.serving.v2codec import HEADER, InferRequest, encode_response, parse_request
 
 
+class FakeClock:
+    """A clock that moves only when told (the engine's queue delay and batch timings)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @dataclass
 class Doubler:
-    """Items are (key, length, value); output 2 * value. Value < 0 makes the batch raise."""
+    """Items are (key, length, value); output 2 * value. An int value < 0 makes the batch raise.
+
+    `gate`: the first batch waits for it (`entered` is set once it does), so a test can act
+    while the device is busy. `clock`, `seconds_per_work`: each batch advances the fake clock by
+    seconds_per_work x items x longest length. `log`: every item's value as it runs (may be
+    shared by several adapters)."""
 
     sleep: float = 0.0
+    gate: threading.Event | None = None
+    clock: FakeClock | None = None
+    seconds_per_work: float = 0.0
+    log: list[object] = field(default_factory=list)
     batches: list[list[tuple]] = field(default_factory=list)
     threads: set[str] = field(default_factory=set)
+    entered: threading.Event = field(default_factory=threading.Event)
 
     def run_batch(self, items: list[tuple]) -> list[int]:
         self.threads.add(threading.current_thread().name)
         self.batches.append(list(items))
+        self.log += [v for _, _, v in items]
+        if self.gate is not None and not self.entered.is_set():
+            self.entered.set()
+            assert self.gate.wait(30), "the test never opened the gate"
         time.sleep(self.sleep)
-        if any(v < 0 for _, _, v in items):
+        if self.clock is not None:
+            self.clock.now += self.seconds_per_work * len(items) * max(n for _, n, _ in items)
+        if any(isinstance(v, int) and v < 0 for _, _, v in items):
             raise SpeechRTError(f"bad value in {items}")
         return [2 * v for _, _, v in items]
 
@@ -50,16 +76,17 @@ class Doubler:
         return item[0]
 
 
-def run_engine(adapter, config, body, metrics=None):
+def run_engine(adapter, config, body, metrics=None, clock=time.monotonic):
     """Run `body(engine)` inside a started engine, then drain it."""
 
     async def main():
         worker = DeviceWorker()
         on_batch = metrics.record_batch if metrics else None
-        engine = Engine("m", adapter, worker, config, on_batch)
+        on_drop = (lambda n: metrics.record_dropped("m", n)) if metrics else None
+        engine = Engine("m", adapter, worker, config, on_batch, on_drop, clock)
         engine.start()
         try:
-            return await body(engine)
+            return await asyncio.wait_for(body(engine), 60)  # a hang guard, not a timing
         finally:
             await engine.close()
             worker.close()
@@ -67,53 +94,80 @@ def run_engine(adapter, config, body, metrics=None):
     return asyncio.run(main())
 
 
+async def spin() -> None:
+    """Let the event loop's ready tasks (the schedulers) act on what they have seen."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def settle(engine: Engine) -> None:
+    """spin(), then let the device finish what it was given (one call at a time, in order)."""
+    await spin()
+    await engine.worker.run(lambda: None)
+
+
+async def entered(adapter: Doubler) -> None:
+    """Until the adapter's first batch is on the device, waiting at its gate."""
+    assert await asyncio.to_thread(adapter.entered.wait, 30), "the first batch never started"
+
+
 def test_full_batches_leave_at_once_and_keep_order():
+    clock = FakeClock()  # never moves: only a full batch can leave
     adapter = Doubler()
     items = [("a", 1, v) for v in range(8)]
 
     async def body(engine):
-        t0 = time.monotonic()
-        out = await engine.infer(items[:4])  # exactly max_batch_size: no waiting for the delay
-        first = time.monotonic() - t0
-        return out, first, await engine.infer(items)
+        return await engine.infer(items[:4]), await engine.infer(items)
 
     cfg = BatchConfig(max_batch_size=4, max_queue_delay_ms=5000)
-    out, first, out_all = run_engine(adapter, cfg, body)
-    assert out == [0, 2, 4, 6] and first < 1.0
+    out, out_all = run_engine(adapter, cfg, body, clock=clock)
+    assert out == [0, 2, 4, 6]
     assert out_all == [2 * v for v in range(8)]
-    assert all(len(b) <= 4 for b in adapter.batches)
+    assert [len(b) for b in adapter.batches] == [4, 4, 4]
     assert adapter.threads == {"speechrt-device_0"}  # one device thread for everything
 
 
 def test_a_lone_item_waits_for_the_queue_delay():
+    clock = FakeClock()
     adapter = Doubler()
 
     async def body(engine):
-        t0 = time.monotonic()
-        await engine.infer([("a", 1, 1)])
-        return time.monotonic() - t0
+        (future,) = engine.submit([("a", 1, 1)])
+        seen = []
+        for now in (0.0, 0.149, 0.150):
+            clock.now = now
+            engine.poke()
+            await settle(engine)
+            seen.append(len(adapter.batches))
+        return seen, await future
 
-    waited = run_engine(adapter, BatchConfig(max_batch_size=8, max_queue_delay_ms=150), body)
-    assert 0.14 <= waited < 1.0
+    cfg = BatchConfig(max_batch_size=8, max_queue_delay_ms=150)
+    seen, out = run_engine(adapter, cfg, body, clock=clock)
+    assert seen == [0, 0, 1] and out == 2
 
 
 def test_items_arriving_within_the_delay_share_a_batch():
+    clock = FakeClock()
     adapter = Doubler()
 
     async def body(engine):
-        async def later(i):
-            await asyncio.sleep(0.01 * i)
-            return await engine.infer([("a", 1, i)])
+        futures = []
+        for i in range(5):
+            clock.now = 0.05 * i  # the last one arrives 200 ms after the first
+            futures += engine.submit([("a", 1, i)])
+            await settle(engine)
+        clock.now = 0.3
+        engine.poke()
+        return await asyncio.gather(*futures)
 
-        return await asyncio.gather(*(later(i) for i in range(5)))
-
-    out = run_engine(adapter, BatchConfig(max_batch_size=8, max_queue_delay_ms=300), body)
-    assert out == [[0], [2], [4], [6], [8]]
+    cfg = BatchConfig(max_batch_size=8, max_queue_delay_ms=300)
+    out = run_engine(adapter, cfg, body, clock=clock)
+    assert out == [0, 2, 4, 6, 8]
     assert [len(b) for b in adapter.batches] == [5]
 
 
 def test_keys_never_mix_and_lengths_group():
-    adapter = Doubler(sleep=0.05)
+    adapter = Doubler()
     items = [("a", n, n) for n in (1, 100, 2, 101, 3, 102)] + [("b", 5, 7)]
 
     async def body(engine):
@@ -142,36 +196,102 @@ def test_a_failing_batch_fails_only_its_bad_item():
 
 
 def test_full_queue_is_overloaded_and_huge_requests_are_refused():
-    adapter = Doubler(sleep=0.2)
+    gate = threading.Event()
+    adapter = Doubler(gate=gate)
 
     async def body(engine):
-        first = engine.submit([("a", 1, 0)])  # goes to the device, leaving the queue empty
-        await asyncio.sleep(0.05)
+        first = engine.submit([("a", 1, 0)])
+        await entered(adapter)  # on the device, leaving the queue empty
         engine.submit([("a", 1, 1), ("a", 1, 2)])
         with pytest.raises(Overloaded):
             engine.submit([("a", 1, 3)])
         with pytest.raises(SpeechRTError, match="queue holds 2"):
             engine.submit([("a", 1, 4)] * 3)
+        gate.set()
         return await asyncio.gather(*first)
 
     cfg = BatchConfig(max_batch_size=1, max_queue_delay_ms=0, max_queue_size=2)
     assert run_engine(adapter, cfg, body) == [0]
 
 
-def test_timeout_cancels_queued_items():
-    adapter = Doubler(sleep=0.3)
+def test_timeout_cancels_queued_items_and_counts_them():
+    gate = threading.Event()
+    adapter = Doubler(gate=gate)
+    metrics = Metrics()
 
     async def body(engine):
         busy = engine.submit([("a", 1, 0)])
-        await asyncio.sleep(0.05)
+        await entered(adapter)  # the device is held until the gate opens
         with pytest.raises(DeadlineExceeded):
-            await engine.infer([("a", 1, 9)], timeout=0.1)
+            await engine.infer([("a", 1, 9), ("a", 1, 8)], timeout=0.01)
+        gate.set()
         await asyncio.gather(*busy)
-        await asyncio.sleep(0.1)
-        return engine.pending
+        await settle(engine)
+        return engine.pending, engine.dropped
 
-    assert run_engine(adapter, BatchConfig(max_batch_size=1, max_queue_delay_ms=0), body) == 0
-    assert [v for b in adapter.batches for _, _, v in b] == [0]  # the timed-out item never ran
+    cfg = BatchConfig(max_batch_size=1, max_queue_delay_ms=0)
+    assert run_engine(adapter, cfg, body, metrics) == (0, 2)
+    assert adapter.log == [0]  # the timed-out items never ran
+    m = parse_metrics(metrics.render())
+    assert m['speechrt_dropped_items_total{model="m",version="1"}'] == 2
+
+
+def test_requests_take_turns_within_an_engine():
+    gate = threading.Event()
+    adapter = Doubler(gate=gate)
+
+    async def body(engine):
+        long_a = engine.submit([("k", 1, f"a{j}") for j in range(4)])
+        await entered(adapter)  # a0 is on the device
+        long_b = engine.submit([("k", 1, f"b{j}") for j in range(4)])
+        short = engine.submit([("k", 1, "c0")])
+        gate.set()
+        await asyncio.gather(*long_a, *long_b, *short)
+
+    run_engine(adapter, BatchConfig(max_batch_size=1, max_queue_delay_ms=0), body)
+    # one item of each waiting request per round, oldest request first within a round
+    assert adapter.log == ["a0", "b0", "c0", "a1", "b1", "a2", "b2", "a3", "b3"]
+
+
+def test_engines_take_turns_on_the_device():
+    gate = threading.Event()
+    log: list[object] = []
+    x, y = Doubler(gate=gate, log=log), Doubler(log=log)
+    cfg = BatchConfig(max_batch_size=1, max_queue_delay_ms=0)
+
+    async def main():
+        worker = DeviceWorker()
+        engines = [Engine(n, a, worker, cfg) for n, a in (("x", x), ("y", y))]
+        for engine in engines:
+            engine.start()
+        xs = engines[0].submit([("a", 1, v) for v in (10, 11, 12)])
+        await entered(x)  # x's first batch holds the device
+        ys = engines[1].submit([("a", 1, v) for v in (20, 21, 22)])
+        await spin()  # y waits for its turn
+        ys[0].cancel()  # while it waits: y picks its batch only once it has the device
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(*xs, *ys[1:]), 60)
+        for engine in engines:
+            await engine.close()
+        worker.close()
+        return engines[1].dropped
+
+    assert asyncio.run(main()) == 1
+    assert log == [10, 21, 11, 22, 12]
+
+
+def test_batches_keep_within_the_time_budget():
+    clock = FakeClock()
+    adapter = Doubler(clock=clock, seconds_per_work=0.01)
+
+    async def body(engine):
+        await engine.infer([("a", 5, v) for v in range(8)])  # 0.05 s each
+        await engine.infer([("a", 1, v) for v in range(8)])  # 0.01 s each
+
+    cfg = BatchConfig(max_batch_size=8, max_queue_delay_ms=0, max_batch_ms=120)
+    run_engine(adapter, cfg, body, clock=clock)
+    # nothing measured yet: one item; then two of 0.05 s fit in 0.12 s; eight short ones do
+    assert [len(b) for b in adapter.batches] == [1, 2, 2, 2, 1, 8]
 
 
 def test_close_drains_queued_work_then_refuses():
@@ -196,6 +316,8 @@ def test_bad_config_is_refused():
         BatchConfig(max_batch_size=0)
     with pytest.raises(SpeechRTError):
         BatchConfig(max_queue_delay_ms=-1)
+    with pytest.raises(SpeechRTError, match="batch time"):
+        BatchConfig(max_batch_ms=0)
 
 
 def test_metrics_count_batches_and_requests():

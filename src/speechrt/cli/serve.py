@@ -2,7 +2,8 @@
 given: the bundled defaults, speechrt.defaults).
 
 OpenAI audio API under /v1, KServe v2 (Triton) under /v2, Prometheus metrics at /metrics.
-SIGTERM or Ctrl-C stops accepting connections, finishes what is in flight, then exits.
+SIGTERM or Ctrl-C stops accepting connections, finishes what is in flight, then exits; requests
+still running after --graceful-timeout seconds are answered 503 with Retry-After.
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--max-queue-size", type=int, default=256, help="queued items before 503 (default: 256)"
+    )
+    g.add_argument(
+        "--max-batch-ms",
+        type=float,
+        default=500.0,
+        help="bound on a batch's predicted compute time (learnt from the batches run), so that "
+        "no request holds the device for long; one item always runs alone whatever its time; "
+        "0: no bound (default: 500)",
     )
     g = p.add_argument_group("limits")
     g.add_argument("--max-text-chars", type=int, default=10_000, help="per text (default: 10000)")
@@ -102,7 +111,12 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise SpeechRTError("--threads must be >= 1")
     config = ServeConfig(
-        batch=BatchConfig(args.max_batch_size, args.max_queue_delay_ms, args.max_queue_size),
+        batch=BatchConfig(
+            args.max_batch_size,
+            args.max_queue_delay_ms,
+            args.max_queue_size,
+            max_batch_ms=args.max_batch_ms or None,
+        ),
         limits=Limits(
             max_text_chars=args.max_text_chars,
             max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),

@@ -2,10 +2,15 @@
 
 Startup starts one engine per model; shutdown (uvicorn's graceful shutdown on SIGTERM: stop
 accepting, finish in-flight requests) then drains the engines and stops the device thread.
+A request whose client goes away is cancelled, and so are its queued batch items; a request
+still running when the graceful shutdown's time is up is answered 503 with Retry-After.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +23,8 @@ from speechrt import __version__
 from speechrt.serving import kserve, openai_api
 from speechrt.serving.errors import HANDLERS, PayloadTooLarge, error_body
 from speechrt.serving.server import Server
+
+log = logging.getLogger("speechrt.serving")
 
 
 class BodyLimit:
@@ -50,6 +57,80 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+class CancelOnDisconnect:
+    """Cancel a request's handler when its client goes away; answer 503 when the server cancels it.
+
+    Once the app has read the whole request body, a watcher waits on the ASGI receive channel
+    for http.disconnect. If it comes before the response is complete, the handler's task is
+    cancelled, which cancels the futures of its queued batch items (engine.wait_all), so they are
+    dropped unstarted. The app's own later receive() calls get the disconnect from the watcher.
+    Any other cancellation of a request is the server's (uvicorn's graceful shutdown timing out):
+    it gets a JSON 503 with Retry-After where no response has started yet.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        gone = asyncio.Event()
+        started = complete = False
+        watcher: asyncio.Task[None] | None = None
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            if not complete:
+                task.cancel("the client disconnected")
+
+        async def app_receive() -> Message:
+            nonlocal watcher
+            if watcher is not None:  # the body has been read: only a disconnect can come
+                await gone.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                watcher = asyncio.create_task(watch())
+            return message
+
+        async def app_send(message: Message) -> None:
+            nonlocal started, complete
+            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                complete = True
+            await send(message)
+
+        try:
+            await self.app(scope, app_receive, app_send)
+        except asyncio.CancelledError:
+            if sys.version_info >= (3, 11):
+                task.uncancel()  # handled here: the request ends now, nobody else waits on it
+            if gone.is_set():
+                return  # nobody to answer
+            log.warning("%s %s cancelled by the server's shutdown", scope["method"], scope["path"])
+            if not started:
+                await _shutting_down(scope, send)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+
+async def _shutting_down(scope: Scope, send: Send) -> None:
+    message = "the server is shutting down; retry later"
+    body = error_body(scope["path"], 503, message, "shutting_down", None)
+    response = JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+
+    async def no_receive() -> Message:
+        return {"type": "http.disconnect"}
+
+    await response(scope, no_receive, send)
+
+
 def create_app(server: Server) -> FastAPI:
     """The ASGI app serving `server`'s models (started and drained by the app's lifespan)."""
 
@@ -74,6 +155,7 @@ def create_app(server: Server) -> FastAPI:
     app.include_router(kserve.router)
     # Multipart uploads carry some framing around the file itself.
     app.add_middleware(BodyLimit, limit=server.config.limits.max_upload_bytes + 64 * 1024)
+    app.add_middleware(CancelOnDisconnect)  # outermost: sees the client's own receive channel
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:

@@ -1,10 +1,23 @@
-"""Dynamic batching: one asyncio scheduler per pipeline, all feeding the one device thread.
+"""Dynamic batching: one asyncio scheduler per pipeline, all taking turns on the one device thread.
 
 Semantics follow Triton's dynamic batcher: a batch is dispatched as soon as `max_batch_size`
 compatible items wait, otherwise once the oldest item has waited `max_queue_delay_ms` (while the
 device is busy, items simply accumulate and the next batch leaves at once). Items are compatible
 when the adapter gives them the same `key` (e.g. identical synthesis options); among compatible
-items the batch is the window of most similar `length`s around the oldest, so padding stays small.
+items the batch is the window of most similar `length`s around its head, so padding stays small.
+
+Three rules keep one request from holding the device:
+- Engines take turns: the device is a FIFO lock, and an engine picks its batch only once it holds
+  the lock, so every engine waiting gets one batch before any engine gets a second.
+- Requests take turns within an engine (start-time fair queueing): item j of a request is tagged
+  with round `now + j`, where `now` is the round of the item last dispatched, and the batch's head
+  is the queued item of the lowest round. A one-piece request that arrives behind a request of a
+  hundred pieces waits for one of them, not a hundred.
+- `max_batch_ms` bounds a batch's predicted compute time. The engine learns seconds per unit of
+  padded work (items x longest length) from the batches it ran; until it has run one, a batch
+  holds one item. A single item is never split: its size is bounded where requests are cut up.
+An item whose future is cancelled (its client went away, its deadline passed, a sibling failed)
+while it waits is dropped unstarted and counted (`on_drop`).
 
 The engine knows no models. Like LitServe's hook contract, an adapter supplies
     run_batch(items) -> outputs   (runs on the device thread; one output per item, in order)
@@ -17,11 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from speechrt.errors import SpeechRTError
@@ -31,6 +45,8 @@ log = logging.getLogger("speechrt.serving")
 In = TypeVar("In")  # a batch item
 Out = TypeVar("Out")  # its output
 T = TypeVar("T")
+
+Clock = Callable[[], float]  # seconds, monotonic
 
 
 class Adapter(Protocol[In, Out]):
@@ -68,6 +84,7 @@ class BatchConfig:
     max_batch_size: int = 8  # items per batch
     max_queue_delay_ms: float = 5.0  # how long the oldest item may wait for batch-mates
     max_queue_size: int = 256  # queued items (not counting the batch on the device)
+    max_batch_ms: float | None = None  # predicted compute per batch; None: no bound
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -76,6 +93,8 @@ class BatchConfig:
             raise SpeechRTError(f"max queue delay must be >= 0, got {self.max_queue_delay_ms}")
         if self.max_queue_size < 1:
             raise SpeechRTError(f"max queue size must be >= 1, got {self.max_queue_size}")
+        if self.max_batch_ms is not None and self.max_batch_ms <= 0:
+            raise SpeechRTError(f"max batch time must be > 0 ms, got {self.max_batch_ms}")
 
 
 @dataclass(frozen=True)
@@ -90,10 +109,17 @@ class BatchStats:
 
 
 class DeviceWorker:
-    """The one thread that owns the device: every engine's batches run here, one at a time."""
+    """The one thread that owns the device; engines take turns on it (`turn`), first come first
+    served, and run their batches there (`run`), one at a time."""
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speechrt-device")
+        self._lock = asyncio.Lock()  # FIFO: a waiting engine goes before one coming back
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        async with self._lock:
+            yield
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -108,11 +134,16 @@ class _Pending(Generic[In, Out]):
     key: Hashable
     length: int
     future: asyncio.Future[Out]
-    enqueued: float = field(default_factory=time.monotonic)
+    enqueued: float  # the engine's clock
+    tag: tuple[int, int]  # (round, arrival): the head of the queue is the lowest
 
 
 class Engine(Generic[In, Out]):
-    """A dynamic batcher for one adapter; start() inside the event loop, close() to drain."""
+    """A dynamic batcher for one adapter; start() inside the event loop, close() to drain.
+
+    `clock` times the queue delay and the batches (tests pass a fake one); `on_drop(n)` hears of
+    n items dropped unstarted because their futures were cancelled.
+    """
 
     def __init__(
         self,
@@ -121,13 +152,21 @@ class Engine(Generic[In, Out]):
         worker: DeviceWorker,
         config: BatchConfig | None = None,
         on_batch: Callable[[BatchStats], None] | None = None,
+        on_drop: Callable[[int], None] | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.name = name
         self.adapter = adapter
         self.worker = worker
         self.config = config or BatchConfig()
         self.on_batch = on_batch
-        self._queue: list[_Pending[In, Out]] = []
+        self.on_drop = on_drop
+        self.clock = clock
+        self.dropped = 0  # items dropped unstarted, in total
+        self._queue: list[_Pending[In, Out]] = []  # in arrival order
+        self._arrivals = itertools.count()
+        self._round = 0  # the round of the last dispatched head
+        self._seconds_per_work: float | None = None  # learnt from executed batches
         self._executing = 0
         self._closing = False
         self._wake: asyncio.Event | None = None
@@ -170,13 +209,20 @@ class Engine(Generic[In, Out]):
                 f"request needs {len(items)} {self.name} batch items; the queue holds {limit}"
             )
         if len(self._queue) + len(items) > limit:
-            self._queue = [p for p in self._queue if not p.future.done()]
+            self._prune()
             if len(self._queue) + len(items) > limit:
                 raise Overloaded(f"{self.name}: queue full ({limit} items), retry later")
-        loop = asyncio.get_running_loop()
+        loop, now = asyncio.get_running_loop(), self.clock()
         pending = [
-            _Pending(it, self.adapter.key(it), self.adapter.length(it), loop.create_future())
-            for it in items
+            _Pending(
+                it,
+                self.adapter.key(it),
+                self.adapter.length(it),
+                loop.create_future(),
+                now,
+                (self._round + j, next(self._arrivals)),
+            )
+            for j, it in enumerate(items)
         ]
         self._queue += pending
         self._notify()
@@ -186,6 +232,10 @@ class Engine(Generic[In, Out]):
         """Submit and wait for every item; on timeout the unfinished items are cancelled."""
         futures = self.submit(items)
         return await wait_all(futures, timeout)
+
+    def poke(self) -> None:
+        """Make the scheduler look at its queue and clock again (after a fake clock moved)."""
+        self._notify()
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -199,64 +249,104 @@ class Engine(Generic[In, Out]):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
+    def _prune(self) -> None:
+        """Drop the queued items whose futures were cancelled (they never started)."""
+        kept = [p for p in self._queue if not p.future.done()]
+        dropped = len(self._queue) - len(kept)
+        self._queue = kept
+        if dropped:
+            self.dropped += dropped
+            if self.on_drop is not None:
+                self.on_drop(dropped)
+
+    def _head(self) -> _Pending[In, Out]:
+        return min(self._queue, key=lambda p: p.tag)
+
     async def _loop(self) -> None:
-        delay = self.config.max_queue_delay_ms / 1000.0
         while True:
-            self._queue = [p for p in self._queue if not p.future.done()]  # drop cancelled
+            self._prune()
             if not self._queue:
                 if self._closing:
                     return
                 await self._sleep(None)
                 continue
-            head = self._queue[0]
-            deadline = head.enqueued + delay
-            while not self._closing and not head.future.done():
-                ready = sum(p.key == head.key and not p.future.done() for p in self._queue)
-                remaining = deadline - time.monotonic()
-                if ready >= self.config.max_batch_size or remaining <= 0:
-                    break
-                await self._sleep(remaining)
-            if head.future.done():
-                continue
-            batch = self._choose(head)
-            chosen = set(map(id, batch))
-            self._queue = [p for p in self._queue if id(p) not in chosen]
-            try:
-                await self._execute(batch)
-            except Exception:  # never let the scheduler die; _execute already failed the items
-                log.exception("engine %s: scheduler error", self.name)
+            await self._wait_for_batch_mates()
+            async with self.worker.turn():
+                self._prune()  # items may have been cancelled while another engine ran
+                if not self._queue:
+                    continue
+                batch = self._choose(self._head())
+                chosen = set(map(id, batch))
+                self._queue = [p for p in self._queue if id(p) not in chosen]
+                self._round = max(self._round, batch[0].tag[0])
+                try:
+                    await self._execute(batch)
+                except Exception:  # never let the scheduler die; _execute already failed items
+                    log.exception("engine %s: scheduler error", self.name)
+
+    async def _wait_for_batch_mates(self) -> None:
+        """Until the head's batch is full or the oldest item has waited max_queue_delay_ms."""
+        delay = self.config.max_queue_delay_ms / 1000.0
+        while not self._closing:
+            self._prune()
+            if not self._queue:
+                return
+            head = self._head()
+            ready = sum(p.key == head.key for p in self._queue)
+            remaining = self._queue[0].enqueued + delay - self.clock()
+            if ready >= self.config.max_batch_size or remaining <= 0:
+                return
+            await self._sleep(remaining)
 
     def _choose(self, head: _Pending[In, Out]) -> list[_Pending[In, Out]]:
-        """The oldest item plus up to max_batch_size - 1 compatible ones of the closest lengths."""
-        group = [p for p in self._queue if p.key == head.key and not p.future.done()]
+        """The head plus up to max_batch_size - 1 compatible items of the closest lengths, as
+        many as the time budget allows; the head comes first."""
+        group = [p for p in self._queue if p.key == head.key]
         k = self.config.max_batch_size
-        if len(group) <= k:
-            return group
-        group.sort(key=lambda p: p.length)
-        h = group.index(head)
-        starts = range(max(0, h - k + 1), min(h, len(group) - k) + 1)
-        best = min(starts, key=lambda s: group[s + k - 1].length - group[s].length)
-        return group[best : best + k]
+        if len(group) > k:
+            group.sort(key=lambda p: p.length)
+            h = group.index(head)
+            starts = range(max(0, h - k + 1), min(h, len(group) - k) + 1)
+            best = min(starts, key=lambda s: group[s + k - 1].length - group[s].length)
+            group = group[best : best + k]
+        group.sort(key=lambda p: (p is not head, abs(p.length - head.length), p.tag))
+        size = 1
+        while size < len(group) and self._fits(group[: size + 1]):
+            size += 1
+        return group[:size]
+
+    def _fits(self, batch: list[_Pending[In, Out]]) -> bool:
+        budget = self.config.max_batch_ms
+        if budget is None:
+            return True
+        if self._seconds_per_work is None:  # nothing measured yet: one item at a time
+            return False
+        return self._seconds_per_work * _work(batch) <= budget / 1000.0
+
+    def _learn(self, batch: list[_Pending[In, Out]], compute_s: float) -> None:
+        """Update the seconds per unit of padded work (an average leaning on the latest)."""
+        rate = compute_s / _work(batch)
+        old = self._seconds_per_work
+        self._seconds_per_work = rate if old is None else 0.5 * old + 0.5 * rate
 
     def _timed_run(self, items: list[In]) -> tuple[list[Out], float]:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         outputs = self.adapter.run_batch(items)
         if len(outputs) != len(items):
             raise RuntimeError(
                 f"{self.name}: run_batch returned {len(outputs)} outputs for {len(items)} items"
             )
-        return outputs, time.perf_counter() - t0
+        return outputs, self.clock() - t0
 
     async def _run(self, batch: list[_Pending[In, Out]]) -> list[Out]:
-        start = time.monotonic()
+        start = self.clock()
         queue_s = [start - p.enqueued for p in batch]
         try:
             outputs, compute_s = await self.worker.run(self._timed_run, [p.item for p in batch])
         except BaseException:
-            self._report(
-                BatchStats(self.name, len(batch), queue_s, time.monotonic() - start, False)
-            )
+            self._report(BatchStats(self.name, len(batch), queue_s, self.clock() - start, False))
             raise
+        self._learn(batch, compute_s)
         self._report(BatchStats(self.name, len(batch), queue_s, compute_s, True))
         return outputs
 
@@ -305,6 +395,11 @@ class Engine(Generic[In, Out]):
         return error
 
 
+def _work(batch: Sequence[_Pending[Any, Any]]) -> int:
+    """What a batch's compute is proportional to: items x the longest (padded) length."""
+    return len(batch) * max(1, max(p.length for p in batch))
+
+
 def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None):
     if future.done():  # cancelled by a timeout or a client that went away
         return
@@ -315,11 +410,17 @@ def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseExceptio
 
 
 async def wait_all(futures: Sequence[asyncio.Future[T]], timeout: float | None) -> list[T]:
-    """All results in order; on timeout (DeadlineExceeded) or error the rest are cancelled."""
+    """All results in order. On timeout (DeadlineExceeded), the first error, or cancellation of
+    the caller, the rest are cancelled, so their queued items are dropped unstarted."""
     try:
-        return list(await asyncio.wait_for(asyncio.gather(*futures), timeout))
-    except asyncio.TimeoutError:
-        raise DeadlineExceeded(f"request did not finish within {timeout:g} s") from None
+        if futures:
+            await asyncio.wait(futures, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
+        for f in futures:
+            if f.done() and not f.cancelled() and (error := f.exception()) is not None:
+                raise error
+        if not all(f.done() for f in futures):
+            raise DeadlineExceeded(f"request did not finish within {timeout:g} s")
+        return [f.result() for f in futures]
     finally:
         for f in futures:
             f.cancel()

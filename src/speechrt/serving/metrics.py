@@ -4,7 +4,9 @@ Request-level (one HTTP/infer request):  nv_inference_request_success / _failure
 nv_inference_request_duration_us.  Batch-level (one engine item / batch): nv_inference_count,
 nv_inference_exec_count, nv_inference_queue_duration_us, nv_inference_compute_infer_duration_us
 (each item is charged its batch's compute time, as Triton does), speechrt_batch_size (histogram).
-nv_inference_pending_request_count is read from the engines when scraped.
+nv_inference_pending_request_count is read from the engines when scraped;
+speechrt_dropped_items_total counts queued items dropped unstarted (their client went away, their
+deadline passed, or another item of their request failed).
 Everything is updated on the event loop thread, so no locks are needed.
 """
 
@@ -41,6 +43,10 @@ _HELP = {
     "nv_inference_pending_request_count": (
         "gauge",
         "Items queued or executing in the batcher",
+    ),
+    "speechrt_dropped_items_total": (
+        "counter",
+        "Queued items dropped unstarted: their request was cancelled, timed out or failed",
     ),
 }
 
@@ -96,6 +102,9 @@ class Metrics:
         else:
             counts[-1] += 1
         self._hist_sum[m] += stats.size
+
+    def record_dropped(self, model: str, count: int) -> None:
+        self._inc("speechrt_dropped_items_total", model, count)
 
     def record_request(self, model: str, seconds: float, failure: str | None = None) -> None:
         """failure: None for success, else Triton's reason (REJECTED, CANCELED, BACKEND, OTHER)."""

@@ -68,7 +68,12 @@ class Server:
         if name in self.engines:
             raise SpeechRTError(f"two models are called {name!r}")
         engine: Engine[Any, Any] = Engine(
-            name, adapter, self.worker, self.config.batch, self.metrics.record_batch
+            name,
+            adapter,
+            self.worker,
+            self.config.batch,
+            on_batch=self.metrics.record_batch,
+            on_drop=lambda n: self.metrics.record_dropped(name, n),
         )
         self.engines[name] = engine
         self.metrics.register_engine(name, lambda: engine.pending)
