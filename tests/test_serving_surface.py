@@ -165,6 +165,10 @@ MALFORMED: dict[str, str] = {
     ),
     "outputs of numbers": json.dumps({"inputs": [TEXT], "outputs": [1]}),
     "input parameters a list": json.dumps({"inputs": [TEXT | {"parameters": [1]}]}),
+    "empty, but too large for numpy": json.dumps({"inputs": [TEXT | {"shape": [0, 10**20]}]}),
+    "binary, empty, too large": json.dumps(
+        {"inputs": [TEXT | {"shape": [0, 2**62, 2**62], "parameters": {"binary_data_size": 0}}]}
+    ),
     "binary_data_output a string": json.dumps(
         {"inputs": [TEXT], "parameters": {"binary_data_output": "yes"}}
     ),

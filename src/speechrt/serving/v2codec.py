@@ -21,6 +21,7 @@ from speechrt.serving.contracts import NUMPY_DTYPES, datatype_of
 
 HEADER = "Inference-Header-Content-Length"
 MAX_RANK = 8  # dimensions of a request tensor (no contract has more than 3, plus [B, 1] TEXT)
+MAX_ELEMENTS = 2**40  # product of a shape's dimensions, zeros counted as 1 (bodies are far smaller)
 
 
 @dataclass
@@ -45,6 +46,8 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
         raise SpeechRTError(
             f"input {name!r}: shape has {len(value)} dimensions; at most {MAX_RANK}"
         )
+    if math.prod(max(d, 1) for d in value) > MAX_ELEMENTS:  # numpy refuses such shapes, even empty
+        raise SpeechRTError(f"input {name!r}: shape {value} is too large")
     return tuple(value)
 
 
