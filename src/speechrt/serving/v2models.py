@@ -80,7 +80,7 @@ def axis_limits(info: Any, limits: Limits, max_batch: int) -> dict[str, int]:
         out["samples"] = samples
         out["frames"] = math.ceil(samples / mel.hop_length)
         # WaveGlow's latent z (B, n_group, groups): frames * hop / n_group
-        out["groups"] = math.ceil(out["frames"] * mel.hop_length / info.dims.get("n_group", 1))
+        out["groups"] = math.ceil(out["frames"] * mel.hop_length / info.dims.get("n_group", 8))
     elif "features" in meta:
         fc = FeatureConfig.from_dict(meta["features"])
         samples = math.ceil(seconds * fc.sample_rate)
