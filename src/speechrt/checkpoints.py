@@ -28,7 +28,8 @@ def load_checkpoint(path: str | Path) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        # torch < 2.13: "Unsupported global: GLOBAL m.f ..."; 2.13: "... unsupported GLOBAL m.f ..."
+        found = re.search(r"unsupported (?:global: )?GLOBAL ([\w.]+)", str(e), re.IGNORECASE)
         if found is None:
             raise SpeechRTError(f"{path}: not a readable PyTorch checkpoint") from None
         raise SpeechRTError(

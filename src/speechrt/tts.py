@@ -221,6 +221,8 @@ class TTS:
         Item i draws its randomness from seeds[i] (default options.seed + i), so its audio does not
         depend on the other items. `progress(n)` is called with the number of pieces done per batch.
         """
+        if isinstance(texts, str):
+            raise SpeechRTError("texts must be a list of strings, e.g. synthesize([text])")
         options = options or SynthesisOptions()
         if batch_size < 1:
             raise SpeechRTError(f"batch size must be >= 1, got {batch_size}")

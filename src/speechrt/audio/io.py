@@ -158,7 +158,8 @@ def read_audio(
 
     name = str(source) if isinstance(source, (str, Path)) else "audio"
     if isinstance(source, (str, Path)) and not Path(source).is_file():
-        raise SpeechRTError(f"{name}: no such file")
+        why = "a directory, not an audio file" if Path(source).is_dir() else "no such file"
+        raise SpeechRTError(f"{name}: {why}")
     if isinstance(source, bytes):
         source = io.BytesIO(source)
     try:

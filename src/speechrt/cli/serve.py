@@ -70,6 +70,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-audio-seconds", type=float, default=600.0, help="per audio item (default: 600)"
     )
     g.add_argument(
+        "--max-symbols",
+        type=int,
+        default=1024,
+        help="symbol ids per item of a KServe v2 component request (default: 1024)",
+    )
+    g.add_argument(
+        "--max-component-seconds",
+        type=float,
+        default=30.0,
+        help="audio per item of a KServe v2 component request: bounds its mel frames, samples "
+        "and feature frames (default: 30)",
+    )
+    g.add_argument(
         "--request-timeout", type=float, default=60.0, help="seconds per request (default: 60)"
     )
     g.add_argument(
@@ -105,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         raise SpeechRTError(
             f"serving needs the `serve` extra: pip install 'speechrt[serve]' ({e})"
         ) from None
-    for name in ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout"):
+    positive = ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout")
+    for name in (*positive, "max_symbols", "max_component_seconds"):
         if getattr(args, name) <= 0:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
     if args.threads is not None and args.threads < 1:
@@ -122,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
             max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
             max_audio_seconds=args.max_audio_seconds,
             request_timeout_s=args.request_timeout,
+            max_symbols=args.max_symbols,
+            max_component_seconds=args.max_component_seconds,
         ),
         components=not args.no_components,
     )

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from speechrt.contracts import Contract
+from speechrt.errors import SpeechRTError
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -29,21 +30,35 @@ class EagerRunner:
     """Runs `graph` (a wrapper from speechrt.runtime.graphs) in torch eager mode.
 
     Inputs are moved to the graph's device; float outputs come back as float32, per the contract.
+    A length-regulated graph (FastPitch, FastSpeech: `encode`, then `decode` at the frame count
+    the encoding decides) refuses an item longer than `max_frames` before decoding, as the cuda
+    runner does (None: the graph's own `max_frames`, if it has one); the decoder's attention
+    grows with the square of the frames.
     """
 
     backend = "eager"
 
-    def __init__(self, graph: nn.Module, contract: Contract) -> None:
+    def __init__(self, graph: nn.Module, contract: Contract, max_frames: int | None = None) -> None:
         self.graph = graph.eval()
         self.contract = contract
         self.device = module_device(graph)
+        self.max_frames = max_frames or getattr(graph, "max_frames", None)
 
     @torch.inference_mode()
     def run(self, feeds: Mapping[str, Tensor]) -> dict[str, Tensor]:
         self.contract.check_feeds(feeds)
         args = [feeds[n].to(self.device) for n in self.contract.input_names]
-        outs = self.graph(*args)
-        return to_contract(self.contract, outs)
+        if self.max_frames is None or not hasattr(self.graph, "assemble"):
+            return to_contract(self.contract, self.graph(*args))
+        e = self.graph.encode(*args)  # the graph's forward, split where the frame count is known
+        longest = int(self.graph.frame_lengths(e.reps).max())
+        if longest > self.max_frames:
+            raise SpeechRTError(
+                f"{self.contract.name}: an item would produce {longest} mel frames (limit "
+                f"{self.max_frames}); send fewer symbols or raise the pace"
+            )
+        mel, mel_lengths = self.graph.decode(e.enc, e.reps, longest)
+        return to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
 
 
 def to_contract(contract: Contract, outs: tuple[Tensor, ...] | Tensor) -> dict[str, Tensor]:

@@ -100,6 +100,8 @@ async def on_validation(request: Request, e: Exception) -> JSONResponse:
     msg = first.get("msg", "invalid request")
     if first.get("type") == "json_invalid":
         msg, param = "request body is not valid JSON", None
+    elif first.get("type") == "missing" and param is None:
+        msg = "missing request body (a JSON object)"
     elif first.get("type") == "missing":
         msg = f"missing required parameter {param!r}"
     elif param:

@@ -6,6 +6,7 @@ Every model has the single version "1". Errors are {"error": "..."} as Triton se
 
 from __future__ import annotations
 
+import json
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -61,17 +62,19 @@ async def ready(request: Request) -> Response:
 @router.get("/models/{name}")
 @router.get("/models/{name}/versions/{version}")
 async def model_metadata(name: str, request: Request, version: str | None = None) -> Any:
-    m = model_of(request, name, version)
-    return m.contract.kserve_metadata(m.name, m.platform)
+    return model_of(request, name, version).metadata()
 
 
 @router.get("/models/{name}/ready")
 @router.get("/models/{name}/versions/{version}/ready")
 async def model_ready(name: str, request: Request, version: str | None = None) -> Response:
     m = model_of(request, name, version)
-    engine = server_of(request).engines.get(m.name)
-    ok = server_of(request).ready and (engine is None or engine.running)
-    return Response(status_code=200 if ok else 503)
+    return Response(status_code=200 if is_ready(server_of(request), m.name) else 503)
+
+
+def is_ready(srv: Server, name: str) -> bool:
+    engine = srv.engines.get(name)
+    return srv.ready and (engine is None or engine.running)
 
 
 @router.get("/models/{name}/config")
@@ -86,18 +89,44 @@ async def model_config(name: str, request: Request, version: str | None = None) 
         datatype = KSERVE_DATATYPES[t.dtype].replace("BYTES", "STRING")
         return {"name": t.name, "data_type": f"TYPE_{datatype}", "dims": shape}
 
+    def input_dims(t: TensorSpec) -> dict[str, Any]:
+        # max_dims (speechrt's): the largest size of each dim, without the batch axis
+        limits = {"optional": m.is_optional(t.name), "max_dims": m.max_shape(t)[1:] or [1]}
+        return {**dims(t), **limits}
+
     return {
         "name": m.name,
         "platform": m.platform,
         "backend": m.backend,  # the runtime backend: eager, cuda or onnx
-        "max_batch_size": batch.max_batch_size,
-        "input": [{**dims(t), "optional": m.is_optional(t.name)} for t in m.contract.inputs],
+        "max_batch_size": m.max_sizes["batch"],
+        "input": [input_dims(t) for t in m.contract.inputs],
         "output": [dims(t) for t in m.contract.outputs],
         "dynamic_batching": {
             "max_queue_delay_microseconds": int(batch.max_queue_delay_ms * 1000),
             "default_queue_policy": {"max_queue_size": batch.max_queue_size},
         },
     }
+
+
+@router.post("/repository/index")
+async def repository_index(request: Request) -> list[dict[str, str]]:
+    """Triton's model repository index: every served model, version "1", READY or UNAVAILABLE.
+    The optional body {"ready": true} lists only the models ready now."""
+    body = await request.body()
+    try:
+        query = json.loads(body) if body.strip() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise SpeechRTError("the repository index request is not valid JSON") from None
+    if not isinstance(query, dict) or not isinstance(query.get("ready", False), bool):
+        raise SpeechRTError('the repository index request is {"ready": true|false} or empty')
+    srv = server_of(request)
+    out = []
+    for name in srv.v2:
+        ready = is_ready(srv, name)
+        if ready or not query.get("ready", False):
+            state = "READY" if ready else "UNAVAILABLE"
+            out.append({"name": name, "version": VERSION, "state": state, "reason": ""})
+    return out
 
 
 def _decompress(body: bytes, encoding: str | None, limit: int) -> bytes:

@@ -7,6 +7,7 @@ honour the pipeline interfaces (`TTS.text_to_pieces / ids_to_audio`, `ASR.transc
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from speechrt.serving.v2models import (
     ComponentModel,
     ContractModel,
     TTSModel,
+    axis_limits,
     component_runners,
 )
 
@@ -58,9 +60,15 @@ class Server:
         if tts is not None:
             self.tts = TTSService(tts, self._engine("tts", TTSAdapter(tts)), limits)
             self.v2["tts"] = TTSModel(self.tts)
+            self.v2["tts"].set_limits({"batch": self.config.batch.max_batch_size})
         if asr is not None:
             self.asr = ASRService(asr, self._engine("asr", ASRAdapter(asr)), limits)
             self.v2["asr"] = ASRModel(self.asr)
+            # AUDIO at the model's rate, as long as a transcription may be
+            samples = math.ceil(limits.max_audio_seconds * self.asr.sampling_rate)
+            self.v2["asr"].set_limits(
+                {"batch": self.config.batch.max_batch_size, "samples": samples}
+            )
         if self.config.components:
             self._add_components(tts, asr)
 
@@ -80,10 +88,15 @@ class Server:
         return engine
 
     def _add_components(self, tts: Any, asr: Any) -> None:
-        for name, runner, derived_sizes in component_runners(tts, asr):
+        for name, runner, derived_sizes, info in component_runners(tts, asr):
             engine = self._engine(name, ComponentAdapter(runner, derived_sizes))
             model = ComponentModel(name, runner.contract, engine, runner.backend)
             model.timeout = self.config.limits.request_timeout_s
+            sizes = axis_limits(info, self.config.limits, self.config.batch.max_batch_size)
+            model.set_limits(sizes)
+            if runner.backend == "eager" and "frames" in sizes:
+                # FastPitch's and FastSpeech's output frames, known only once they are encoded
+                runner.max_frames = sizes["frames"]  # type: ignore[attr-defined]
             self.v2[name] = model
 
     @classmethod

@@ -20,6 +20,8 @@ from speechrt.errors import SpeechRTError
 from speechrt.serving.contracts import NUMPY_DTYPES, datatype_of
 
 HEADER = "Inference-Header-Content-Length"
+MAX_RANK = 8  # dimensions of a request tensor (no contract has more than 3, plus [B, 1] TEXT)
+MAX_ELEMENTS = 2**40  # product of a shape's dimensions, zeros counted as 1 (bodies are far smaller)
 
 
 @dataclass
@@ -40,13 +42,28 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
     ):
         raise SpeechRTError(f"input {name!r}: shape must be a list of non-negative integers")
+    if len(value) > MAX_RANK:
+        raise SpeechRTError(
+            f"input {name!r}: shape has {len(value)} dimensions; at most {MAX_RANK}"
+        )
+    if math.prod(max(d, 1) for d in value) > MAX_ELEMENTS:  # numpy refuses such shapes, even empty
+        raise SpeechRTError(f"input {name!r}: shape {value} is too large")
     return tuple(value)
 
 
-def _flatten(data: Any) -> list[Any]:
-    if isinstance(data, list):
-        return [x for item in data for x in _flatten(item)]
-    return [data]
+def _flatten(data: Any, rank: int, name: str) -> list[Any]:
+    """JSON tensor data, flat or nested at most `rank` lists deep -> its elements in order."""
+    out: list[Any] = []
+    stack = [(data, 0)]  # iterative: data from a client may be nested deep enough to overflow
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, list):
+            out.append(item)
+        elif depth >= max(rank, 1):
+            raise SpeechRTError(f"input {name!r}: data is nested deeper than its shape")
+        else:
+            stack.extend((x, depth + 1) for x in reversed(item))
+    return out
 
 
 def decode_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
@@ -75,7 +92,7 @@ def encode_bytes(values: np.ndarray) -> bytes:
 
 
 def _from_json(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
-    flat = _flatten(data)
+    flat = _flatten(data, len(shape), name)
     if len(flat) != math.prod(shape):
         raise SpeechRTError(
             f"input {name!r}: shape {list(shape)} needs {math.prod(shape)} values, got {len(flat)}"
@@ -113,6 +130,8 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         req = json.loads(head)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SpeechRTError(f"request is not valid JSON ({e})") from None
+    except RecursionError:  # the parser recurses once per nested list or object
+        raise SpeechRTError("request JSON is nested too deeply") from None
     if not isinstance(req, dict) or not isinstance(req.get("inputs"), list) or not req["inputs"]:
         raise SpeechRTError("request must be a JSON object with a non-empty 'inputs' list")
     params = req.get("parameters", {})
@@ -128,18 +147,26 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         if name in inputs:
             raise SpeechRTError(f"input {name!r} given twice")
         datatype = t.get("datatype")
-        if datatype not in NUMPY_DTYPES:
-            raise SpeechRTError(f"input {name!r}: unsupported datatype {datatype!r}")
+        if not isinstance(datatype, str) or datatype not in NUMPY_DTYPES:
+            raise SpeechRTError(f"input {name!r}: unsupported datatype {_brief(datatype)}")
         shape = _shape(t.get("shape"), name)
-        tparams = t.get("parameters") or {}
-        size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
+        tparams = t.get("parameters", {})
+        if not isinstance(tparams, dict):
+            raise SpeechRTError(f"input {name!r}: 'parameters' must be an object")
+        size = tparams.get("binary_data_size")
         if size is None:
             if "data" not in t:
                 raise SpeechRTError(f"input {name!r} has neither 'data' nor binary_data_size")
             inputs[name] = _from_json(t["data"], datatype, shape, name)
         else:
-            if not isinstance(size, int) or size < 0 or pos + size > len(raw):
-                raise SpeechRTError(f"input {name!r}: binary_data_size {size!r} exceeds the body")
+            if (
+                not isinstance(size, int)
+                or isinstance(size, bool)
+                or not 0 <= size <= len(raw) - pos
+            ):
+                raise SpeechRTError(
+                    f"input {name!r}: binary_data_size {_brief(size)} exceeds the body"
+                )
             chunk, pos = raw[pos : pos + size], pos + size
             inputs[name] = _from_raw(chunk, datatype, shape, name)
         datatypes[name] = datatype
@@ -153,12 +180,25 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         for o in req["outputs"]:
             if not isinstance(o, dict) or not isinstance(o.get("name"), str):
                 raise SpeechRTError("every requested output needs a 'name'")
-            op = o.get("parameters") or {}
+            op = o.get("parameters", {})
+            if not isinstance(op, dict):
+                raise SpeechRTError(f"output {o['name']!r}: 'parameters' must be an object")
             if op.get("classification"):
                 raise SpeechRTError("the classification extension is not supported")
-            outputs.append((o["name"], op.get("binary_data")))
+            binary = op.get("binary_data")
+            if binary is not None and not isinstance(binary, bool):
+                raise SpeechRTError(f"output {o['name']!r}: 'binary_data' must be true or false")
+            outputs.append((o["name"], binary))
     rid = req.get("id")
+    if not isinstance(params.get("binary_data_output", False), bool):
+        raise SpeechRTError("parameter 'binary_data_output' must be true or false")
     return InferRequest(str(rid) if rid is not None else None, inputs, datatypes, outputs, params)
+
+
+def _brief(value: Any) -> str:
+    """A client's value for an error message, cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _from_raw(chunk: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:

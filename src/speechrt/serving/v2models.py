@@ -2,7 +2,10 @@
 
 Every model is a `ContractModel`: its contract (speechrt.contracts.Contract) is its
 `/v2/models/{name}` metadata, and `check` turns a decoded request into the contract's inputs
-(optional inputs filled with their defaults) or a SpeechRTError (HTTP 400).
+(optional inputs filled with their defaults) or a SpeechRTError (HTTP 400). Every dynamic axis of
+its inputs has a largest size (`max_sizes`: batch, symbols, and the audio-time axes as
+`axis_limits` derives them from the server's Limits), checked before anything runs and shown in
+the metadata as each input's `max_shape`.
 
 A component model runs one graph of a loaded component through a runtime runner on its pipeline's
 backend (eager, cuda or onnx), exactly as its contract says. One request is one batch item of its
@@ -14,6 +17,7 @@ split into texts / waveforms, which the pipelines' engines batch.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import fields
 from typing import Any, NamedTuple
@@ -21,13 +25,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from speechrt.contracts import KSERVE_DATATYPES, Contract
+from speechrt.contracts import KSERVE_DATATYPES, Contract, TensorSpec
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.runtime.base import Runner
 from speechrt.serving.contracts import ASR, TTS, component_names
 from speechrt.serving.engine import Engine
-from speechrt.serving.pipelines import ASRService, TTSService
+from speechrt.serving.pipelines import ASRService, Limits, TTSService
 
 Arrays = dict[str, np.ndarray]
 
@@ -59,6 +63,33 @@ def split_rows(x: np.ndarray, lengths: np.ndarray | None, axis: int, name: str) 
     return [np.take(row, np.arange(int(n)), axis=axis) for row, n in zip(x, lengths, strict=True)]
 
 
+def axis_limits(info: Any, limits: Limits, max_batch: int) -> dict[str, int]:
+    """{dynamic axis: largest size a request may give} for a component (its
+    speechrt.repo.ComponentInfo): `batch`, `symbols`, and each audio-time axis long enough for
+    `limits.max_component_seconds` of audio at the component's own rates: mel `frames` and
+    `samples` (and WaveGlow's latent `groups`) from its mel config, `samples` and
+    `feature_frames` from an ASR model's feature config."""
+    from speechrt.audio.features import FeatureConfig
+
+    out = {"batch": max_batch, "symbols": limits.max_symbols}
+    seconds = limits.max_component_seconds
+    mel = getattr(info, "mel", None)
+    meta = getattr(info, "meta", {}) or {}
+    if mel is not None:
+        samples = math.ceil(seconds * mel.sampling_rate)
+        out["samples"] = samples
+        out["frames"] = math.ceil(samples / mel.hop_length)
+        # WaveGlow's latent z (B, n_group, groups): frames * hop / n_group
+        out["groups"] = math.ceil(out["frames"] * mel.hop_length / info.dims.get("n_group", 8))
+    elif "features" in meta:
+        fc = FeatureConfig.from_dict(meta["features"])
+        samples = math.ceil(seconds * fc.sample_rate)
+        frames = samples // fc.hop_length + 1  # centred STFT frames, then padded to pad_align
+        out["samples"] = samples
+        out["feature_frames"] = math.ceil(frames / fc.pad_align) * fc.pad_align
+    return out
+
+
 class ContractModel:
     """A v2 model behind a Contract; subclasses define name, platform, contract and infer."""
 
@@ -67,9 +98,37 @@ class ContractModel:
     backend: str = "eager"  # the runtime backend it runs on (its config's `backend`)
     contract: Contract
     optional: frozenset[str] = frozenset()  # inputs a request may leave out, besides defaults
+    max_sizes: dict[str, int]  # {dynamic axis: largest size}, one for every axis of the inputs
 
     def is_optional(self, name: str) -> bool:
         return self.contract.spec(name).optional or name in self.optional
+
+    def set_limits(self, max_sizes: dict[str, int]) -> None:
+        """Every dynamic axis of the inputs needs a limit: a model without one is not served."""
+        axes = {a for t in self.contract.inputs for a in t.dynamic_axes().values()}
+        missing = sorted(axes - set(max_sizes))
+        if missing:
+            raise SpeechRTError(f"model {self.name!r}: no size limit for axes {missing}")
+        self.max_sizes = {a: n for a, n in max_sizes.items() if a in axes}
+
+    def max_shape(self, t: TensorSpec) -> list[int]:
+        """The largest shape a request may give for input `t` (with the batch axis)."""
+        return [a if isinstance(a, int) else self.max_sizes[a] for a in t.shape]
+
+    def metadata(self) -> dict[str, Any]:
+        """The `/v2/models/{name}` body: the contract's, each input with its `max_shape`."""
+        meta = self.contract.kserve_metadata(self.name, self.platform)
+        for entry, t in zip(meta["inputs"], self.contract.inputs, strict=True):
+            entry["max_shape"] = self.max_shape(t)
+        return meta
+
+    def _check_size(self, t: TensorSpec, shape: tuple[int, ...]) -> None:
+        for dim, axis in t.dynamic_axes().items():
+            if shape[dim] > self.max_sizes[axis]:
+                raise SpeechRTError(
+                    f"model {self.name!r}: axis {axis!r} of input {t.name!r} is {shape[dim]}; "
+                    f"the limit is {self.max_sizes[axis]}"
+                )
 
     def check(self, inputs: Arrays, datatypes: dict[str, str]) -> Arrays:
         """The request's inputs checked against the contract, defaults filled in."""
@@ -91,6 +150,7 @@ class ContractModel:
         for t in c.inputs:
             if t.name in inputs:
                 t.check(inputs[t.name], sizes, self.name)
+                self._check_size(t, inputs[t.name].shape)
         batch = sizes["batch"]
         if batch == 0:
             raise SpeechRTError(f"{where}: the batch is empty")
@@ -118,11 +178,13 @@ PLATFORMS = {"eager": "pytorch_libtorch", "cuda": "pytorch_libtorch", "onnx": "o
 
 
 class Component(NamedTuple):
-    """A component graph as the server runs it: v2 name, runner, and the axes it derives."""
+    """A component graph as the server runs it: v2 name, runner, the axes it derives, and what
+    the component is (speechrt.repo.ComponentInfo: its rates bound the audio-time axes)."""
 
     name: str
     runner: Runner
     derived_sizes: Callable[[dict[str, int]], dict[str, int]] | None
+    info: Any
 
 
 def pipeline_runners(owner: Any) -> dict[str, Runner]:
@@ -177,7 +239,7 @@ def component_runners(tts: Any, asr: Any) -> list[Component]:
             shapes = getattr(runner, "graph", None)
             if shapes is None and graph != "denoiser":
                 shapes = build_graph(graph, module, info)
-            out.append(Component(name, runner, getattr(shapes, "derived_sizes", None)))
+            out.append(Component(name, runner, getattr(shapes, "derived_sizes", None), info))
     return out
 
 

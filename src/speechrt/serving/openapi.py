@@ -1,0 +1,366 @@
+"""`/openapi.json` as the server really answers: bodies, error codes and the served model names.
+
+FastAPI derives the schema from the routes' signatures; the routes that read their body
+themselves (multipart transcription, KServe infer and repository index) and the responses built
+by hand are described here, once. `describe` rewrites FastAPI's schema:
+- request bodies: multipart/form-data for transcription; for infer the JSON request and Triton's
+  binary extension (a JSON header of `Inference-Header-Content-Length` bytes, then raw tensors);
+- responses: every route's success body and the error codes it uses, with the /v1 (OpenAI) or
+  /v2 (KServe) error body; FastAPI's 422 goes, as validation errors are answered with 400;
+- model names: enums of the models this server serves (path parameters and `model` fields).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, Field
+
+from speechrt.serving import transcripts
+from speechrt.serving.contracts import NUMPY_DTYPES
+from speechrt.serving.metrics import VERSION
+from speechrt.serving.v2codec import HEADER, MAX_RANK
+
+if TYPE_CHECKING:
+    from speechrt.serving.server import Server
+
+DESCRIPTION = (
+    "Speech synthesis and recognition: the OpenAI audio API under /v1, KServe v2 (Triton's HTTP "
+    "protocol, with its binary tensor extension) under /v2, Prometheus metrics at /metrics."
+)
+
+# -- bodies ----------------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIError(BaseModel):
+    """Every /v1 error (OpenAI's shape)."""
+
+    error: ErrorDetail
+
+
+class KServeError(BaseModel):
+    """Every /v2 error (Triton's shape: tritonclient raises it as its message)."""
+
+    error: str
+
+
+class OpenAIModel(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"]
+    data: list[OpenAIModel]
+
+
+class Transcription(BaseModel):
+    """response_format json: `text` only; verbose_json adds task, language, duration, segments
+    and (with timestamp_granularities[] word) words."""
+
+    text: str
+    task: str | None = None
+    language: str | None = None
+    duration: float | None = None
+    segments: list[dict[str, Any]] | None = None
+    words: list[dict[str, Any]] | None = None
+
+
+class TranscriptionForm(BaseModel):
+    """OpenAI's transcription form; language, prompt and temperature are accepted and ignored."""
+
+    file: bytes
+    model: str
+    response_format: Literal[transcripts.FORMATS] = "json"  # type: ignore[valid-type]
+    timestamp_granularities: list[Literal[transcripts.GRANULARITIES]] | None = Field(  # type: ignore[valid-type]
+        None, alias="timestamp_granularities[]"
+    )
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float | None = None
+
+
+Datatype = Literal[tuple(NUMPY_DTYPES)]  # type: ignore[valid-type]
+
+
+class InferInput(BaseModel):
+    name: str
+    datatype: Datatype
+    shape: list[Annotated[int, Field(ge=0)]] = Field(max_length=MAX_RANK)
+    data: list[Any] | None = Field(None, description="flat, or nested as the shape")
+    parameters: dict[str, Any] | None = Field(
+        None, description="binary_data_size: the tensor is in the binary part of the body"
+    )
+
+
+class InferRequestedOutput(BaseModel):
+    name: str
+    parameters: dict[str, Any] | None = Field(None, description="binary_data: true or false")
+
+
+class InferRequest(BaseModel):
+    """KServe v2 inference request; `parameters` may carry binary_data_output and, for the tts
+    model, SynthesisOptions fields (pace, seed, ...), for the asr model sample_rate."""
+
+    id: str | None = None
+    inputs: list[InferInput] = Field(min_length=1)
+    outputs: list[InferRequestedOutput] | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class InferOutput(BaseModel):
+    name: str
+    datatype: Datatype
+    shape: list[int]
+    data: list[Any] | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class InferResponse(BaseModel):
+    model_name: str
+    model_version: str
+    id: str | None = None
+    outputs: list[InferOutput]
+
+
+class TensorMetadata(BaseModel):
+    name: str
+    datatype: Datatype
+    shape: list[int] = Field(description="-1 for a dynamic axis")
+    max_shape: list[int] | None = Field(None, description="inputs: the largest accepted shape")
+
+
+class ModelMetadata(BaseModel):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+class ServerMetadata(BaseModel):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class ModelConfig(BaseModel):
+    """Triton's model configuration (inputs carry speechrt's `max_dims` and `optional`)."""
+
+    name: str
+    platform: str
+    backend: str
+    max_batch_size: int
+    input: list[dict[str, Any]]
+    output: list[dict[str, Any]]
+    dynamic_batching: dict[str, Any]
+
+
+class RepositoryIndexRequest(BaseModel):
+    ready: bool = Field(False, description="list only the models ready now")
+
+
+class RepositoryModel(BaseModel):
+    name: str
+    version: str
+    state: Literal["READY", "UNAVAILABLE"]
+    reason: str
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    models: list[str]
+
+
+MODELS = [
+    OpenAIError,
+    KServeError,
+    OpenAIModel,
+    OpenAIModelList,
+    Transcription,
+    TranscriptionForm,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    ServerMetadata,
+    ModelConfig,
+    RepositoryIndexRequest,
+    RepositoryModel,
+    Health,
+]
+
+# -- what each route answers ----------------------------------------------------------------------
+
+ERRORS = {
+    400: "bad input",
+    404: "unknown model, version or route",
+    413: "request body over the limit",
+    415: "unsupported content type or encoding",
+    503: "not ready, shutting down, or the queue is full (see Retry-After)",
+    504: "not finished within the request timeout",
+}
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+INFERENCE = (400, 404, 413, 503, 504)
+
+# (method, path) -> (success status, its content {media type: schema or None}, error statuses)
+Content = dict[str, Any]
+_V2_MODEL = "/v2/models/{name}"
+ROUTES: dict[tuple[str, str], tuple[int, Content, tuple[int, ...]]] = {
+    ("post", "/v1/audio/speech"): (
+        200,
+        {"audio/wav": "binary", "audio/flac": "binary", "audio/pcm": "binary"},
+        INFERENCE,
+    ),
+    ("post", "/v1/audio/transcriptions"): (
+        200,
+        {"application/json": "Transcription", "text/plain": "string", "text/vtt": "string"},
+        (*INFERENCE, 415),
+    ),
+    ("get", "/v1/models"): (200, {"application/json": "OpenAIModelList"}, ()),
+    ("get", "/v1/models/{model}"): (200, {"application/json": "OpenAIModel"}, (404,)),
+    ("get", "/v2"): (200, {"application/json": "ServerMetadata"}, ()),
+    ("get", "/v2/health/live"): (200, {}, ()),
+    ("get", "/v2/health/ready"): (200, {}, (503,)),
+    ("post", "/v2/repository/index"): (200, {"application/json": "RepositoryIndex"}, (400,)),
+    ("get", "/metrics"): (200, {"text/plain": "string"}, ()),
+    ("get", "/health"): (200, {"application/json": "Health"}, (503,)),
+}
+for _prefix in (_V2_MODEL, _V2_MODEL + "/versions/{version}"):
+    ROUTES |= {
+        ("get", _prefix): (200, {"application/json": "ModelMetadata"}, (404,)),
+        ("get", _prefix + "/ready"): (200, {}, (404, 503)),
+        ("get", _prefix + "/config"): (200, {"application/json": "ModelConfig"}, (404,)),
+        ("post", _prefix + "/infer"): (
+            200,
+            {"application/json": "InferResponse", "application/octet-stream": "binary"},
+            (*INFERENCE, 415),
+        ),
+    }
+
+
+def _schema(kind: str | None) -> dict[str, Any]:
+    if kind == "binary":
+        return {"type": "string", "format": "binary"}
+    if kind == "string":
+        return {"type": "string"}
+    if kind == "RepositoryIndex":
+        return {"type": "array", "items": {"$ref": "#/components/schemas/RepositoryModel"}}
+    return {"$ref": f"#/components/schemas/{kind}"}
+
+
+def _response(description: str, content: Content) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description if content else f"{description} (no body)"}
+    if content:
+        out["content"] = {media: {"schema": _schema(kind)} for media, kind in content.items()}
+    return out
+
+
+def _responses(path: str, success: int, content: Content, errors: tuple[int, ...]) -> Any:
+    error = {"application/json": "KServeError" if path.startswith("/v2") else "OpenAIError"}
+    out = {str(success): _response("OK", content)}
+    for status in sorted(errors):
+        if status == 503 and path.endswith("/ready"):  # readiness: the status alone
+            out["503"] = _response("not ready", {})
+        elif status == 503 and path == "/health":
+            out["503"] = _response("not ready", content)
+        else:
+            out[str(status)] = _response(ERRORS[status], error)
+            if status == 503:
+                out["503"]["headers"] = RETRY_AFTER
+    return out
+
+
+def _request_bodies(schema: dict[str, Any]) -> None:
+    paths = schema["paths"]
+    paths["/v1/audio/transcriptions"]["post"]["requestBody"] = {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": _schema("TranscriptionForm")}},
+    }
+    paths["/v2/repository/index"]["post"]["requestBody"] = {
+        "required": False,
+        "content": {"application/json": {"schema": _schema("RepositoryIndexRequest")}},
+    }
+    binary = {
+        "name": HEADER,
+        "in": "header",
+        "required": False,
+        "description": "binary extension: length of the JSON header that starts the body",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+    for prefix in (_V2_MODEL, _V2_MODEL + "/versions/{version}"):
+        op = paths[prefix + "/infer"]["post"]
+        op["requestBody"] = {
+            "required": True,
+            "content": {
+                "application/json": {"schema": _schema("InferRequest")},
+                "application/octet-stream": {"schema": _schema("binary")},
+            },
+        }
+        op.setdefault("parameters", []).append(binary)
+
+
+def _model_names(schema: dict[str, Any], server: Server) -> None:
+    """Enums of the names this server serves: path parameters and `model` fields."""
+    v2 = list(server.v2)
+    openai = server.openai_models()
+    by_pipeline = {p: [n for n in openai if server.pipeline_of(n) == p] for p in ("tts", "asr")}
+    for path, item in schema["paths"].items():
+        for op in item.values():
+            for param in op.get("parameters", []):
+                if param["in"] != "path":
+                    continue
+                if param["name"] == "name":
+                    param["schema"] = {"type": "string", "enum": v2}
+                elif param["name"] == "version":
+                    param["schema"] = {"type": "string", "enum": [VERSION]}
+                elif param["name"] == "model" and path.startswith("/v1/models"):
+                    param["schema"] = {"type": "string", "enum": openai}
+    components = schema["components"]["schemas"]
+    for body, pipeline in (("SpeechRequest", "tts"), ("TranscriptionForm", "asr")):
+        if by_pipeline[pipeline] and body in components:
+            components[body]["properties"]["model"]["enum"] = by_pipeline[pipeline]
+
+
+def describe(schema: dict[str, Any], server: Server) -> dict[str, Any]:
+    """FastAPI's schema of the app -> what the server really takes and returns (see above)."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in MODELS:
+        defs = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components |= defs.pop("$defs", {})
+        components[model.__name__] = defs
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    for path, item in schema["paths"].items():
+        for method, op in item.items():
+            if (method, path) in ROUTES:
+                op["responses"] = _responses(path, *ROUTES[(method, path)])
+            else:  # routes FastAPI describes fully, apart from its 422
+                op["responses"].pop("422", None)
+    _request_bodies(schema)
+    _model_names(schema, server)
+    return schema
+
+
+def install(app: FastAPI, server: Server) -> None:
+    """Serve the described schema at /openapi.json (built once, on first request)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, routes=app.routes, description=DESCRIPTION
+            )
+            app.openapi_schema = describe(schema, server)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
