@@ -2,7 +2,7 @@
 # The committed GPU benchmark behind docs/benchmarks.md.
 #
 #   bash scripts/bench_gpu.sh OUT_DIR [PART ...]
-#   PART: fastpitch onnx onnx-tacotron2 tacotron2 jasper server (default: all)
+#   PART: fastpitch onnx onnx-tacotron2 tacotron2 jasper quartznet server (default: all)
 #
 # Builds default-dims random-weight models (scripts/bench_models.py; no trained weights can be
 # downloaded), then runs side by side, in one process per pipeline: eager fp32, eager fp16,
@@ -11,12 +11,12 @@
 set -euo pipefail
 out=${1:?usage: bench_gpu.sh OUT_DIR [PART ...]}
 shift
-parts=${*:-fastpitch onnx onnx-tacotron2 tacotron2 jasper server}
+parts=${*:-fastpitch onnx onnx-tacotron2 tacotron2 jasper quartznet server}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 models=${BENCH_MODELS:-/tmp/speechrt-bench-models}
 sr="python3 -m speechrt.cli"
 mkdir -p "$out"
-[ -d "$models/jasper" ] || python3 scripts/bench_models.py "$models"
+[ -d "$models/quartznet" ] || python3 scripts/bench_models.py "$models"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" || true
 
 for part in $parts; do
@@ -45,6 +45,9 @@ for part in $parts; do
   jasper)
     $sr bench asr --model "$models/jasper" --variants eager:fp32,eager:fp16,cuda:fp16 \
       --batch-sizes 1,8 --warmup 5 --iters 30 --out-dir "$out" --name jasper ;;
+  quartznet)  # 15x5, 7 s only (the row)
+    $sr bench asr --model "$models/quartznet" --variants eager:fp32,eager:fp16,cuda:fp16 \
+      --durations 7 --batch-sizes 1,8 --warmup 5 --iters 30 --out-dir "$out" --name quartznet ;;
   server)
     pids=()
     for spec in "static 8101 1" "dynamic 8102 8"; do

@@ -22,7 +22,7 @@ from speechrt.audio.features import FeatureConfig
 from speechrt.audio.mel import MelConfig
 from speechrt.models.fastpitch import FastPitch, FastPitchDims
 from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
-from speechrt.models.jasper import LABELS, Jasper, JasperDims
+from speechrt.models.jasper import LABELS, Jasper, JasperDims, QuartzNet, QuartzNetDims
 from speechrt.models.tacotron2 import Tacotron2, Tacotron2Dims
 from speechrt.models.waveglow import WaveGlow, WaveGlowDims
 from speechrt.repo import ComponentInfo, save_component
@@ -72,6 +72,8 @@ def main() -> None:
 
     meta = {"labels": list(LABELS), "features": FeatureConfig().to_dict(), "pad_leading": 16}
     save(Jasper(JasperDims()).eval(), args.out / "jasper", meta | {"weights": "random"}, None)
+    qn = QuartzNet(QuartzNetDims()).eval()  # 15x5
+    save(qn, args.out / "quartznet", meta | {"weights": "random", "pad_leading": 0}, None)
 
 
 if __name__ == "__main__":

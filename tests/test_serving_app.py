@@ -256,7 +256,7 @@ def test_shutdown_drains_then_refuses():
 
 def test_text_limits_count_what_the_model_reads():
     """Pieces and symbols are counted after splitting and encoding, before anything is queued."""
-    tts = SlowTTS(delay=0.0)
+    tts = SlowTTS()
     limits = Limits(max_text_chars=1000, max_text_symbols=50, max_pieces=4)
 
     async def body(client, server):

@@ -285,8 +285,8 @@ class ASR:
             log_probs, out_lengths = self.model(feats.to(self.dtype), lengths)
         if self.decode_padding:
             padded = [self.features.padded_frames(n) + self.pad_leading for n in samples]
-            out = [self._output_frames(n) for n in padded]
-            out_lengths = torch.tensor(out, dtype=torch.long, device=self.device)
+            frames = [self._output_frames(n) for n in padded]
+            out_lengths = torch.tensor(frames, dtype=torch.long, device=self.device)
         return log_probs, out_lengths
 
     def _output_frames(self, n: int) -> int:

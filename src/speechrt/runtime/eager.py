@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -37,6 +38,7 @@ class EagerRunner:
     """
 
     backend = "eager"
+    graph: Any  # a wrapper, duck-typed: the length-regulated ones have encode/decode/assemble
 
     def __init__(self, graph: nn.Module, contract: Contract, max_frames: int | None = None) -> None:
         self.graph = graph.eval()

@@ -27,6 +27,12 @@ class _Conv1dAs2d(nn.Module):
     """The 1-D attributes of `conv` (stride, padding, ... as nn.Conv1d has them: code such as
     Jasper's conv_lengths reads them) and its weights as (C, C', 1, k), channels-last."""
 
+    kernel_size: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...] | str
+    dilation: tuple[int, ...]
+    output_padding: tuple[int, ...]
+
     def __init__(self, conv: nn.Conv1d | nn.ConvTranspose1d) -> None:
         super().__init__()
         if conv.padding_mode != "zeros":
@@ -61,6 +67,7 @@ class ChannelsLastConvTranspose1d(_Conv1dAs2d):
 
     def forward(self, x: Tensor) -> Tensor:
         # x: (B, C_in, T) -> (B, C_out, T'), memory (B, T', C_out)
+        assert not isinstance(self.padding, str)  # ConvTranspose1d has no string padding
         y = F.conv_transpose2d(
             x.unsqueeze(2), self.weight, self.bias, _2d(self.stride), _2d(self.padding, 0),
             _2d(self.output_padding, 0), self.groups, _2d(self.dilation),

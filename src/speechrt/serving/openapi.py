@@ -91,7 +91,10 @@ class TranscriptionForm(BaseModel):
     temperature: float | None = None
 
 
-Datatype = Literal[tuple(NUMPY_DTYPES)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    Datatype = str
+else:
+    Datatype = Literal[tuple(NUMPY_DTYPES)]  # the KServe v2 datatype names
 
 
 class InferInput(BaseModel):
@@ -183,7 +186,7 @@ class Health(BaseModel):
     models: list[str]
 
 
-MODELS = [
+MODELS: list[type[BaseModel]] = [
     OpenAIError,
     KServeError,
     OpenAIModel,

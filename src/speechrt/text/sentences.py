@@ -117,7 +117,7 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
         else:  # the space nearest an even share of what is left: no short tail piece
             rest = n - start
             target = start + -(-rest // -(-rest // max_chars))  # <= end
-            spaces = (
+            spaces: tuple[int, ...] = (
                 sentence.rfind(" ", start + 1, target + 1),
                 sentence.find(" ", target, end + 1),
             )
