@@ -1,6 +1,7 @@
 """Hostile input against the real server (`speechrt serve` on the bundled models, CPU).
 
-Every case sends what an attacker (or a careless client) would, and expects its 4xx or its
+Every case sends what an attacker (or a careless client) would (FLAC bombs, 5,000 digits, a
+64 KB ids tensor, malformed v2 infer bodies, abandoned long requests), and expects its 4xx or its
 answer; after each, /v2/health/ready must still answer 200. The server's peak RSS (VmHWM in
 /proc) is read after a warm-up and again by the last test, which bounds what the whole module
 cost: add new cases above `test_peak_rss_grew_by_at_most_300_mb` (pytest runs a file's tests
@@ -19,6 +20,17 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from serving_inputs import (
+    LONG_TEXT,
+    MALFORMED,
+    TEXT,
+    ids,
+    infer,
+    infer_body,
+    poll,
+    send_and_keep_open,
+    tts_metrics,
+)
 from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
 
 pytestmark = pytest.mark.skipif(
@@ -152,10 +164,73 @@ def test_huge_beam_size_is_a_one_line_error(tmp_path):
     )
 
 
+# -- KServe v2: inputs are bounded at the edge, malformed bodies are 400s ------------------------
+
+
+def test_a_64_kb_ids_tensor_is_refused_by_its_shape(client):
+    limit = client.get("/v2/models/fastpitch").json()["inputs"][0]["max_shape"][1]
+    feeds = ids(1, 8000)  # once asked for 15 GB
+    assert 64_000 < len(infer_body(feeds)[0]) < 65_000
+    r = infer(client, "fastpitch", feeds)
+    assert r.status_code == 400, r.text
+    want = f"model 'fastpitch': axis 'symbols' of input 'ids' is 8000; the limit is {limit}"
+    assert r.json()["error"] == want
+
+
+def test_malformed_infer_bodies_are_400s_on_one_kept_connection(client, served: Served):
+    for case, body in MALFORMED.items():
+        r = client.post("/v2/models/tts/infer", content=body.encode())
+        assert r.status_code == 400, (case, r.text)
+        assert isinstance(r.json()["error"], str) and r.json()["error"], case
+        assert r.headers.get("connection", "") != "close", case
+    r = client.post("/v2/models/tts/infer", json={"inputs": [TEXT]})
+    assert r.status_code == 200, r.text
+    assert "internal error" not in client.get("/metrics").text
+
+
+# -- abandoned work: a client that goes away stops costing the device ---------------------------
+
+
+def test_abandoned_requests_are_dropped_and_a_short_one_is_served(served: Served):
+    """Two 10,000-character requests dropped unanswered: their unstarted pieces are dropped and
+    "Hi." waits for at most the pieces already on the device. The metrics count every request
+    of the module, so each figure here is taken from a baseline."""
+    url, pending, ran = served.url, "nv_inference_pending_request_count", "nv_inference_count"
+    base = poll(url, lambda m: m[pending] == 0, "the device idle before the case")
+    first = send_and_keep_open(url, LONG_TEXT, 0)
+    # A request's pieces are queued all at once: once any are pending, all of them are.
+    after_first = poll(url, lambda m: m[pending] > 0, "the first request queued")
+    second = send_and_keep_open(url, LONG_TEXT, 1)
+    # Until the second is queued, pending only falls (the device finishes pieces).
+    queued = poll(url, lambda m: m[pending] > after_first[pending], "the second request queued")
+    total = queued[pending] + queued[ran] - base[ran]  # every piece of both requests
+    first.close()
+    second.close()
+
+    hi = httpx.post(
+        f"{url}/v1/audio/speech",
+        json={"model": "tts", "voice": "0", "input": "Hi."},
+        timeout=30,  # a hang guard: on a 2-core CPU it answers in under 2 s
+    )
+    ran_before_hi = tts_metrics(url)[ran] - base[ran] - 1
+
+    assert hi.status_code == 200 and hi.content[:4] == b"RIFF"
+    assert ran_before_hi < total / 4  # Hi. did not wait for the abandoned pieces
+    done = poll(url, lambda m: m[pending] == 0, "the device idle")
+    assert done["canceled"] - base["canceled"] == 2
+    # every piece of the abandoned requests either ran or was dropped unstarted, never both
+    dropped = done["dropped"] - base["dropped"]
+    assert done[ran] - base[ran] + dropped == total + 1
+    assert dropped >= total - ran_before_hi - 1
+    assert httpx.get(f"{url}/v2/health/ready").status_code == 200
+
+
 # -- keep last: what the whole module cost the server --------------------------------------------
 
 
 def test_peak_rss_grew_by_at_most_300_mb(served: Served):
     grown_mb = (peak_rss_kb(served.pid) - served.peak_kb) / 1024
-    assert grown_mb <= RSS_GROWTH_LIMIT_MB, f"peak RSS grew by {grown_mb:.0f} MB"
+    message = f"peak RSS grew by {grown_mb:.0f} MB (from {served.peak_kb / 1024:.0f} MB)"
+    print(message)  # shown with `pytest -rP`: the margin left under the bound
+    assert grown_mb <= RSS_GROWTH_LIMIT_MB, message
     assert httpx.get(f"{served.url}/v2/health/ready", timeout=10).status_code == 200

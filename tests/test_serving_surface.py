@@ -1,11 +1,11 @@
 """The server's surface tells the truth: KServe v2 inputs have size limits that the metadata shows,
-malformed infer requests are 400s (never 500s, the connection kept), Triton's repository index
-works, /openapi.json describes the real bodies and error codes, and the small error messages say
-what is wrong.
+Triton's repository index works, /openapi.json describes the real bodies and error codes, and the
+small error messages say what is wrong.
 
 The size limits run in-process (Starlette's TestClient) on the tiny voice and ASR model with small
-limits; the malformed requests and tritonclient go to the shared `speechrt serve` subprocess
-(conftest.speech_server), over one keep-alive connection."""
+limits; tritonclient goes to the shared `speechrt serve` subprocess (conftest.speech_server). A
+64 KB ids tensor and the malformed infer requests (400s, never 500s, on a kept connection) go to
+the bundled models' server in tests/test_hostile_input.py."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import torch
 import tritonclient.http as triton
 from fastapi.testclient import TestClient
 
+from serving_inputs import ids, infer, mel
 from speechrt.asr import ASR
 from speechrt.checkpoints import load_checkpoint
 from speechrt.cli import main
@@ -27,7 +28,6 @@ from speechrt.serving import BatchConfig, Limits, ServeConfig, Server, create_ap
 from speechrt.tts import TTS
 
 MAX_SYMBOLS, SECONDS, BATCH = 40, 0.5, 3
-BINARY = "Inference-Header-Content-Length"
 
 
 @pytest.fixture(scope="module")
@@ -41,35 +41,6 @@ def client(pipes):
     config = ServeConfig(batch=BatchConfig(max_batch_size=BATCH), limits=limits)
     with TestClient(create_app(Server(*pipes, config=config))) as c:
         yield c
-
-
-def infer(client, model: str, feeds: dict[str, np.ndarray], params: dict | None = None):
-    """A binary-extension infer request (a few bytes of header, however large the tensors)."""
-    datatypes = {"int64": "INT64", "float32": "FP32"}
-    inputs, blobs = [], []
-    for name, x in feeds.items():
-        blobs.append(x.tobytes())
-        size = {"binary_data_size": len(blobs[-1])}
-        inputs.append({"name": name, "datatype": datatypes[str(x.dtype)], "shape": list(x.shape)})
-        inputs[-1]["parameters"] = size
-    head = json.dumps({"inputs": inputs, "parameters": params or {}}).encode()
-    headers = {BINARY: str(len(head))}
-    return client.post(f"/v2/models/{model}/infer", content=head + b"".join(blobs), headers=headers)
-
-
-def ids(batch: int, symbols: int, pace: float = 1.0) -> dict[str, np.ndarray]:
-    return {
-        "ids": np.full((batch, symbols), 5, dtype=np.int64),
-        "lengths": np.full(batch, symbols, dtype=np.int64),
-        "pace": np.full(batch, pace, dtype=np.float32),
-    }
-
-
-def mel(batch: int, frames: int) -> dict[str, np.ndarray]:
-    return {
-        "mel": np.full((batch, 80, frames), -5.0, dtype=np.float32),
-        "mel_lengths": np.full(batch, frames, dtype=np.int64),
-    }
 
 
 # -- size limits ---------------------------------------------------------------------------------
@@ -136,68 +107,6 @@ def test_fastpitch_output_frames_are_bounded_before_decoding(client) -> None:
     r = infer(client, "fastpitch", ids(1, MAX_SYMBOLS, pace=0.1))
     assert r.status_code == 400, r.text
     assert f"mel frames (limit {frames_limit(client)})" in r.json()["error"]
-
-
-def test_a_64_kb_ids_tensor_is_refused_by_the_real_server(speech_server) -> None:
-    r = infer(httpx.Client(base_url=speech_server), "fastpitch", ids(1, 8000))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"].endswith("is 8000; the limit is 1024")
-
-
-# -- malformed infer requests --------------------------------------------------------------------
-
-TEXT = {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["Hi."]}
-
-
-def _nested(depth: int, leaf: str) -> str:
-    return "[" * depth + leaf + "]" * depth
-
-
-MALFORMED: dict[str, str] = {
-    "datatype object": json.dumps({"inputs": [TEXT | {"datatype": {}}]}),
-    "datatype list": json.dumps({"inputs": [TEXT | {"datatype": ["FP32"]}]}),
-    "100 dimensions": json.dumps({"inputs": [TEXT | {"shape": [1] * 100}]}),
-    "output parameters a string": json.dumps(
-        {"inputs": [TEXT], "outputs": [{"name": "AUDIO", "parameters": "x"}]}
-    ),
-    "output parameters a list": json.dumps(
-        {"inputs": [TEXT], "outputs": [{"name": "AUDIO", "parameters": [1]}]}
-    ),
-    "outputs of numbers": json.dumps({"inputs": [TEXT], "outputs": [1]}),
-    "input parameters a list": json.dumps({"inputs": [TEXT | {"parameters": [1]}]}),
-    "empty, but too large for numpy": json.dumps({"inputs": [TEXT | {"shape": [0, 10**20]}]}),
-    "binary, empty, too large": json.dumps(
-        {"inputs": [TEXT | {"shape": [0, 2**62, 2**62], "parameters": {"binary_data_size": 0}}]}
-    ),
-    "binary_data_output a string": json.dumps(
-        {"inputs": [TEXT], "parameters": {"binary_data_output": "yes"}}
-    ),
-    # parses, but is nested deeper than its shape
-    "data nested 900 levels": json.dumps({"inputs": [TEXT | {"data": "@"}]}).replace(
-        '"@"', _nested(900, '"Hi."')
-    ),
-    # past the JSON parser's recursion limit
-    "data nested 5,000 levels": json.dumps({"inputs": [TEXT | {"data": "@"}]}).replace(
-        '"@"', _nested(5000, '"Hi."')
-    ),
-    "parameters nested 50,000 levels": json.dumps({"inputs": [TEXT], "parameters": "@"}).replace(
-        '"@"', '{"a":' * 50_000 + "1" + "}" * 50_000
-    ),
-}
-
-
-def test_malformed_requests_are_400s_on_a_kept_connection(speech_server) -> None:
-    with httpx.Client(base_url=speech_server, timeout=30) as http:
-        for case, body in MALFORMED.items():
-            r = http.post("/v2/models/tts/infer", content=body.encode())
-            assert r.status_code == 400, (case, r.text)
-            assert isinstance(r.json()["error"], str) and r.json()["error"], case
-            assert r.headers.get("connection", "") != "close", case
-        r = http.post("/v2/models/tts/infer", json={"inputs": [TEXT]})
-        assert r.status_code == 200, r.text
-        assert http.get("/v2/health/ready").status_code == 200
-    metrics = httpx.get(f"{speech_server}/metrics").text
-    assert "internal error" not in metrics
 
 
 # -- repository index, OpenAPI -------------------------------------------------------------------
