@@ -19,7 +19,7 @@ from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo, load_component
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.stages import TTSStages
+from speechrt.runtime.stages import CPU_CHUNK_FRAMES, TTSStages, vocode_in_chunks
 
 MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces of at most this
 # ... and a piece whose normalised form is longer ("12345" reads as 40 symbols) is cut at spaces
@@ -164,10 +164,18 @@ class TTS:
         """mel (B, n_mels, T) -> audio (B, S) float32, audio_lengths (B,)"""
         if self.stages is not None:
             return self.stages.vocoder(mel, mel_lengths, options, seeds)
-        audio, audio_lengths = self.vocoder.mel_to_audio(
-            mel.to(self.dtype), mel_lengths, options, seeds
-        )
-        return audio.float(), audio_lengths
+        if self.vocoder_info.kind == "waveglow":  # its noise is drawn per call: never chunked
+            audio, audio_lengths = self.vocoder.mel_to_audio(
+                mel.to(self.dtype), mel_lengths, options, seeds
+            )
+            return audio.float(), audio_lengths
+
+        def vocode(m: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            audio, audio_lengths = self.vocoder.mel_to_audio(m.to(self.dtype), n, options, seeds)
+            return audio.float(), audio_lengths
+
+        chunk = CPU_CHUNK_FRAMES if self.device.type == "cpu" else None
+        return vocode_in_chunks(vocode, mel, mel_lengths, self.vocoder.dims.hop_length, chunk)
 
     def denoise(
         self, audio: torch.Tensor, audio_lengths: torch.Tensor, strength: float

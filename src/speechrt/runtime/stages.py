@@ -7,7 +7,7 @@ onnx runner works on numpy; `TorchOnnx` adapts it (one host copy in, one out, pe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,15 +119,56 @@ class AcousticStage:
         return out["mel"], out["mel_lengths"]
 
 
-class VocoderStage:
-    """mel (B, n_mels, T), mel_lengths (B,) -> audio (B, S) float32, audio_lengths (B,)."""
+# HiFi-GAN's receptive field reaches about 14 mel frames either side of a frame (V1: conv_pre 3,
+# the first stage's widest resblock 60 samples at 8 per frame = 7.5, the rest ~3); a chunk
+# carries this many frames of real context each side, so its audio equals the whole call's.
+CHUNK_CONTEXT = 24
+# On the CPU, HiFi-GAN V1 holds ~120 kB per mel frame of a batch: long mels run in chunks
+CPU_CHUNK_FRAMES = 512
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
+
+def vocode_in_chunks(
+    vocode: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
+    mel: Tensor,
+    mel_lengths: Tensor,
+    hop: int,
+    chunk_frames: int | None,
+) -> tuple[Tensor, Tensor]:
+    """vocode(mel (B, n_mels, t), lengths (B,)) -> (audio (B, t * hop), lengths), over chunks.
+
+    A mel longer than chunk_frames (+ CHUNK_CONTEXT) runs as chunks of chunk_frames frames, each
+    with CHUNK_CONTEXT frames of real context either side, and their audio is joined: peak memory
+    follows the chunk, not the utterance, and the audio equals one call's within float rounding
+    (tested). chunk_frames None: one call."""
+    T, c = mel.shape[-1], chunk_frames
+    if c is None or c + CHUNK_CONTEXT >= T:
+        return vocode(mel, mel_lengths)
+    pieces = []
+    for a in range(0, T, c):
+        b = min(a + c, T)
+        s, e = max(0, a - CHUNK_CONTEXT), min(T, b + CHUNK_CONTEXT)
+        # an item that ends before this chunk gets 1 frame here; its audio is cut below
+        audio, _ = vocode(mel[:, :, s:e], (mel_lengths - s).clamp(1, e - s))
+        pieces.append(audio[:, (a - s) * hop : (b - s) * hop])
+    audio = torch.cat(pieces, 1)  # (B, T * hop)
+    audio_lengths = mel_lengths.to(audio.device) * hop
+    keep = torch.arange(audio.shape[1], device=audio.device)[None, :] < audio_lengths[:, None]
+    return audio * keep, audio_lengths
+
+
+class VocoderStage:
+    """mel (B, n_mels, T), mel_lengths (B,) -> audio (B, S) float32, audio_lengths (B,);
+    in chunks of `chunk_frames` (vocode_in_chunks) when given."""
+
+    def __init__(self, runner: Runner, hop: int, chunk_frames: int | None = None) -> None:
+        self.runner, self.hop, self.chunk_frames = runner, hop, chunk_frames
 
     def __call__(
         self, mel: Tensor, mel_lengths: Tensor, options: SynthesisOptions, seeds: Tensor
     ) -> tuple[Tensor, Tensor]:
+        return vocode_in_chunks(self.vocode, mel, mel_lengths, self.hop, self.chunk_frames)
+
+    def vocode(self, mel: Tensor, mel_lengths: Tensor) -> tuple[Tensor, Tensor]:
         out = self.runner.run({"mel": mel.float(), "mel_lengths": mel_lengths})
         return out["audio"], out["audio_lengths"]
 
@@ -210,7 +251,11 @@ class TTSStages:
             assert isinstance(v_model, WaveGlow)
             self.vocoder: Any = WaveGlowStage(v_runner, v_model)
         else:
-            self.vocoder = VocoderStage(v_runner)
+            from speechrt.models.hifigan import HiFiGAN
+
+            assert isinstance(v_model, HiFiGAN)
+            chunk = CPU_CHUNK_FRAMES if device.type == "cpu" else None
+            self.vocoder = VocoderStage(v_runner, v_model.dims.hop_length, chunk)
         self._denoiser: DenoiserStage | None = None
 
     def _runner(
