@@ -129,24 +129,26 @@ def flops_of(fn) -> int:
     return counter.get_total_flops()
 
 
-def micro(models: Path) -> list[dict]:
-    """HiFi-GAN and Jasper in fp16, every layout x autotune variant, graph-replayed."""
+def micro(models: Path, names: tuple[str, ...] = ("hifigan", "jasper", "quartznet")) -> list[dict]:
+    """HiFi-GAN, Jasper, QuartzNet in fp16, every layout x autotune variant, graph-replayed."""
     dev = torch.device("cuda")
     cases = []
-    voc, _ = load_component(models / "hifigan")
-    asr, _ = load_component(models / "jasper")
     for b in (1, 8):
         mel = torch.randn(b, 80, 768, device=dev, dtype=torch.float16)  # 665 frames' bucket
-        cases.append(("hifigan", b, voc, (mel, torch.full((b,), 768, device=dev))))
+        cases.append(("hifigan", b, (mel, torch.full((b,), 768, device=dev))))
         feats = torch.randn(b, 64, 800, device=dev, dtype=torch.float16)  # 7 s' bucket
-        cases.append(("jasper", b, asr, (feats, torch.full((b,), 716, device=dev))))
+        cases.append(("jasper", b, (feats, torch.full((b,), 716, device=dev))))
+        cases.append(("quartznet", b, (feats, torch.full((b,), 700, device=dev))))
+    cases = [c for c in cases if c[0] in names]
     rows = []
-    for name, b, model, args in cases:
-        for layout in ("nchw", "channels_last"):
+    for name, b, args in cases:
+        model, _ = load_component(models / name)
+        layouts = ["nchw", "channels_last"] + (["channels_last_dense"] * (name == "quartznet"))
+        for layout in layouts:
             m = model.to(dev, torch.float32)
             m = copy.deepcopy(m)
-            if layout == "channels_last":
-                channels_last_convs(m)
+            if layout != "nchw":
+                channels_last_convs(m, grouped=layout == "channels_last")
             m = m.to(dev, torch.float16).eval()
             fn = torch.inference_mode()(lambda m=m, args=args: m(*args))
             flops = flops_of(fn)
@@ -222,6 +224,7 @@ def main() -> None:
     ap.add_argument("models", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--parts", default="micro,tts,asr")
+    ap.add_argument("--micro-models", default="hifigan,jasper,quartznet")
     args = ap.parse_args()
     parts = args.parts.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -230,7 +233,7 @@ def main() -> None:
         result["host"] = host(args.models)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
-        result["micro"] = micro(args.models)
+        result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     result["pipelines"] = []
     for part in ("tts", "asr"):  # written after each, in case the call runs out of time

@@ -76,3 +76,12 @@ def test_hifigan_and_quartznet_match_with_lengths() -> None:
     assert torch.equal(out_len, ref_len)
     assert _rel(out, ref) < 1e-5
     assert not any(type(m) is nn.Conv1d for m in fast_asr.modules())
+
+
+def test_grouped_convs_can_stay() -> None:
+    model = nn.Sequential(nn.Conv1d(6, 6, 5, padding=2, groups=6), nn.Conv1d(6, 4, 1))
+    x = torch.randn(2, 6, 11)
+    ref = model(x)
+    channels_last_convs(model, grouped=False)
+    assert type(model[0]) is nn.Conv1d and isinstance(model[1], ChannelsLastConv1d)
+    assert _rel(model(x), ref) < 1e-6

@@ -75,10 +75,13 @@ class ChannelsLastConvTranspose1d(_Conv1dAs2d):
         return y.squeeze(2)
 
 
-def channels_last_convs(module: nn.Module) -> nn.Module:
-    """Replace, in place, every Conv1d / ConvTranspose1d below `module`; returns `module`."""
+def channels_last_convs(module: nn.Module, grouped: bool = True) -> nn.Module:
+    """Replace, in place, every Conv1d / ConvTranspose1d below `module` (grouped=False: leave
+    grouped ones, e.g. depthwise, as they are); returns `module`."""
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
+            if not grouped and getattr(child, "groups", 1) > 1:
+                continue
             if type(child) is nn.Conv1d:
                 setattr(parent, name, ChannelsLastConv1d(child))
             elif type(child) is nn.ConvTranspose1d:
