@@ -125,8 +125,8 @@ def check_export(model_dir: Path) -> dict:
 
 def check_graphs(model_dir: Path, args: argparse.Namespace, device: torch.device) -> dict:
     """cuda runner (precision, compiled) vs the eager float32 graph, per graph and output."""
-    from speechrt.contracts import contract, graphs_of
     from speechrt.device import PRECISIONS
+    from speechrt.registry import contract, graphs_of
     from speechrt.repo import load_component
     from speechrt.runtime.buckets import Buckets
     from speechrt.runtime.cuda import cuda_runner
@@ -318,9 +318,9 @@ def main() -> int:
     # model directories and ONNX files (GBs at default dims) stay out of $OUT
     work = Path(tempfile.mkdtemp(prefix="speechrt-gpu-check-"))
     atexit.register(shutil.rmtree, work, True)
-    from speechrt.models import KINDS
+    from speechrt.registry import ARCHITECTURES
 
-    kinds = [k for k in args.models.split(",") if k in KINDS]
+    kinds = [k for k in args.models.split(",") if k in ARCHITECTURES]
     env = environment(device)
 
     def save_report(results: list[dict]) -> str:

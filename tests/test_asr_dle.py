@@ -15,6 +15,7 @@ from torch import nn
 
 from dle_jasper import LABELS, TINY, DLEModel, block_cfg, dle_model
 from speechrt.cli import main
+from speechrt.convert.jasper import from_dle
 from speechrt.errors import SpeechRTError
 from speechrt.models.jasper import PRESETS, Jasper, QuartzNet
 from speechrt.repo import load_component
@@ -81,7 +82,7 @@ def test_default_dims_layout_matches_published_keys(kind: str, preset: str) -> N
         ref = DLEModel(kind, preset_cfg(preset))
     sd = ref.state_dict()
     assert {k: list(v.shape) for k, v in sd.items()} == published
-    conv = (Jasper if kind == "jasper" else QuartzNet).from_dle({"state_dict": sd})
+    conv = from_dle({"state_dict": sd}, Jasper if kind == "jasper" else QuartzNet)
     assert conv.dims == (Jasper if kind == "jasper" else QuartzNet).Dims()  # preset inferred
     with torch.device("meta"):
         model = (Jasper if kind == "jasper" else QuartzNet)(conv.dims)
@@ -149,11 +150,11 @@ def test_bad_checkpoints(tmp_path: Path) -> None:
     sd = dle_model("quartznet").state_dict()
     sd["encoder.layers.1.extra.weight"] = torch.zeros(3)
     with pytest.raises(SpeechRTError, match="unexpected key"):
-        QuartzNet.from_dle({"state_dict": sd})
+        from_dle({"state_dict": sd}, QuartzNet)
     cfg = dle_config("jasper")
     cfg["jasper"]["encoder"]["blocks"][2]["filters"] = 99
     with pytest.raises(SpeechRTError, match="block 2"):
-        Jasper.from_dle({"state_dict": dle_model("jasper").state_dict(), "config": cfg})
+        from_dle({"state_dict": dle_model("jasper").state_dict(), "config": cfg})
 
 
 @pytest.mark.slow

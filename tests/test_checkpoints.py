@@ -3,8 +3,13 @@ import json
 import pytest
 import torch
 
-from speechrt.checkpoints import detect_kind, fold_weight_norm, load_checkpoint, strip_prefix
 from speechrt.cli import main
+from speechrt.convert.checkpoints import (
+    detect_kind,
+    fold_weight_norm,
+    load_checkpoint,
+    strip_prefix,
+)
 from speechrt.errors import SpeechRTError
 from speechrt.repo import read_info
 

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from speechrt.contracts import CONTRACTS, GRAPHS, contract, graphs_of
 from speechrt.errors import SpeechRTError
+from speechrt.registry import ARCHITECTURES, GRAPHS, contract, graphs_of
 
 
 def test_fastpitch_contract_follows_dims() -> None:
@@ -34,11 +34,11 @@ def test_kserve_metadata() -> None:
 
 
 def test_every_graph_of_every_kind_has_a_contract() -> None:
-    for kind, files in GRAPHS.items():
-        assert graphs_of(kind) == files
-        assert len(set(files.values())) == len(files)
+    for kind in ARCHITECTURES:
+        files = graphs_of(kind)
+        assert files and len(set(files.values())) == len(files)
         for graph in files:
-            c = CONTRACTS[graph]({})
+            c = GRAPHS[graph].contract({})
             names = c.input_names + c.output_names
             assert len(set(names)) == len(names), graph  # ONNX names must be unique
 
@@ -90,5 +90,5 @@ def test_defaults_bounds_and_lengths() -> None:
 
 
 def test_contracts_import_no_torch() -> None:
-    code = "import sys, speechrt.contracts; assert 'torch' not in sys.modules"
+    code = "import sys, speechrt.registry; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

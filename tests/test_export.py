@@ -10,9 +10,9 @@ import torch
 
 from runtime_models import exported, fastpitch, save
 from speechrt.cli import main
-from speechrt.contracts import GRAPHS, contract
 from speechrt.errors import SpeechRTError
 from speechrt.models.tacotron2 import DECODER_INPUTS, DECODER_OUTPUTS
+from speechrt.registry import contract, graphs_of
 from speechrt.repo import load_component
 from speechrt.runtime.eager import EagerRunner
 from speechrt.runtime.graphs import build_graph, example_feeds
@@ -20,7 +20,7 @@ from speechrt.runtime.onnx import OnnxRunner
 
 LENGTHS = (4, 13, 31)  # none of them the traced example length (11)
 BATCHES = (1, 3)
-CASES = [(kind, graph) for kind in exported() for graph in GRAPHS[kind]]
+CASES = [(kind, graph) for kind in exported() for graph in graphs_of(kind)]
 
 
 def check_against_eager(model_dir: Path, graph: str, tolerance: float = 1e-4) -> None:
@@ -45,11 +45,11 @@ def test_onnx_matches_eager_at_other_sizes(kind: str, graph: str) -> None:
 
 
 def test_every_kind_is_exported() -> None:
-    from speechrt.models import KINDS
+    from speechrt.registry import ARCHITECTURES
 
-    assert set(KINDS) - set(GRAPHS) == {"jasper"} - set(GRAPHS)  # quartznet stands for both
+    assert all(graphs_of(kind) for kind in ARCHITECTURES)
     for kind, d in exported().items():
-        for file in GRAPHS[kind].values():
+        for file in graphs_of(kind).values():
             assert (d / file).is_file(), (kind, file)
 
 

@@ -13,6 +13,7 @@ import torch
 from runtime_models import FASTPITCH as TINY
 from speechrt.audio.mel import MelConfig
 from speechrt.cli import main
+from speechrt.convert.fastpitch import from_dle
 from speechrt.errors import SpeechRTError
 from speechrt.models.fastpitch import (
     LJ_PITCH_STD,
@@ -94,7 +95,7 @@ def test_state_dict_layout_matches_published(name: str) -> None:
 
     # the published layout (aligner included), without a config: dims read off the shapes
     sd = {"module." + k: torch.empty(s, device="meta") for k, s in published["state_dict"].items()}
-    conv = FastPitch.from_dle({"state_dict": sd})
+    conv = from_dle({"state_dict": sd})
     assert conv.dims == dims
     assert {k: list(v.shape) for k, v in conv.state_dict.items()} == ours
 
@@ -127,7 +128,7 @@ def test_convert_without_config_reads_dims_off_weights() -> None:
     model = tiny_model(**over)
     ckpt = dle_checkpoint(model, with_config=False)
     del ckpt["train_setup"]
-    conv = FastPitch.from_dle(ckpt)
+    conv = from_dle(ckpt)
     assert conv.dims == model.dims
     assert conv.mel == MelConfig(n_mels=10)
     text = {"symbol_set": "english_basic", "cleaners": "english_cleaners_v2", "p_arpabet": 0.0}
@@ -139,7 +140,7 @@ def test_unknown_config_key_is_refused() -> None:
     ckpt = dle_checkpoint(tiny_model())
     ckpt["config"]["n_flows"] = 12
     with pytest.raises(SpeechRTError, match="n_flows"):
-        FastPitch.from_dle(ckpt)
+        from_dle(ckpt)
 
 
 @pytest.mark.parametrize("pad", [0, 17])  # whatever the padding holds, lengths decide

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from dle_fastspeech import TINY, dle_shapes, dle_state_dict, dle_table
 from speechrt import cli
+from speechrt.convert.fastspeech import from_dle
 from speechrt.errors import SpeechRTError
 from speechrt.models.fastspeech import FastSpeech, FastSpeechDims
 from speechrt.options import SynthesisOptions
@@ -63,7 +64,7 @@ def dle_infer(sd: dict, d: FastSpeechDims, ids: torch.Tensor, alpha: float = 1.0
 
 def tiny() -> tuple[FastSpeech, dict]:
     sd = dle_state_dict()
-    conv = FastSpeech.from_dle({"step": 1, "model": {"module." + k: v for k, v in sd.items()}})
+    conv = from_dle({"step": 1, "model": {"module." + k: v for k, v in sd.items()}})
     model = FastSpeech(conv.dims).eval()
     model.load_state_dict(conv.state_dict)
     return model, sd
@@ -73,7 +74,7 @@ def test_layout_and_conversion_at_default_dims() -> None:
     published = json.loads((KEYS / "fastspeech.json").read_text())
     assert dle_shapes(FastSpeechDims()) == published["state_dict"]
     sd = {"module." + k: torch.empty(s, device="meta") for k, s in published["state_dict"].items()}
-    conv = FastSpeech.from_dle({"step": 10, "model": sd, "optim": {}})
+    conv = from_dle({"step": 10, "model": sd, "optim": {}})
     assert conv.dims == FastSpeechDims()
     with torch.device("meta"):
         FastSpeech(conv.dims).load_state_dict(conv.state_dict, strict=True)
@@ -129,6 +130,6 @@ def test_bad_input_and_checkpoint() -> None:
         model.generate_mel(torch.tensor([[1, 2]]), torch.tensor([3]), opts)
     sd["mel_side.position.weight"] = torch.randn(65, 16)
     with pytest.raises(SpeechRTError, match="sinusoid"):
-        FastSpeech.from_dle({"model": sd})
+        from_dle({"model": sd})
     with pytest.raises(SpeechRTError):
-        FastSpeech.from_dle({"step": 1})
+        from_dle({"step": 1})

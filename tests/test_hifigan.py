@@ -11,8 +11,9 @@ import torch
 
 from speechrt.audio.mel import MelConfig
 from speechrt.cli import main
+from speechrt.convert.hifigan import dle_state_dict, from_dle
 from speechrt.errors import SpeechRTError
-from speechrt.models.hifigan import PRESETS, HiFiGAN, HiFiGANDims, dle_state_dict
+from speechrt.models.hifigan import PRESETS, HiFiGAN, HiFiGANDims
 from speechrt.options import SynthesisOptions
 from speechrt.repo import load_component
 
@@ -118,9 +119,7 @@ def test_convert_matches_weight_normed_model(tmp_path, dims):
 def test_old_flat_resblock_keys_and_conv2d_shapes_load():
     ref = dle_model(TINY)
     sd = dle_state_dict(ref)
-    new = HiFiGAN.from_dle(
-        {"generator": sd, "config": dle_config(TINY), "train_setup": TRAIN_SETUP}
-    )
+    new = from_dle({"generator": sd, "config": dle_config(TINY), "train_setup": TRAIN_SETUP})
     flat = {}
     for k, v in sd.items():
         parts = k.split(".")
@@ -133,7 +132,7 @@ def test_old_flat_resblock_keys_and_conv2d_shapes_load():
         {"generator": flat, "config": dle_config(TINY), "train_setup": TRAIN_SETUP},
         {"generator": flat, "train_setup": TRAIN_SETUP},
     ):
-        old = HiFiGAN.from_dle(ckpt)
+        old = from_dle(ckpt)
         assert old.dims == new.dims == TINY
         assert old.state_dict.keys() == new.state_dict.keys()
         assert all(torch.equal(old.state_dict[k], v) for k, v in new.state_dict.items())
@@ -142,17 +141,17 @@ def test_old_flat_resblock_keys_and_conv2d_shapes_load():
 @pytest.mark.parametrize("dims", [TINY, TINY_V3], ids=["resblock1", "resblock2"])
 def test_dims_inferred_without_config(dims):
     sd = dle_state_dict(dle_model(dims))
-    conv = HiFiGAN.from_dle({"generator": sd, "train_setup": TRAIN_SETUP})
+    conv = from_dle({"generator": sd, "train_setup": TRAIN_SETUP})
     assert conv.dims == dims
     with pytest.raises(SpeechRTError, match="no train_setup: default hop_length 256"):
-        HiFiGAN.from_dle({"generator": sd})
+        from_dle({"generator": sd})
     # No train_setup: the DLE TTS mel front end, which needs hop 256.
-    conv = HiFiGAN.from_dle(dle_state_dict(dle_model(HiFiGANDims.from_name("hifigan-v2"))))
+    conv = from_dle(dle_state_dict(dle_model(HiFiGANDims.from_name("hifigan-v2"))))
     assert conv.mel == MelConfig() and conv.dims == HiFiGANDims.from_name("hifigan-v2")
 
 
 def test_config_keys_override_inference():
-    conv = HiFiGAN.from_dle(
+    conv = from_dle(
         {
             "generator": dle_state_dict(dle_model(TINY)),
             "config": {"upsample_rates": [2, 8], "resblock_dilation_sizes": [[1, 2, 3]] * 3},
@@ -178,7 +177,7 @@ def test_mismatched_checkpoints_fail_clearly(tmp_path, capsys):
     assert main(["convert", str(bad_cfg), str(tmp_path / "b")]) == 2
     assert "does not match the hifigan layout" in capsys.readouterr().err
     with pytest.raises(SpeechRTError, match="not a HiFi-GAN"):
-        HiFiGAN.from_dle({"generator": {"conv_pre.bias": torch.zeros(3)}})
+        from_dle({"generator": {"conv_pre.bias": torch.zeros(3)}})
 
 
 @pytest.mark.parametrize("dims", [TINY, TINY_V3], ids=["resblock1", "resblock2"])

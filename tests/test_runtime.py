@@ -12,10 +12,10 @@ import torch
 
 from runtime_models import MEL, exported, fastpitch, hifigan, voice
 from speechrt.audio.mel import MelConfig
-from speechrt.contracts import GRAPHS, contract
 from speechrt.errors import SpeechRTError
 from speechrt.models.denoiser import Denoiser
 from speechrt.options import SynthesisOptions
+from speechrt.registry import contract, graphs_of
 from speechrt.repo import ComponentInfo, load_component
 from speechrt.runtime import resolve_backend
 from speechrt.runtime.buckets import Buckets
@@ -97,7 +97,7 @@ def runners(model_dir: Path, graph: str) -> dict[str, object]:
     }
 
 
-EVERY_GRAPH = [(kind, graph) for kind in exported() for graph in GRAPHS[kind]]
+EVERY_GRAPH = [(kind, graph) for kind in exported() for graph in graphs_of(kind)]
 
 
 @pytest.mark.parametrize("kind, graph", EVERY_GRAPH)

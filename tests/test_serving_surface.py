@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 
 from serving_inputs import ids, infer, mel
 from speechrt.asr import ASR
-from speechrt.checkpoints import load_checkpoint
 from speechrt.cli import main
+from speechrt.convert.checkpoints import load_checkpoint
 from speechrt.errors import SpeechRTError
 from speechrt.serving import BatchConfig, Limits, ServeConfig, Server, create_app
 from speechrt.tts import TTS

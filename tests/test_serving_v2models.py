@@ -16,7 +16,7 @@ import tritonclient.http as triton
 from fastapi.testclient import TestClient
 
 from speechrt.asr import ASR
-from speechrt.contracts import contract
+from speechrt.registry import contract
 from speechrt.runtime.stages import make_runner
 from speechrt.serving import Server, create_app
 from speechrt.serving.contracts import component_names

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from dle_tacotron2 import TINY, dle_shapes, dle_state_dict, make_stopping
 from speechrt import cli
+from speechrt.convert.tacotron2 import from_dle
 from speechrt.errors import SpeechRTError
 from speechrt.models.tacotron2 import DECODER_INPUTS, DECODER_OUTPUTS, Tacotron2, Tacotron2Dims
 from speechrt.options import SynthesisOptions
@@ -31,7 +32,7 @@ def tiny(stopping: bool = True) -> tuple[Tacotron2, dict]:
     sd = dle_state_dict(d)
     if stopping:
         make_stopping(sd, d)
-    conv = Tacotron2.from_dle({"state_dict": sd, "config": TINY})
+    conv = from_dle({"state_dict": sd, "config": TINY})
     model = Tacotron2(conv.dims).eval()
     model.load_state_dict(conv.state_dict)
     return model, sd
@@ -48,11 +49,11 @@ def test_layout_and_conversion_at_default_dims() -> None:
     shapes = dle_shapes(Tacotron2Dims())
     assert shapes == published["state_dict"]
     sd = {"module." + k: torch.empty(s, device="meta") for k, s in shapes.items()}
-    conv = Tacotron2.from_dle({"state_dict": sd})  # no config: DLE defaults + shapes
+    conv = from_dle({"state_dict": sd})  # no config: DLE defaults + shapes
     assert conv.dims == Tacotron2Dims()
     with torch.device("meta"):
         Tacotron2(conv.dims).load_state_dict(conv.state_dict, strict=True)
-    with_config = Tacotron2.from_dle({"state_dict": sd, "config": published["hyperparameters"]})
+    with_config = from_dle({"state_dict": sd, "config": published["hyperparameters"]})
     assert with_config.dims == Tacotron2Dims()
     assert conv.meta["text"] == {"symbol_set": "english_basic", "cleaners": "english_cleaners",
                                  "p_arpabet": 0.0}  # fmt: skip
@@ -152,7 +153,7 @@ def test_convert_cli_roundtrip(tmp_path: Path, monkeypatch) -> None:
     loaded, info = load_component(tmp_path / "t2")
     assert info.kind == "tacotron2" and info.meta["text"]["cleaners"] == "english_cleaners"
     model, _ = tiny()
-    model.load_state_dict(Tacotron2.from_dle(ckpt).state_dict)
+    model.load_state_dict(from_dle(ckpt).state_dict)
     ids, lengths = torch.randint(1, 30, (2, 9)), torch.tensor([9, 6])
     opts, seeds = SynthesisOptions(), torch.tensor([4, 5])
     a, na = loaded.generate_mel(ids, lengths, opts, seeds)
@@ -212,4 +213,4 @@ def test_bad_input() -> None:
     with pytest.raises(SpeechRTError):
         model.generate_mel(torch.tensor([[1, 2, 3]]), torch.tensor([0]), opts)
     with pytest.raises(SpeechRTError):
-        Tacotron2.from_dle({"state_dict": {}, "config": {"n_frames_per_step": 2}})
+        from_dle({"state_dict": {}, "config": {"n_frames_per_step": 2}})

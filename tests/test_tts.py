@@ -188,8 +188,9 @@ def test_default_dims_checkpoints_through_convert_and_synthesize(tmp_path):
     synthesize gives the in-memory models' audio within 1e-5."""
     import dataclasses
 
+    from speechrt.convert.hifigan import dle_state_dict
     from speechrt.models.fastpitch import FastPitch, FastPitchDims
-    from speechrt.models.hifigan import HiFiGAN, HiFiGANDims, dle_state_dict
+    from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
 
     torch.manual_seed(0)
     fp = FastPitch(FastPitchDims()).eval()

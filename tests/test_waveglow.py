@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from dle_waveglow import TINY, dle_shapes, dle_state_dict
 from speechrt import cli
+from speechrt.convert.waveglow import from_dle
 from speechrt.models.waveglow import WaveGlow, WaveGlowDims
 from speechrt.options import SynthesisOptions
 from speechrt.repo import load_component
@@ -77,7 +78,7 @@ def config(**hp) -> dict:
 
 
 def tiny_model(n_channels: int = 8) -> WaveGlow:
-    conv = WaveGlow.from_dle({"state_dict": dle_state_dict(**{**TINY, "n_channels": n_channels})})
+    conv = from_dle({"state_dict": dle_state_dict(**{**TINY, "n_channels": n_channels})})
     model = WaveGlow(conv.dims).eval()
     model.load_state_dict(conv.state_dict)
     return model
@@ -90,7 +91,7 @@ def test_layout_and_conversion_at_default_dims(name: str, channels: int) -> None
     assert shapes == published
     # convert on the meta device (the 512-channel model has 268 M parameters)
     sd = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
-    conv = WaveGlow.from_dle({"state_dict": {"module." + k: v for k, v in sd.items()}})
+    conv = from_dle({"state_dict": {"module." + k: v for k, v in sd.items()}})
     assert conv.dims == WaveGlowDims(n_channels=channels)
     with torch.device("meta"):
         model = WaveGlow(conv.dims)
@@ -111,7 +112,7 @@ def test_convert_cli_roundtrip_matches_dle(
     assert convert(monkeypatch, tmp_path / "wg.pt", tmp_path / "wg") == 0
     loaded, info = load_component(tmp_path / "wg")
     assert info.kind == "waveglow" and info.dims["n_channels"] == channels
-    conv = WaveGlow.from_dle(torch.load(tmp_path / "wg.pt", weights_only=True))
+    conv = from_dle(torch.load(tmp_path / "wg.pt", weights_only=True))
     memory = WaveGlow(conv.dims).eval()
     memory.load_state_dict(conv.state_dict)
 
@@ -177,4 +178,4 @@ def test_bad_input() -> None:
     with pytest.raises(SpeechRTError):
         model.mel_to_audio(torch.randn(1, 8, 3), torch.tensor([4]), SynthesisOptions())
     with pytest.raises(SpeechRTError):
-        WaveGlow.from_dle({"generator": {}})
+        from_dle({"generator": {}})

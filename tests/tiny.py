@@ -10,8 +10,9 @@ from pathlib import Path
 
 import torch
 
+from speechrt.convert.hifigan import dle_state_dict
 from speechrt.models.fastpitch import FastPitch, FastPitchDims
-from speechrt.models.hifigan import HiFiGAN, HiFiGANDims, dle_state_dict
+from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
 
 FASTPITCH = dict(
     symbols_embedding_dim=16,

@@ -13,15 +13,7 @@ fills defaults and checks values (check_values) before it runs a graph for a cli
 
 This module imports no torch: the ONNX runtime uses it.
 
-Graphs per model kind (a kind's directory holds one ONNX file per graph):
-    fastpitch    fastpitch                                  model.onnx
-    fastspeech   fastspeech                                 model.onnx
-    tacotron2    tacotron2.encoder / .decoder_step / .postnet   encoder.onnx, decoder_step.onnx,
-                                                            postnet.onnx
-    hifigan      hifigan, denoiser                          model.onnx, denoiser.onnx
-    waveglow     waveglow, denoiser                         model.onnx, denoiser.onnx
-    jasper       jasper                                     model.onnx
-    quartznet    jasper (same architecture)                 model.onnx
+Which graphs each model kind has, and their ONNX file names, is in speechrt.registry.
 
 ASR features (audio -> log-mel) run in torch for every backend (speechrt.audio.features): their
 FFT-based STFT and per-item normalisation have no exported graph yet.
@@ -30,7 +22,7 @@ FFT-based STFT and per-item normalisation have no exported graph yet.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -367,50 +359,3 @@ def jasper(d: Mapping[str, Any]) -> Contract:
             _lengths("log_prob_lengths", "output_frames"),
         ),
     )
-
-
-# graph name -> builder
-CONTRACTS: dict[str, Callable[[Mapping[str, Any]], Contract]] = {
-    "fastpitch": fastpitch,
-    "hifigan": hifigan,
-    "denoiser": denoiser,
-    "tacotron2.encoder": tacotron2_encoder,
-    "tacotron2.decoder_step": tacotron2_decoder_step,
-    "tacotron2.postnet": tacotron2_postnet,
-    "fastspeech": fastspeech,
-    "waveglow": waveglow,
-    "jasper": jasper,
-}
-
-# model kind -> {graph name: ONNX file name in the model directory}; the first is the main graph
-GRAPHS: dict[str, dict[str, str]] = {
-    "fastpitch": {"fastpitch": "model.onnx"},
-    "hifigan": {"hifigan": "model.onnx", "denoiser": "denoiser.onnx"},
-    "tacotron2": {
-        "tacotron2.encoder": "encoder.onnx",
-        "tacotron2.decoder_step": "decoder_step.onnx",
-        "tacotron2.postnet": "postnet.onnx",
-    },
-    "fastspeech": {"fastspeech": "model.onnx"},
-    "waveglow": {"waveglow": "model.onnx", "denoiser": "denoiser.onnx"},
-    "jasper": {"jasper": "model.onnx"},
-    "quartznet": {"jasper": "model.onnx"},
-}
-
-
-def contract(graph: str, dims: Mapping[str, Any]) -> Contract:
-    """The contract of `graph` (e.g. "fastpitch") for a model with these dims."""
-    try:
-        return CONTRACTS[graph](dims)
-    except KeyError:
-        raise SpeechRTError(f"no contract for {graph!r}; known: {', '.join(CONTRACTS)}") from None
-
-
-def graphs_of(kind: str) -> dict[str, str]:
-    """{graph name: ONNX file name} for a model kind."""
-    try:
-        return GRAPHS[kind]
-    except KeyError:
-        raise SpeechRTError(
-            f"{kind}: no exportable graphs; known kinds: {', '.join(GRAPHS)}"
-        ) from None

@@ -6,20 +6,22 @@ import argparse
 
 import torch
 
-from speechrt.models import KINDS
+from speechrt.registry import ARCHITECTURES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="DLE/NGC training checkpoint (.pt)")
     p.add_argument("out_dir", help="model directory to write (model.json + model.safetensors)")
-    p.add_argument("--kind", choices=sorted(KINDS), help="architecture (detected when omitted)")
+    p.add_argument(
+        "--kind", choices=sorted(ARCHITECTURES), help="architecture (detected when omitted)"
+    )
     p.add_argument(
         "--dtype", choices=("fp32", "fp16"), default="fp32", help="storage precision of the weights"
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from speechrt.checkpoints import convert_checkpoint
+    from speechrt.convert.checkpoints import convert_checkpoint
 
     dtype = torch.float16 if args.dtype == "fp16" else None
     info = convert_checkpoint(args.checkpoint, args.out_dir, kind=args.kind, dtype=dtype)

@@ -1,60 +1,25 @@
-"""Architectures, one file each, and a registry from kind name to class (imported lazily).
+"""Architectures, one file each, inference only; speechrt.registry names them by kind.
 
 Every model class follows one contract:
     cls.kind / cls.role         registry name; "acoustic", "vocoder", "denoiser" or "asr"
     cls.Dims                    frozen dataclass of architecture hyper-parameters
     cls(dims)                   builds the inference module
-    cls.from_dle(ckpt) -> Converted
-                                turns a DLE/NGC checkpoint dict (already torch.load-ed with
-                                weights_only=True) into dims + an inference-form state dict
+
+Reading other projects' checkpoints is speechrt.convert's job: nothing here imports it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 import types
 import typing
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from speechrt.audio.mel import MelConfig
 from speechrt.errors import SpeechRTError
-
-# kind -> (module, class name); lazily imported so `import speechrt` stays light.
-KINDS: dict[str, tuple[str, str]] = {
-    "fastpitch": ("speechrt.models.fastpitch", "FastPitch"),
-    "hifigan": ("speechrt.models.hifigan", "HiFiGAN"),
-    "tacotron2": ("speechrt.models.tacotron2", "Tacotron2"),
-    "waveglow": ("speechrt.models.waveglow", "WaveGlow"),
-    "fastspeech": ("speechrt.models.fastspeech", "FastSpeech"),
-    "jasper": ("speechrt.models.jasper", "Jasper"),
-    "quartznet": ("speechrt.models.jasper", "QuartzNet"),
-}
-
-
-@dataclass
-class Converted:
-    """A DLE checkpoint turned into what the model repository stores."""
-
-    kind: str
-    dims: Any  # the model's Dims dataclass
-    state_dict: dict[str, torch.Tensor]  # inference form, keys matching cls(dims).state_dict()
-    mel: MelConfig | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def model_class(kind: str) -> type[Any]:
-    try:
-        module, name = KINDS[kind]
-    except KeyError:
-        raise SpeechRTError(
-            f"unknown model kind {kind!r}; known: {', '.join(sorted(KINDS))}"
-        ) from None
-    return getattr(importlib.import_module(module), name)
+from speechrt.registry import model_class
 
 
 def build_model(kind: str, dims: dict[str, Any] | Any) -> torch.nn.Module:

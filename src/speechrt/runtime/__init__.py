@@ -1,6 +1,6 @@
 """Runtimes: one component graph run on named tensors by an eager, cuda or onnx runner.
 
-    contracts.py (speechrt)   what each graph takes and returns
+    contracts.py (speechrt)   what each graph takes and returns; registry.py: which graphs
     graphs/                   a wrapper module per graph (what eager runs, cuda compiles,
                               and the ONNX export traces)
     eager.py / cuda.py / onnx.py   the runners; onnx.py imports no torch
@@ -24,16 +24,15 @@ from speechrt.runtime.base import BACKENDS
 
 def has_onnx(model_dir: str | Path) -> bool:
     """Whether every graph of the component in model_dir has been exported."""
-    from speechrt.contracts import GRAPHS
+    from speechrt.registry import ARCHITECTURES
 
     try:
         kind = json.loads((Path(model_dir) / "model.json").read_text())["kind"]
     except (OSError, ValueError, KeyError):
         return False
-    files = GRAPHS.get(kind)
-    if not files:
+    if kind not in ARCHITECTURES:
         return False
-    return all((Path(model_dir) / f).is_file() for f in files.values())
+    return all((Path(model_dir) / f).is_file() for _, f in ARCHITECTURES[kind].graphs)
 
 
 def resolve_backend(name: str, device_type: str, model_dirs: Sequence[str | Path] = ()) -> str:

@@ -15,11 +15,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from speechrt.contracts import Contract, contract, graphs_of
+from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
+from speechrt.registry import contract, graphs_of
+from speechrt.registry import graph as registry_graph
 from speechrt.repo import ComponentInfo, load_component
 from speechrt.runtime.eager import EagerRunner
-from speechrt.runtime.graphs import EXPORTERS, build_graph, example_feeds
+from speechrt.runtime.graphs import build_graph, example_feeds
 
 DEFAULT_OPSET = 17
 EXAMPLE = (2, 11)  # (batch, length) traced
@@ -48,7 +50,7 @@ def export_graph(
     """
     feeds = example_feeds(graph, example_of or wrapper, *EXAMPLE)
     args = tuple(feeds[n] for n in c.input_names)
-    exporter = EXPORTERS[graph]
+    exporter = registry_graph(graph).exporter
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".onnx.tmp")
     with warnings.catch_warnings(), torch.no_grad():

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from speechrt.contracts import Contract, contract, graphs_of
+from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
+from speechrt.registry import contract, graphs_of
 
 PREFERRED = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 

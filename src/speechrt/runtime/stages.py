@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from speechrt.contracts import contract, graphs_of
 from speechrt.device import PRECISIONS
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
+from speechrt.registry import contract, graphs_of
 from speechrt.repo import ComponentInfo
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from speechrt.contracts import Contract, TensorSpec, graphs_of
+from speechrt.contracts import Contract, TensorSpec
+from speechrt.registry import graphs_of
 from speechrt.runtime.cuda import CudaRunner
 from speechrt.runtime.eager import capture
 
@@ -217,9 +218,9 @@ def verify_dir(
     seed: int = 0,
 ) -> list[GraphReport]:
     """Compare backends a and b on every graph of the component in model_dir."""
-    from speechrt.contracts import contract
     from speechrt.device import resolve_device
     from speechrt.errors import SpeechRTError
+    from speechrt.registry import contract
     from speechrt.repo import load_component
     from speechrt.runtime.graphs import build_graph, example_feeds
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from speechrt.contracts import KSERVE_DATATYPES, Contract, TensorSpec, graphs_of
+from speechrt.contracts import KSERVE_DATATYPES, Contract, TensorSpec
+from speechrt.registry import graphs_of
 
 
 def _numpy_dtypes() -> dict[str, np.dtype]:

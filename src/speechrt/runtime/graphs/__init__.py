@@ -6,7 +6,7 @@ ONNX export traces it: the model modules themselves are never patched.
 
 Each graph module defines `build(model, info) -> nn.Module` and
 `example(graph, batch, length, seed) -> feeds` (valid random inputs whose main dynamic axis is
-`length` long). EXPORTERS says which torch.onnx exporter writes each graph.
+`length` long). speechrt.registry names each graph's module and its torch.onnx exporter.
 """
 
 from __future__ import annotations
@@ -16,35 +16,12 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from speechrt.errors import SpeechRTError
+from speechrt.registry import graph as registry_graph
 from speechrt.repo import ComponentInfo
-
-# graph name -> (module, suffix): the module defines build<suffix>() and example<suffix>()
-MODULES: dict[str, tuple[str, str]] = {
-    "fastpitch": ("speechrt.runtime.graphs.fastpitch", ""),
-    "hifigan": ("speechrt.runtime.graphs.hifigan", ""),
-    "denoiser": ("speechrt.runtime.graphs.denoiser", ""),
-    "tacotron2.encoder": ("speechrt.runtime.graphs.tacotron2", "_encoder"),
-    "tacotron2.decoder_step": ("speechrt.runtime.graphs.tacotron2", "_decoder_step"),
-    "tacotron2.postnet": ("speechrt.runtime.graphs.tacotron2", "_postnet"),
-    "fastspeech": ("speechrt.runtime.graphs.fastspeech", ""),
-    "waveglow": ("speechrt.runtime.graphs.waveglow", ""),
-    "jasper": ("speechrt.runtime.graphs.jasper", ""),
-}
-
-# "torchscript" = torch.onnx.export(dynamo=False): it keeps data-dependent sizes (the length
-# regulator's frame count) and LSTM time axes dynamic, where the dynamo exporter can specialise
-# them to the example. Every graph is checked after export at lengths other than the example.
-EXPORTERS: dict[str, str] = {graph: "torchscript" for graph in MODULES}
 
 
 def _function(graph: str, what: str) -> Callable:
-    try:
-        module, suffix = MODULES[graph]
-    except KeyError:
-        raise SpeechRTError(
-            f"no graph wrapper for {graph!r}; known: {', '.join(MODULES)}"
-        ) from None
+    module, _, suffix = registry_graph(graph).wrapper.partition(":")
     return getattr(importlib.import_module(module), what + suffix)
 
 

@@ -106,7 +106,7 @@ def build(vocoder: nn.Module, info: ComponentInfo) -> DenoiserGraph:
     """The denoiser of a vocoder: its bias spectrum is estimated from the vocoder (in float32)."""
     if info.mel is None:
         raise SpeechRTError(f"{info.kind}: model.json has no mel config for the denoiser")
-    # built only for the vocoder kinds (contracts.GRAPHS), whose modules have mel_to_audio
+    # built only for the vocoder kinds (speechrt.registry), whose modules have mel_to_audio
     return DenoiserGraph(Denoiser.from_vocoder(cast(Vocoder, vocoder), info.mel))
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import pickle
 import re
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from speechrt.convert import Converted
 from speechrt.errors import SpeechRTError
-from speechrt.models import Converted, model_class
+from speechrt.registry import converter, detectors, model_class
 from speechrt.repo import ComponentInfo, save_component, sha256_file
 
 StateDict = dict[str, torch.Tensor]
@@ -80,18 +80,6 @@ def tensors_of(ckpt: dict, *keys: str) -> StateDict:
     raise SpeechRTError(f"no state dict found in checkpoint (looked for {', '.join(keys)})")
 
 
-# kind -> predicate over the (prefix-stripped) key set of the checkpoint's main state dict.
-DETECTORS: dict[str, Callable[[set[str]], bool]] = {
-    "fastpitch": lambda ks: "encoder.word_emb.weight" in ks and "pitch_emb.weight" in ks,
-    "hifigan": lambda ks: any(k.startswith("conv_pre.") for k in ks) and "conv_post.bias" in ks,
-    "tacotron2": lambda ks: any(k.endswith("decoder.attention_rnn.weight_ih") for k in ks),
-    "waveglow": lambda ks: any(k.endswith("convinv.0.conv.weight") for k in ks),
-    "fastspeech": lambda ks: any(k.endswith("phoneme_side.position.weight") for k in ks),
-    "jasper": lambda ks: any(k.endswith(".0.conv.0.weight") for k in ks),  # v1 keys too
-    "quartznet": lambda ks: "encoder.layers.0.mconv.0.weight" in ks,
-}
-
-
 def detect_kind(ckpt: dict) -> str:
     """Guess the architecture of a DLE checkpoint from its state-dict keys."""
     for key in ("state_dict", "generator", "ema_state_dict", "model"):
@@ -100,7 +88,7 @@ def detect_kind(ckpt: dict) -> str:
             break
     else:
         keys = set(strip_prefix(ckpt)) if all(isinstance(k, str) for k in ckpt) else set()
-    found = [kind for kind, match in DETECTORS.items() if match(keys)]
+    found = [kind for kind, match in detectors().items() if match(keys)]
     if len(found) != 1:
         what = "no known architecture" if not found else f"several ({', '.join(found)})"
         raise SpeechRTError(f"cannot tell the model kind ({what} matches); pass --kind")
@@ -115,7 +103,7 @@ def convert_checkpoint(
     kind = kind or detect_kind(ckpt)
     cls = model_class(kind)
     try:
-        conv: Converted = cls.from_dle(ckpt)
+        conv: Converted = converter(kind)(ckpt)
     except KeyError as e:
         raise SpeechRTError(f"{path}: not a {kind} checkpoint (missing {e})") from None
     model = cls(conv.dims)
