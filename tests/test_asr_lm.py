@@ -18,7 +18,7 @@ from speechrt.beam import beam_tokens
 from speechrt.cli import main
 from speechrt.ctc import tokens_to_words
 from speechrt.errors import SpeechRTError
-from speechrt.lm import build_lm
+from speechrt_train.ngram import build_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,7 +13,7 @@ import torch
 from speechrt.beam import BeamOptions, beam_decode, beam_search
 from speechrt.ctc import align_tokens, collapse, greedy_decode
 from speechrt.errors import SpeechRTError
-from speechrt.lm import build_lm
+from speechrt_train.ngram import build_lm
 
 LABELS = [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
 BLANK = len(LABELS)

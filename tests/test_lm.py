@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from speechrt.errors import SpeechRTError
-from speechrt.lm import BOS, EOS, UNK, NGramLM, build_lm, load_lm
+from speechrt.lm import BOS, EOS, UNK, NGramLM, load_lm
+from speechrt_train.ngram import build_lm
 
 TEXT = [
     "the cat sat on the mat",

@@ -472,7 +472,7 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "c2").iterdir()) == ["fastpitch.md", "hifigan.md"]
     card = (tmp_path / "c2" / "hifigan.md").read_text()
     assert "(1x H200)" in card and "teacher's (slt-hts) audio" in card
-    scored = {"sentences": 2, "greedy": 0.5, "beam": 0.25}  # scripts/asr_eval.py's form
+    scored = {"sentences": 2, "greedy": 0.5, "beam": 0.25}  # speechrt_train.asr_eval's form
     decoding = tmp_path / "asr-eval.json"
     decoding.write_text(
         json.dumps(
@@ -532,13 +532,8 @@ def test_compile_option_traces_and_matches_eager(model, speech, voice, monkeypat
 
 
 def test_train_speed_script_reports_each_variant(corpus, tmp_path):
-    import importlib.util
-    from pathlib import Path
+    from speechrt_train import train_speed as script
 
-    path = Path(__file__).parents[1] / "scripts" / "train_speed.py"
-    spec = importlib.util.spec_from_file_location("train_speed", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     out = tmp_path / "speed.json"
     common = ["--corpus", str(corpus), "--out", str(out), "--tiny", "--device", "cpu"]
     args = [*common, "--models", "quartznet,hifigan", "--steps", "2", "--warmup", "1"]

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plan", default="small", help="full, wide, small, tiny or synthetic (default: small)"
     )
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
-    p.add_argument("--prefix", help="unpacked .debs (scripts/corpus/unpack.sh); default: system")
+    p.add_argument("--prefix", help="unpacked .debs (train/corpus/unpack.sh); default: system")
     p.add_argument(
         "--fortunes-root", help="Debian root holding the fortunes (default: prefix or /)"
     )
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="docs/models")
     p.add_argument("--models", nargs="+", choices=TRAINED, help="only these (default: all)")
     p.add_argument("--hardware", default="GPU", help="where it trained, for the cards")
-    p.add_argument("--decoding", help="scripts/asr_eval.py's JSON: the recogniser with its LM")
+    p.add_argument("--decoding", help="speechrt_train.asr_eval's JSON: the recogniser with its LM")
     p = sub.add_parser("evaluate", help="WERs of exported defaults through speechrt's pipelines")
     p.add_argument("--defaults", default="src/speechrt/defaults")
     p.add_argument("--corpus", default="corpus")

@@ -14,11 +14,11 @@ from speechrt_train.export import FP16_TOLERANCE
 
 COMMANDS = """\
 ```bash
-bash scripts/corpus/fetch.sh                 # .debs + wheels into .carry/ (git-ignored)
+bash train/corpus/fetch.sh                 # .debs + wheels into .carry/ (git-ignored)
 # on a GPU machine with .carry, chunks of training that resume each other:
-bash scripts/gpu_train.sh 9.3                # unpack, corpus (<= 3 min), train, checkpoint
-bash scripts/gpu_train.sh 9.3                # resumes runs/*/last.pt
-bash scripts/gpu_train.sh 9.3 --export       # train, export fp16, evaluate -> $OUT
+bash train/gpu_train.sh 9.3                # unpack, corpus (<= 3 min), train, checkpoint
+bash train/gpu_train.sh 9.3                # resumes runs/*/last.pt
+bash train/gpu_train.sh 9.3 --export       # train, export fp16, evaluate -> $OUT
 # the bundle's defaults/* into src/speechrt/defaults/, then
 PYTHONPATH=src:train python -m speechrt_train cards --metrics $OUT/metrics.json
 ```"""
@@ -125,7 +125,7 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
             rows.append(
                 (f"WER, training voice {t['voice']}, held-out text (greedy)", f"{t['wer']:.3f}")
             )
-    decoding = metrics.get("decoding_eval")  # scripts/asr_eval.py: greedy vs beam + LM
+    decoding = metrics.get("decoding_eval")  # speechrt_train.asr_eval: greedy vs beam + LM
     if model == "quartznet" and decoding:
         for key, what in (("our_voice", "our voice"), ("heldout_voice_rms", "held-out voice rms")):
             d = decoding[key]
@@ -194,7 +194,7 @@ def write_cards(
     decoding: str | Path | None = None,
 ) -> list[Path]:
     """A card per exported model (or per name in `models`: the ones that ship); `decoding`:
-    scripts/asr_eval.py's JSON (the recogniser's WER with and without its LM)."""
+    speechrt_train.asr_eval's JSON (the recogniser's WER with and without its LM)."""
     metrics = json.loads(Path(metrics_path).read_text())
     if decoding:
         metrics["decoding_eval"] = json.loads(Path(decoding).read_text())

@@ -5,8 +5,8 @@
     abbreviations in words) -> the recogniser's transcript form (asr_data.transcript: a-z, '
     and single spaces) -> any form that holds a held-out sentence's form dropped
     [+ extra English text from other Debian packages (`extra_texts`), same form, same filter]
-    -> speechrt.lm.build_lm (+ a word list, e.g. Debian's wamerican, lowercased and limited to
-    words the labels can spell) -> lm.json + lm.safetensors
+    -> speechrt_train.ngram.build_lm (+ a word list, e.g. Debian's wamerican, lowercased and
+    limited to words the labels can spell) -> lm.json + lm.safetensors
 
 The decoding defaults written into lm.json (DECODING) were tuned on held-out sentences that no
 evaluation uses (docs/models/README.md, "Language model").
@@ -21,10 +21,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from speechrt.lm import NGramLM, build_lm
+from speechrt.lm import NGramLM
 from speechrt.models.jasper import LABELS
 from speechrt.text.sentences import split_sentences
 from speechrt_train.asr_data import transcript
+from speechrt_train.ngram import build_lm
 from speechrt_train.texts import (
     Sentence,
     acceptable,

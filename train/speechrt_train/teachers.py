@@ -6,7 +6,7 @@
                                                           diphone voice (16 kHz, festvox-kdlpc16k)
 
 Both run either from the system (apt-get install flite festival festvox-us-slt-hts) or from
-Debian packages unpacked with `dpkg -x` into a prefix (the GPU machine: scripts/corpus/unpack.sh);
+Debian packages unpacked with `dpkg -x` into a prefix (the GPU machine: train/corpus/unpack.sh);
 `Teachers(prefix)` sets PATH-free program paths, LD_LIBRARY_PATH and festival's --libdir for it.
 """
 
@@ -110,7 +110,7 @@ class Teachers:
         if self.prefix is not None:
             path = self.prefix / "usr" / "bin" / name
             if not path.exists():
-                raise TeacherError(f"{path} missing: unpack the .debs (scripts/corpus/unpack.sh)")
+                raise TeacherError(f"{path} missing: unpack the .debs (train/corpus/unpack.sh)")
             return str(path)
         found = shutil.which(name)
         if found is None:

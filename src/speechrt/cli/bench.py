@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from speechrt.cli.options import add_device_option
 from speechrt.errors import SpeechRTError
 
 
@@ -24,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[2.0, 7.0, 16.7],
         help="asr: audio seconds per item, comma list",
     )
-    p.add_argument("--device", default="auto")
+    add_device_option(p)
     p.add_argument(
         "--backends",
         "--backend",

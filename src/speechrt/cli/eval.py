@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from speechrt.cli.options import add_runtime_options
 from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
 
@@ -42,8 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--manifest", required=True, help="LibriSpeech-style directory or JSON lines")
     p.add_argument("--model", required=True, help="ASR model directory (Jasper, QuartzNet)")
     p.add_argument("--csv", help="write per-utterance results to this CSV file")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    add_runtime_options(p)
     p.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
     add_decoder_arguments(p)
 
@@ -110,7 +110,10 @@ def run(args: argparse.Namespace) -> int:
     from speechrt.metrics import ErrorCounts, char_errors, word_errors
 
     utterances = load_manifest(args.manifest)
-    asr = ASR(args.model, device=args.device, precision=args.precision, **decoder_options(args))
+    options = decoder_options(args)
+    asr = ASR(
+        args.model, device=args.device, precision=args.precision, backend=args.backend, **options
+    )
     writer, csv_file = None, None
     if args.csv:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from speechrt.cli.options import add_runtime_options
 from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
 
@@ -22,17 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--vocoder", help="vocoder model directory (HiFi-GAN, ...)")
     p.add_argument("--asr", help="speech recognition model directory (QuartzNet, Jasper)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
-    p.add_argument(
-        "--backend",
-        choices=("auto", "eager", "onnx", "cuda"),
-        default="auto",
-        help="runtime of every pipeline and component: eager (torch modules), cuda (fp16/bf16, "
-        "length buckets, torch.compile, CUDA graphs), onnx (onnxruntime; needs `speechrt export` "
-        "in each model dir), or auto (default): cuda on a GPU, else onnx for a pipeline whose "
-        "model dirs are all exported, else eager",
-    )
+    add_runtime_options(p)
     p.add_argument("--threads", type=int, help="CPU threads per operator (default: torch's choice)")
     p.add_argument(
         "--batch-invariant",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from speechrt.cli.options import add_runtime_options
 from speechrt.defaults import voice_dirs
 from speechrt.errors import SpeechRTError
 
@@ -21,15 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", help="use a running `speechrt serve` at URL instead of local models")
     p.add_argument("--acoustic", help="acoustic model directory (FastPitch, ...)")
     p.add_argument("--vocoder", help="vocoder model directory (HiFi-GAN, ...)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
-    p.add_argument(
-        "--backend",
-        choices=("auto", "eager", "onnx", "cuda"),
-        default="eager",
-        help="eager (default), cuda (compiled, bucketed, CUDA graphs), onnx (after `speechrt "
-        "export`), or auto: cuda on a GPU, else onnx where exported, else eager",
-    )
+    add_runtime_options(p)
     p.add_argument("--batch-size", type=int, default=8, help="sentences per batch (default: 8)")
     p.add_argument(
         "--format", choices=("wav", "flac", "pcm"), help="output format (default: suffix)"

@@ -16,6 +16,8 @@ import json
 import sys
 from typing import Any
 
+from speechrt.cli.options import add_runtime_options
+
 FILES_PER_CHUNK = 32
 
 
@@ -26,8 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="ASR model directory (default: the bundled model, if any)")
     p.add_argument("--url", help="use a running `speechrt serve` at URL instead of --model")
     p.add_argument("--json", action="store_true", help="JSON lines with word times")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    add_runtime_options(p)
     p.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
     add_decoder_arguments(p)
 
@@ -69,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         if any(v is not None for k, v in decoding.items() if k != "decoder") or args.decoder:
             raise SpeechRTError("--url: the server decodes as it was started (speechrt serve)")
         return transcribe_files(args.url, args.files, args.json)
-    asr = ASR(args.model, device=args.device, precision=args.precision, **decoding)
+    asr = ASR(
+        args.model, device=args.device, precision=args.precision, backend=args.backend, **decoding
+    )
     failed = 0
     # Files are read and transcribed a chunk at a time, so memory stays bounded for long lists.
     for first in range(0, len(args.files), FILES_PER_CHUNK):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from speechrt.cli.options import add_device_option, add_precision_option
+
 BACKENDS = ("eager", "onnx", "cuda")
 DEFAULT_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-2, "bf16": 1e-1}
 
@@ -12,19 +14,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", metavar="DIR", help="model directory")
     p.add_argument("--a", default="eager", choices=BACKENDS, help="reference (default: eager)")
     p.add_argument("--b", default="onnx", choices=BACKENDS, help="backend under test")
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "fp16", "bf16"),
-        default="fp32",
-        help="cuda runner precision (default: fp32)",
-    )
+    add_precision_option(p, "cuda runner precision (default: fp32)")
     p.add_argument(
         "--tolerance",
         type=float,
         default=None,
         help="max abs error allowed on outputs (default: 1e-4 fp32, 5e-2 fp16, 0.1 bf16)",
     )
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    add_device_option(p)
     p.add_argument("--graph", default=None, help="only this graph (e.g. denoiser)")
     p.add_argument("--batch", type=int, default=2, help="example batch size (default: 2)")
     p.add_argument("--length", type=int, default=23, help="example length (default: 23)")

@@ -4,7 +4,7 @@
 # `speechrt_train corpus --text-root`) into a text root (default /tmp/text); idempotent. Then:
 # PYTHONPATH=src:train:/tmp/site and pass `--prefix /tmp/teachers` to `python -m speechrt_train
 # corpus` (it sets LD_LIBRARY_PATH and festival's --libdir itself).
-# Usage: bash scripts/corpus/unpack.sh [PREFIX] [SITE] [TEXT]
+# Usage: bash train/corpus/unpack.sh [PREFIX] [SITE] [TEXT]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PREFIX=${1:-/tmp/teachers}

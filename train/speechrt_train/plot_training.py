@@ -1,12 +1,12 @@
 """The recogniser's held-out WER over its training stages, as a picture for docs/models/README.md.
 
-    python scripts/plot_training.py [--csv docs/models/quartznet-progress.csv]
+    python -m speechrt_train.plot_training [--csv docs/models/quartznet-progress.csv]
         [--out docs/models/quartznet-progress.png]
 
 The CSV holds one row per training chunk (from each chunk's train.log: the step and the held-out
 voice's greedy WER that ends it; `stage` as in the recipe's schedule) and, where one was
-measured, our voice's beam + LM WER on 200 held-out sentences (scripts/asr_eval.py). The
-round trip's target (0.10, tests/test_defaults.py) is drawn in.
+measured, our voice's beam + LM WER on 200 held-out sentences (speechrt_train.asr_eval).
+The round trip's target (0.10, tests/test_defaults.py) is drawn in.
 """
 
 from __future__ import annotations

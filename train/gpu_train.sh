@@ -2,7 +2,7 @@
 # One training chunk on a GPU machine, run from the repository root of a checkout that holds
 # .carry (debs + wheels [+ resume/*.pt]):
 #
-#   bash scripts/gpu_train.sh [MINUTES] [--export]
+#   bash train/gpu_train.sh [MINUTES] [--export]
 #
 # MINUTES (default 9.3) is the wall time of the whole command. It unpacks the teachers, makes
 # the corpus if this machine has none (at most 3 minutes, one process per core), then trains
@@ -15,9 +15,9 @@
 #                     resume/<model>.pt; here: cat bundle.tar.part-* | tar -x -C DIR
 #                     (the tar comes back even when the export fails; without a default
 #                     the tree lacks, moved out to fit the carry, it exports unevaluated)
-# BREAKDOWN=1 (with --export) also runs scripts/round_trip_breakdown.py on the exported models
+# BREAKDOWN=1 (with --export) also runs speechrt_train.round_trip_breakdown on the exported models
 # (the LM from src/speechrt/defaults/asr) into $OUT/breakdown.json (3 more minutes reserved).
-# SPEED=S (seconds) first times the trainers' variants (scripts/train_speed.py), in parallel
+# SPEED=S (seconds) first times the trainers' variants (speechrt_train.train_speed), in parallel
 # on the GPUs, into $OUT/speed-{quartznet,hifigan}.json; training then gets what is left.
 # MODELS="hifigan quartznet" trains only those; with --export the others are evaluated as
 # src/speechrt/defaults has them.
@@ -46,7 +46,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || ec
 
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 NGPU_SPEED=$(( NGPU > 0 ? NGPU : 1 ))
-bash scripts/corpus/unpack.sh /tmp/teachers /tmp/site || exit 1
+bash train/corpus/unpack.sh /tmp/teachers /tmp/site || exit 1
 export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site
 
 if [ ! -f corpus/manifest.json ]; then
@@ -59,12 +59,12 @@ fi
 [ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
 
 if [ -n "${SPEED:-}" ]; then  # SPEED=S: first S seconds of throughput variants per model
-  echo "== train_speed.py, $SPEED s"  # (scripts/train_speed.py) -> $OUT/speed-<model>.json
+  echo "== train_speed.py, $SPEED s"  # (speechrt_train.train_speed) -> $OUT/speed-<model>.json
   n=0 SPIDS=()
   for m in quartznet hifigan; do
     # compilation cannot be interrupted: the timeout keeps the chunk's plan whatever happens
     CUDA_VISIBLE_DEVICES=$(( n % NGPU_SPEED )) timeout "$(( ${SPEED%.*} + 30 ))" \
-      python3 scripts/train_speed.py \
+      python3 -m speechrt_train.train_speed \
       --corpus corpus --models "$m" --seconds "$SPEED" --out "$OUT/speed-$m.json" ${SPEED_ARGS:-} \
       > >(sed -u "s/^/[speed $m] /") 2>&1 &
     SPIDS+=($!)
@@ -125,7 +125,7 @@ for m in $MODELS; do
 done
 [ "$FAILED" = 0 ] || { echo "== a trainer failed"; exit 1; }
 # a later call on this warm machine may restart a model with a new config from these:
-# rm -rf runs/<model> && WARM=/tmp/speechrt-resume ... bash scripts/gpu_train.sh ...
+# rm -rf runs/<model> && WARM=/tmp/speechrt-resume ... bash train/gpu_train.sh ...
 mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/null
 
 unset CUDA_VISIBLE_DEVICES
@@ -152,7 +152,7 @@ if [ -n "$EXPORT" ]; then
   if [ -n "${BREAKDOWN:-}" ]; then  # the round trip's WERs with these models, the tree's LM
     echo "== round_trip_breakdown.py"
     # shellcheck disable=SC2086
-    python3 scripts/round_trip_breakdown.py --defaults bundle/defaults --device auto \
+    python3 -m speechrt_train.round_trip_breakdown --defaults bundle/defaults --device auto \
       --lm src/speechrt/defaults/asr --out "$OUT/breakdown.json" ${BREAKDOWN_ARGS:-} ||
       echo "== round_trip_breakdown.py failed (the bundle is already in \$OUT)"
   fi

@@ -1,4 +1,4 @@
-"""Random-weight components for scripts/gpu_check.py: default dims (or tiny), weights that behave.
+"""Random-weight default-dims components for the CUDA tests (test_cuda.py), weights that behave.
 
 Random weights alone give durations of zero or 75 frames, Tacotron2 gates that never fire, and
 ASR activations that vanish; each builder sets the few weights that make the check meaningful.
@@ -16,42 +16,15 @@ from speechrt.models import build_model
 
 TEXT = {"symbol_set": "english_basic", "cleaners": "english_cleaners_v2", "p_arpabet": 0.0}
 
-TINY: dict[str, dict[str, Any]] = {  # --quick: small widths, real mel and symbol sizes
-    "fastpitch": dict(symbols_embedding_dim=32, in_fft_n_layers=2, out_fft_n_layers=2,
-                      in_fft_conv1d_filter_size=64, out_fft_conv1d_filter_size=64,
-                      in_fft_output_size=32, out_fft_output_size=32, in_fft_d_head=16,
-                      out_fft_d_head=16, dur_predictor_filter_size=32,
-                      pitch_predictor_filter_size=32, energy_predictor_filter_size=32),
-    "hifigan": dict(upsample_initial_channel=32, resblock_kernel_sizes=(3,),
-                    resblock_dilation_sizes=((1, 3, 5),)),
-    "tacotron2": dict(symbols_embedding_dim=32, encoder_embedding_dim=32, attention_rnn_dim=64,
-                      attention_dim=16, decoder_rnn_dim=64, prenet_dim=32,
-                      postnet_embedding_dim=32),
-    "waveglow": dict(n_channels=16, n_layers=2),
-    "fastspeech": dict(d_model=32, phoneme_side_conv1d_filter_size=64, d_head=16,
-                       mel_side_conv1d_filter_size=64, duration_predictor_filter_size=32),
-    "quartznet": dict(filters=(32, 32, 64, 64, 29), kernels=(11, 13, 17, 29, 1),
-                      repeats=(1, 2, 2, 1, 1), strides=(2, 1, 1, 1, 1), dilations=(1, 1, 1, 2, 1),
-                      separable=(True, True, True, True, False),
-                      residual=("none", "plain", "plain", "none", "none")),
-    "jasper": dict(filters=(32, 64, 64, 29), kernels=(11, 13, 29, 1), repeats=(1, 3, 1, 1),
-                   strides=(2, 1, 1, 1), dilations=(1, 1, 2, 1),
-                   separable=(False, False, False, False),
-                   residual=("none", "dense", "none", "none")),
-}  # fmt: skip
-
-
 # -- random-weight components ------------------------------------------------------------------
 
 
-def build(kind: str, quick: bool, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    """A default-dims (or tiny) model with weights that behave: stopping gates, sane durations."""
+def build(kind: str, device: torch.device) -> tuple[torch.nn.Module, dict]:
+    """A default-dims model with weights that behave: stopping gates, sane durations."""
     from speechrt.models import model_class
 
     torch.manual_seed(0)
     dims = dataclasses.asdict(model_class(kind).Dims())
-    if quick:
-        dims |= TINY.get(kind, {})
     if kind == "tacotron2":
         dims["max_decoder_steps"] = 400
     model = build_model(kind, dims).to(device).eval()

@@ -1,6 +1,6 @@
 """Training throughput of the three trainers, per configuration variant: pick the GPU config.
 
-    PYTHONPATH=src:train python scripts/train_speed.py --corpus corpus --seconds 120 \
+    PYTHONPATH=src:train python -m speechrt_train.train_speed --corpus corpus --seconds 120 \
         --out speed.json [--models hifigan,quartznet] [--tiny] [--profile]
 
 For each model the corpus is loaded once; each variant (config overrides: batch size, compile)

@@ -1,16 +1,16 @@
 """Tune the LM's decoding weights (alpha, beta, ...) on the dev sentences, never the CI's 40.
 
-    PYTHONPATH=src:train python scripts/tune_decoding.py --out tune.json \
+    PYTHONPATH=src:train python -m speechrt_train.tune_decoding --out tune.json \
         [--asr src/speechrt/defaults/asr] [--voice src/speechrt/defaults] \
         [--grid '{"alpha": [0.6, 0.8, 1.0, 1.2], "beta": [-0.5, 0.0, 0.5]}']
 
 Our voice (FastPitch + HiFi-GAN from --voice) reads the dev sentences (held-out 300.. minus
-the CI's 40: scripts/round_trip_breakdown.py's `sentence_sets`); one acoustic pass gives the
+the CI's 40: speechrt_train.round_trip_breakdown.sentence_sets); one acoustic pass gives the
 log-probabilities, cached in --cache (reused while the recogniser and voice are the same), and
 every point of the grid (speechrt.beam.BeamOptions fields) decodes them with the recogniser's
 LM. Prints and writes the WER of each point and the best one; put the best into lm.json's
 "decoding" (and speechrt_train.language_model.DECODING) by hand, then measure once with
-scripts/asr_eval.py.
+speechrt_train.asr_eval.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from asr_eval import log_probs  # scripts/
-from round_trip_breakdown import sentence_sets  # scripts/
 from tqdm import tqdm
 
 from speechrt.asr import ASR
@@ -34,6 +32,8 @@ from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
+from speechrt_train.asr_eval import log_probs
+from speechrt_train.round_trip_breakdown import sentence_sets
 
 DEFAULT_GRID = {"alpha": [0.6, 0.8, 1.0, 1.2], "beta": [-0.5, 0.0, 0.5]}
 

@@ -6,7 +6,7 @@
 #   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks
 #                   them; typing_extensions only in case the image's is older than typeguard needs)
 #   .carry/text/    more English text (corpus --plan wide --text-root; the LM's --text-root too)
-# Unpack there with scripts/corpus/unpack.sh. Usage: bash scripts/corpus/fetch.sh
+# Unpack there with train/corpus/unpack.sh. Usage: bash train/corpus/fetch.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEBS=(

@@ -1,7 +1,7 @@
 """Where the synthesize -> transcribe round trip loses words: the recogniser's WER on held-out
 sentences read three ways, each stage of our voice replaced by the teacher's one at a time.
 
-    PYTHONPATH=src:train python scripts/round_trip_breakdown.py --out breakdown.json \
+    PYTHONPATH=src:train python -m speechrt_train.round_trip_breakdown --out breakdown.json \
         [--defaults DIR --lm src/speechrt/defaults/asr --device cuda]
 
     teacher      the TTS voice's teacher (festival HTS slt) reading the sentences
@@ -9,11 +9,11 @@ sentences read three ways, each stage of our voice replaced by the teacher's one
     ours         FastPitch -> HiFi-GAN (the bundled voice, what the CI round trip hears)
 
 Sets: tests/data/heldout_sentences.txt (the CI's 40) and the LM's dev sentences (held-out
-300..522 minus those 40). Needs the teachers unpacked (scripts/corpus/unpack.sh /tmp/teachers).
+300..522 minus those 40). Needs the teachers unpacked (train/corpus/unpack.sh /tmp/teachers).
 The recogniser decodes as shipped (beam search with its LM) and greedily, from one acoustic
-pass (scripts/asr_eval.py's `score`). `--defaults DIR`
+pass (speechrt_train.asr_eval's `score`). `--defaults DIR`
 reads the voice and the recogniser from an export's folder (voice-acoustic, voice-vocoder, asr;
-the LM from `--lm` when the export's asr has none), as scripts/gpu_train.sh's export does.
+the LM from `--lm` when the export's asr has none), as train/gpu_train.sh's export does.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from asr_eval import score  # scripts/: one acoustic pass, greedy and beam WER
 from tqdm import tqdm
 
 from speechrt.asr import ASR
@@ -34,11 +33,12 @@ from speechrt.options import SynthesisOptions
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
+from speechrt_train.asr_eval import score  # one acoustic pass, greedy and beam WER
 from speechrt_train.corpus import TTS_VOICE
 from speechrt_train.teachers import Teachers
 from speechrt_train.texts import load_sentences, split
 
-CI_SENTENCES = Path(__file__).resolve().parents[1] / "tests/data/heldout_sentences.txt"
+CI_SENTENCES = Path(__file__).resolve().parents[2] / "tests/data/heldout_sentences.txt"
 
 
 def copy_synthesis(voice: TTS, audio: np.ndarray, sample_rate: int) -> np.ndarray:

@@ -1,11 +1,11 @@
 """The recogniser card's numbers: WER with greedy and with beam (LM) decoding on held-out text.
 
-    PYTHONPATH=src:train python scripts/asr_eval.py --asr src/speechrt/defaults/asr \
+    PYTHONPATH=src:train python -m speechrt_train.asr_eval --asr src/speechrt/defaults/asr \
         --teachers /tmp/teachers --out asr-eval.json [--sentences 200]
 
 Two sets, both the first N sentences of the held-out split (no model or LM trained on them):
 spoken by the default voice (FastPitch + HiFi-GAN in src/speechrt/defaults) and by the held-out
-teacher voice rms (flite, unpacked by scripts/corpus/unpack.sh; the recogniser never heard it).
+teacher voice rms (flite, unpacked by train/corpus/unpack.sh; the recogniser never heard it).
 References are what each voice was asked to say, in the recogniser's transcript form. One ASR
 pass per set gives the log-probabilities; both decoders read the same ones. `speechrt_train
 cards --decoding asr-eval.json` puts the result in docs/models/quartznet.md.
