@@ -59,8 +59,8 @@ def component(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_cuda_graphs_match_eager_fp32(kind: str, component) -> None:
-    from speechrt.registry import contract, graphs_of
     from speechrt.device import PRECISIONS
+    from speechrt.registry import contract, graphs_of
     from speechrt.repo import load_component
     from speechrt.runtime.buckets import Buckets
     from speechrt.runtime.cuda import cuda_runner
