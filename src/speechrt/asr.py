@@ -161,13 +161,12 @@ class ASR:
         self.window, self.overlap, self.seed = window, overlap, seed
         self.decode_padding = decode_padding
         self._frames_cache: dict[int, int] = {}  # input frames -> output frames
-        self.runner = None  # eager calls the module directly
-        if self.backend != "eager":
-            from speechrt.runtime.stages import make_runner
+        from speechrt.runtime.stages import make_runner
 
-            self.runner = make_runner(
-                "jasper", self.model, self.info, self.backend, self.device, precision, model_dir
-            )
+        # every backend runs the model's graph (eager calls the wrapper as-is)
+        self.runner = make_runner(
+            "jasper", self.model, self.info, self.backend, self.device, precision, model_dir
+        )
 
     def _decoder(
         self,
@@ -278,11 +277,8 @@ class ASR:
         self, feats: torch.Tensor, lengths: torch.Tensor, samples: list[int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """features (B, F, T) -> log-probs (B, T', V) and frames to decode per window (B,)."""
-        if self.runner is not None:
-            out = self.runner.run({"features": feats.float(), "feature_lengths": lengths})
-            log_probs, out_lengths = out["log_probs"], out["log_prob_lengths"]
-        else:
-            log_probs, out_lengths = self.model(feats.to(self.dtype), lengths)
+        out = self.runner.run({"features": feats.float(), "feature_lengths": lengths})
+        log_probs, out_lengths = out["log_probs"], out["log_prob_lengths"]
         if self.decode_padding:
             padded = [self.features.padded_frames(n) + self.pad_leading for n in samples]
             frames = [self._output_frames(n) for n in padded]

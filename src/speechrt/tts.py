@@ -56,7 +56,8 @@ class TTS:
         buckets: Buckets | None = None,
     ) -> None:
         """Model directories (neither: the bundled default voice, speechrt.defaults);
-        `backend`: eager (the modules themselves), cuda, onnx or auto (speechrt.runtime)."""
+        `backend`: eager, cuda, onnx or auto (speechrt.runtime). Every backend runs the same
+        stages over the components' graphs (speechrt.runtime.graphs); eager calls them as-is."""
         from speechrt.defaults import voice_dirs
         from speechrt.runtime import resolve_backend
         from speechrt.text import TextProcessor
@@ -70,7 +71,7 @@ class TTS:
         self.acoustic_dir, self.vocoder_dir = Path(acoustic), Path(vocoder)
         # Runners start from float32 weights (cuda casts what it runs in half; onnx is float32).
         load_dtype = self.dtype if self.backend == "eager" else torch.float32
-        # nn.Modules of the roles' interfaces (generate_mel, mel_to_audio), checked by role
+        # the loaded nn.Modules, checked by role; the stages run their graphs
         self.acoustic: Any
         self.vocoder: Any
         self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic", load_dtype)
@@ -80,17 +81,14 @@ class TTS:
         self.acoustic_info.mel.check_matches(self.vocoder_info.mel)
         self.mel = self.vocoder_info.mel
         self.text = TextProcessor.from_meta(self.acoustic_info.meta)
-        self._denoiser: torch.nn.Module | None = None
-        self.stages: TTSStages | None = None  # None: eager calls the modules directly
-        if self.backend != "eager":
-            self.stages = TTSStages(
-                self.backend,
-                self.device,
-                precision,
-                (self.acoustic, self.acoustic_info, acoustic),
-                (self.vocoder, self.vocoder_info, vocoder),
-                buckets,
-            )
+        self.stages = TTSStages(
+            self.backend,
+            self.device,
+            precision,
+            (self.acoustic, self.acoustic_info, acoustic),
+            (self.vocoder, self.vocoder_info, vocoder),
+            buckets,
+        )
 
     def _load(
         self, model_dir: str | Path, role: str, dtype: torch.dtype
@@ -103,14 +101,6 @@ class TTS:
     @property
     def sampling_rate(self) -> int:
         return self.mel.sampling_rate
-
-    def denoiser(self) -> torch.nn.Module:
-        """Built on first use: its bias spectrum comes from running the vocoder on a zero mel."""
-        if self._denoiser is None:
-            from speechrt.models.denoiser import Denoiser
-
-            self._denoiser = Denoiser.from_vocoder(self.vocoder, self.mel).to(self.device)
-        return self._denoiser
 
     # -- stages --------------------------------------------------------------------------------
 
@@ -153,29 +143,20 @@ class TTS:
         options: SynthesisOptions,
         seeds: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids (B, L), lengths (B,) -> mel (B, n_mels, T), mel_lengths (B,)"""
-        if self.stages is not None:
-            return self.stages.acoustic(ids, lengths, options, seeds)
-        return self.acoustic.generate_mel(ids, lengths, options, seeds)
+        """ids (B, L), lengths (B,) -> mel (B, n_mels, T) float32, mel_lengths (B,)"""
+        return self.stages.acoustic(ids, lengths, options, seeds)
 
     def mel_to_audio(
         self, mel: torch.Tensor, mel_lengths: torch.Tensor, options: SynthesisOptions, seeds
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """mel (B, n_mels, T) -> audio (B, S) float32, audio_lengths (B,)"""
-        if self.stages is not None:
-            return self.stages.vocoder(mel, mel_lengths, options, seeds)
-        audio, audio_lengths = self.vocoder.mel_to_audio(
-            mel.to(self.dtype), mel_lengths, options, seeds
-        )
-        return audio.float(), audio_lengths
+        return self.stages.vocoder(mel, mel_lengths, options, seeds)
 
     def denoise(
         self, audio: torch.Tensor, audio_lengths: torch.Tensor, strength: float
     ) -> torch.Tensor:
         """audio (B, S) -> audio (B, S) with the vocoder's bias spectrum subtracted."""
-        if self.stages is not None:
-            return self.stages.denoiser(audio, audio_lengths, strength)
-        return self.denoiser()(audio, strength, audio_lengths)
+        return self.stages.denoiser(audio, audio_lengths, strength)
 
     @staticmethod
     def to_numpy(audio: torch.Tensor, audio_lengths: torch.Tensor) -> list[np.ndarray]:

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from speechrt.device import batch_invariant
 from speechrt.models.fastpitch import (
     LJ_PITCH_STD,
     MAX_DURATION,
@@ -144,12 +145,16 @@ class FastPitchGraph(nn.Module):
     def stack(
         fft: FFTransformer, x: Tensor, mask: Tensor, inside: Tensor, conditioning: Tensor | int = 0
     ) -> Tensor:
-        """FFTransformer.forward on embedded input x (B, T, D), positions computed in float32."""
+        """FFTransformer.forward on embedded input x (B, T, D), positions computed in float32.
+
+        In batch-invariant mode (speechrt.device, eager CPU only) each item attends over its own
+        length, as FFTransformer does; traced and compiled graphs never run in that mode."""
         keep = mask[:, :, None].to(x.dtype)
         x = x + positions(x.shape[1], fft.pos_emb.inv_freq, x.dtype)[None] * keep + conditioning
         inside_ = inside[:, None, :].to(x.dtype)
+        lengths = inside.sum(1).tolist() if batch_invariant() and x.shape[0] > 1 else None
         for layer in fft.layers:
-            x = layer(x, mask, keep, inside_)
+            x = layer(x, mask, keep, inside_, lengths)
         return x
 
     def forward(
