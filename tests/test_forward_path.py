@@ -82,3 +82,16 @@ def test_patching_fastpitch_decode_changes_v1_speech_and_v2_fastpitch(client, mo
         np.testing.assert_array_equal(after_v2[name], before_v2[name])
     assert after_v1.shape == before_v1.shape  # same durations: the same number of samples
     assert np.abs(after_v1 - before_v1).max() > 100
+
+
+def test_eager_components_run_the_pipelines_runners(tiny_voice, tiny_asr) -> None:
+    """One runner per graph: each eager /v2 component model runs the pipeline's own runner."""
+    from speechrt.asr import ASR
+
+    tts, asr = TTS(*tiny_voice, device="cpu"), ASR(tiny_asr, device="cpu")
+    server = Server(tts, asr)
+    assert set(tts.runners()) == {"fastpitch", "hifigan", "denoiser"}
+    assert server.engines["fastpitch"].adapter.runner is tts.stages.acoustic.runner
+    assert server.engines["hifigan"].adapter.runner is tts.stages.vocoder.runner
+    assert server.engines["hifigan.denoiser"].adapter.runner is tts.stages.denoiser.runner
+    assert server.engines["quartznet"].adapter.runner is asr.runner

@@ -28,6 +28,7 @@ from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import SpeechRTError
 from speechrt.lm import NGramLM
 from speechrt.repo import load_component
+from speechrt.runtime.base import Runner
 
 AudioInput = np.ndarray | str | Path | bytes
 DECODERS = ("auto", "greedy", "beam")
@@ -164,9 +165,13 @@ class ASR:
         from speechrt.runtime.stages import make_runner
 
         # every backend runs the model's graph (eager calls the wrapper as-is)
-        self.runner = make_runner(
+        self.runner: Runner = make_runner(
             "jasper", self.model, self.info, self.backend, self.device, precision, model_dir
         )
+
+    def runners(self) -> dict[str, Runner]:
+        """{graph name: runner}: the one graph it runs (the /v2 component model shares it)."""
+        return {self.runner.contract.name: self.runner}
 
     def _decoder(
         self,

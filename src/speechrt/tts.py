@@ -18,6 +18,7 @@ from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo, load_component
+from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.stages import TTSStages
 
@@ -97,6 +98,11 @@ class TTS:
         if getattr(model, "role", None) != role:
             raise SpeechRTError(f"{model_dir}: a {info.kind} model is not an {role} model")
         return model, info
+
+    def runners(self) -> dict[str, Runner]:
+        """{graph name: runner} of every graph its stages run (the /v2 component models share
+        them: one copy of each graph, whatever the route)."""
+        return self.stages.runners()
 
     @property
     def sampling_rate(self) -> int:

@@ -198,6 +198,11 @@ class Tacotron2Stage:
         keep = torch.arange(t_out, device=device)[None, None, :] < out_lengths[:, None, None]
         return mel[:, :, :t_out] * keep, out_lengths
 
+    def runners(self) -> list[Runner]:
+        """The runners it holds (the cuda loop compiles its own decoder step)."""
+        step = [self.loop.step] if isinstance(self.loop, StepLoop) else []
+        return [self.encoder, *step, self.postnet]
+
 
 def tacotron2_stage(
     dims: Tacotron2Dims,

@@ -6,13 +6,16 @@ ONNX export traces it: the model modules themselves are never patched.
 
 Each graph module defines `build(model, info) -> nn.Module` and
 `example(graph, batch, length, seed) -> feeds` (valid random inputs whose main dynamic axis is
-`length` long). EXPORTERS says which torch.onnx exporter writes each graph.
+`length` long); a component whose pipeline stage is more than one graph call per batch (a decoder
+loop, noise drawn per item) also defines `stage(parts)` (speechrt.runtime.stages.StageParts).
+EXPORTERS says which torch.onnx exporter writes each graph.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from types import ModuleType
 
 from torch import Tensor, nn
 
@@ -38,14 +41,25 @@ MODULES: dict[str, tuple[str, str]] = {
 EXPORTERS: dict[str, str] = {graph: "torchscript" for graph in MODULES}
 
 
-def _function(graph: str, what: str) -> Callable:
+def _module(graph: str) -> tuple[ModuleType, str]:
     try:
         module, suffix = MODULES[graph]
     except KeyError:
         raise SpeechRTError(
             f"no graph wrapper for {graph!r}; known: {', '.join(MODULES)}"
         ) from None
-    return getattr(importlib.import_module(module), what + suffix)
+    return importlib.import_module(module), suffix
+
+
+def _function(graph: str, what: str) -> Callable:
+    module, suffix = _module(graph)
+    return getattr(module, what + suffix)
+
+
+def stage_builder(graph: str) -> Callable | None:
+    """The `stage(parts)` function of `graph`'s module (speechrt.runtime.stages.StageParts ->
+    the component's pipeline stage), or None where the plain stage serves."""
+    return getattr(_module(graph)[0], "stage", None)
 
 
 def build_graph(graph: str, model: nn.Module, info: ComponentInfo | None) -> nn.Module:
