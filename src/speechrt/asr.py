@@ -28,6 +28,7 @@ from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import SpeechRTError
 from speechrt.lm import NGramLM
 from speechrt.repo import load_component
+from speechrt.runtime.base import Runner
 
 AudioInput = np.ndarray | str | Path | bytes
 DECODERS = ("auto", "greedy", "beam")
@@ -161,13 +162,16 @@ class ASR:
         self.window, self.overlap, self.seed = window, overlap, seed
         self.decode_padding = decode_padding
         self._frames_cache: dict[int, int] = {}  # input frames -> output frames
-        self.runner = None  # eager calls the module directly
-        if self.backend != "eager":
-            from speechrt.runtime.stages import make_runner
+        from speechrt.runtime.stages import make_runner
 
-            self.runner = make_runner(
-                "jasper", self.model, self.info, self.backend, self.device, precision, model_dir
-            )
+        # every backend runs the model's graph (eager calls the wrapper as-is)
+        self.runner: Runner = make_runner(
+            "jasper", self.model, self.info, self.backend, self.device, precision, model_dir
+        )
+
+    def runners(self) -> dict[str, Runner]:
+        """{graph name: runner}: the one graph it runs (the /v2 component model shares it)."""
+        return {self.runner.contract.name: self.runner}
 
     def _decoder(
         self,
@@ -278,11 +282,8 @@ class ASR:
         self, feats: torch.Tensor, lengths: torch.Tensor, samples: list[int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """features (B, F, T) -> log-probs (B, T', V) and frames to decode per window (B,)."""
-        if self.runner is not None:
-            out = self.runner.run({"features": feats.float(), "feature_lengths": lengths})
-            log_probs, out_lengths = out["log_probs"], out["log_prob_lengths"]
-        else:
-            log_probs, out_lengths = self.model(feats.to(self.dtype), lengths)
+        out = self.runner.run({"features": feats.float(), "feature_lengths": lengths})
+        log_probs, out_lengths = out["log_probs"], out["log_prob_lengths"]
         if self.decode_padding:
             padded = [self.features.padded_frames(n) + self.pad_leading for n in samples]
             frames = [self._output_frames(n) for n in padded]

@@ -81,8 +81,9 @@ def set_batch_invariant(on: bool = True) -> None:
     """Batch-invariant mode for eager CPU inference: an item's output is bitwise the same whether
     it runs alone or batched, at any position, with any batch-mates and any padded length.
 
-    It turns oneDNN off (its convolutions pick kernels by batch shape), makes FastPitch attend
-    over each item's own length (the padded length would otherwise enter the attention sums) and
+    It turns oneDNN off (its convolutions pick kernels by batch shape), makes FastPitch graphs
+    built while it is on attend over each item's own length (the padded length would otherwise
+    enter the attention sums; runtime/graphs/fastpitch.py passes the switch to the model) and
     asks MKL for strict conditional numerical reproducibility, under which its matrix products
     sum every output in an order that does not depend on the matrix shape. MKL reads MKL_CBWR once,
     at its first operation, so call this before the process runs any model (the server does), or

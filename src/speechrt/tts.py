@@ -18,8 +18,9 @@ from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo, load_component
+from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.stages import CPU_CHUNK_FRAMES, TTSStages, vocode_in_chunks
+from speechrt.runtime.stages import TTSStages
 
 MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces of at most this
 # ... and a piece whose normalised form is longer ("12345" reads as 40 symbols) is cut at spaces
@@ -56,7 +57,8 @@ class TTS:
         buckets: Buckets | None = None,
     ) -> None:
         """Model directories (neither: the bundled default voice, speechrt.defaults);
-        `backend`: eager (the modules themselves), cuda, onnx or auto (speechrt.runtime)."""
+        `backend`: eager, cuda, onnx or auto (speechrt.runtime). Every backend runs the same
+        stages over the components' graphs (speechrt.runtime.graphs); eager calls them as-is."""
         from speechrt.defaults import voice_dirs
         from speechrt.runtime import resolve_backend
         from speechrt.text import TextProcessor
@@ -70,7 +72,7 @@ class TTS:
         self.acoustic_dir, self.vocoder_dir = Path(acoustic), Path(vocoder)
         # Runners start from float32 weights (cuda casts what it runs in half; onnx is float32).
         load_dtype = self.dtype if self.backend == "eager" else torch.float32
-        # nn.Modules of the roles' interfaces (generate_mel, mel_to_audio), checked by role
+        # the loaded nn.Modules, checked by role; the stages run their graphs
         self.acoustic: Any
         self.vocoder: Any
         self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic", load_dtype)
@@ -80,17 +82,14 @@ class TTS:
         self.acoustic_info.mel.check_matches(self.vocoder_info.mel)
         self.mel = self.vocoder_info.mel
         self.text = TextProcessor.from_meta(self.acoustic_info.meta)
-        self._denoiser: torch.nn.Module | None = None
-        self.stages: TTSStages | None = None  # None: eager calls the modules directly
-        if self.backend != "eager":
-            self.stages = TTSStages(
-                self.backend,
-                self.device,
-                precision,
-                (self.acoustic, self.acoustic_info, acoustic),
-                (self.vocoder, self.vocoder_info, vocoder),
-                buckets,
-            )
+        self.stages = TTSStages(
+            self.backend,
+            self.device,
+            precision,
+            (self.acoustic, self.acoustic_info, acoustic),
+            (self.vocoder, self.vocoder_info, vocoder),
+            buckets,
+        )
 
     def _load(
         self, model_dir: str | Path, role: str, dtype: torch.dtype
@@ -100,17 +99,14 @@ class TTS:
             raise SpeechRTError(f"{model_dir}: a {info.kind} model is not an {role} model")
         return model, info
 
+    def runners(self) -> dict[str, Runner]:
+        """{graph name: runner} of every graph its stages run (the /v2 component models share
+        them: one copy of each graph, whatever the route)."""
+        return self.stages.runners()
+
     @property
     def sampling_rate(self) -> int:
         return self.mel.sampling_rate
-
-    def denoiser(self) -> torch.nn.Module:
-        """Built on first use: its bias spectrum comes from running the vocoder on a zero mel."""
-        if self._denoiser is None:
-            from speechrt.models.denoiser import Denoiser
-
-            self._denoiser = Denoiser.from_vocoder(self.vocoder, self.mel).to(self.device)
-        return self._denoiser
 
     # -- stages --------------------------------------------------------------------------------
 
@@ -153,37 +149,20 @@ class TTS:
         options: SynthesisOptions,
         seeds: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids (B, L), lengths (B,) -> mel (B, n_mels, T), mel_lengths (B,)"""
-        if self.stages is not None:
-            return self.stages.acoustic(ids, lengths, options, seeds)
-        return self.acoustic.generate_mel(ids, lengths, options, seeds)
+        """ids (B, L), lengths (B,) -> mel (B, n_mels, T) float32, mel_lengths (B,)"""
+        return self.stages.acoustic(ids, lengths, options, seeds)
 
     def mel_to_audio(
         self, mel: torch.Tensor, mel_lengths: torch.Tensor, options: SynthesisOptions, seeds
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """mel (B, n_mels, T) -> audio (B, S) float32, audio_lengths (B,)"""
-        if self.stages is not None:
-            return self.stages.vocoder(mel, mel_lengths, options, seeds)
-        if self.vocoder_info.kind == "waveglow":  # its noise is drawn per call: never chunked
-            audio, audio_lengths = self.vocoder.mel_to_audio(
-                mel.to(self.dtype), mel_lengths, options, seeds
-            )
-            return audio.float(), audio_lengths
-
-        def vocode(m: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            audio, audio_lengths = self.vocoder.mel_to_audio(m.to(self.dtype), n, options, seeds)
-            return audio.float(), audio_lengths
-
-        chunk = CPU_CHUNK_FRAMES if self.device.type == "cpu" else None
-        return vocode_in_chunks(vocode, mel, mel_lengths, self.vocoder.dims.hop_length, chunk)
+        return self.stages.vocoder(mel, mel_lengths, options, seeds)
 
     def denoise(
         self, audio: torch.Tensor, audio_lengths: torch.Tensor, strength: float
     ) -> torch.Tensor:
         """audio (B, S) -> audio (B, S) with the vocoder's bias spectrum subtracted."""
-        if self.stages is not None:
-            return self.stages.denoiser(audio, audio_lengths, strength)
-        return self.denoiser()(audio, strength, audio_lengths)
+        return self.stages.denoiser(audio, audio_lengths, strength)
 
     @staticmethod
     def to_numpy(audio: torch.Tensor, audio_lengths: torch.Tensor) -> list[np.ndarray]:

@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechrt.device import batch_invariant
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 
@@ -231,18 +230,24 @@ class FFTransformer(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, mask: Tensor, inside: Tensor, conditioning: Tensor | int = 0
+        self,
+        x: Tensor,
+        mask: Tensor,
+        inside: Tensor,
+        conditioning: Tensor | int = 0,
+        batch_invariant: bool = False,
     ) -> Tensor:
         """x (B, T) ids (encoder) or (B, T, D) frames (decoder) -> (B, T, D).
 
         mask (B, T) bool: DLE's mask (the encoder's excludes pad ids); inside (B, T): within item.
+        batch_invariant: each item attends over its own length (see speechrt.device).
         """
         if self.word_emb is not None:
             x = self.word_emb(x)
         keep = mask[:, :, None].to(x.dtype)
         x = x + self.pos_emb(x.size(1), x.dtype)[None] * keep + conditioning
         inside_ = inside[:, None, :].to(x.dtype)
-        lengths = inside.sum(1).tolist() if batch_invariant() and x.size(0) > 1 else None
+        lengths = inside.sum(1).tolist() if batch_invariant and x.size(0) > 1 else None
         for layer in self.layers:
             x = layer(x, mask, keep, inside_, lengths)
         return x
@@ -330,11 +335,13 @@ class FastPitch(nn.Module):
         lengths: Tensor,
         options: SynthesisOptions | None = None,
         max_frames: int = MAX_FRAMES,
+        batch_invariant: bool = False,
     ) -> FastPitchOutput:
         """ids (B, L) right-padded symbol ids, lengths (B,) -> FastPitchOutput.
 
         Uses options.pace, .speaker (one for the batch, as DLE) and the pitch transforms, which
         compose in DLE's CLI order: flatten (x0), amplify (x pitch_scale), shift (+ Hz / std).
+        `batch_invariant`: each item attends over its own length (see speechrt.device).
         """
         opt = options or SynthesisOptions()
         self._check_inputs(ids, lengths)
@@ -350,7 +357,7 @@ class FastPitch(nn.Module):
 
         inside_bl = lengths_mask(lengths, L)  # (B, L)
         sym_mask = inside_bl & (ids != self.dims.padding_idx)  # DLE's mask: ids != pad
-        enc = self.encoder(ids, sym_mask, inside_bl, conditioning)  # (B, L, D)
+        enc = self.encoder(ids, sym_mask, inside_bl, conditioning, batch_invariant)  # (B, L, D)
         dtype = enc.dtype
         mask = sym_mask[:, :, None].to(dtype)  # (B, L, 1)
         inside = inside_bl[:, None, :].to(dtype)  # (B, 1, L)
@@ -376,7 +383,7 @@ class FastPitch(nn.Module):
 
         frames, mel_lengths = regulate_length(durations, enc, opt.pace, max_frames)
         frames_mask = lengths_mask(mel_lengths, frames.size(1))
-        dec = self.decoder(frames, frames_mask, frames_mask)
+        dec = self.decoder(frames, frames_mask, frames_mask, 0, batch_invariant)
         mel = self.proj(dec).permute(0, 2, 1)  # (B, n_mels, T)
         return FastPitchOutput(mel, mel_lengths, durations, pitch, energy)
 

@@ -8,8 +8,9 @@ onnx runner works on numpy; `TorchOnnx` adapts it (one host copy in, one out, pe
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -21,9 +22,6 @@ from speechrt.registry import contract, graphs_of
 from speechrt.repo import ComponentInfo
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
-
-if TYPE_CHECKING:
-    from speechrt.models.waveglow import WaveGlow
 
 
 class TorchOnnx:
@@ -118,6 +116,9 @@ class AcousticStage:
         out = self.runner.run(acoustic_feeds(names, ids, lengths, options, seeds))
         return out["mel"], out["mel_lengths"]
 
+    def runners(self) -> list[Runner]:
+        return [self.runner]
+
 
 # HiFi-GAN's receptive field reaches about 14 mel frames either side of a frame (V1: conv_pre 3,
 # the first stage's widest resblock 60 samples at 8 per frame = 7.5, the rest ~3); a chunk
@@ -131,7 +132,6 @@ def vocode_in_chunks(
     vocode: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
     mel: Tensor,
     mel_lengths: Tensor,
-    hop: int,
     chunk_frames: int | None,
 ) -> tuple[Tensor, Tensor]:
     """vocode(mel (B, n_mels, t), lengths (B,)) -> (audio (B, t * hop), lengths), over chunks.
@@ -149,6 +149,7 @@ def vocode_in_chunks(
         s, e = max(0, a - CHUNK_CONTEXT), min(T, b + CHUNK_CONTEXT)
         # an item that ends before this chunk gets 1 frame here; its audio is cut below
         audio, _ = vocode(mel[:, :, s:e], (mel_lengths - s).clamp(1, e - s))
+        hop = audio.shape[1] // (e - s)  # audio samples per mel frame
         pieces.append(audio[:, (a - s) * hop : (b - s) * hop])
     audio = torch.cat(pieces, 1)  # (B, T * hop)
     audio_lengths = mel_lengths.to(audio.device) * hop
@@ -160,38 +161,20 @@ class VocoderStage:
     """mel (B, n_mels, T), mel_lengths (B,) -> audio (B, S) float32, audio_lengths (B,);
     in chunks of `chunk_frames` (vocode_in_chunks) when given."""
 
-    def __init__(self, runner: Runner, hop: int, chunk_frames: int | None = None) -> None:
-        self.runner, self.hop, self.chunk_frames = runner, hop, chunk_frames
+    def __init__(self, runner: Runner, chunk_frames: int | None = None) -> None:
+        self.runner, self.chunk_frames = runner, chunk_frames
 
     def __call__(
         self, mel: Tensor, mel_lengths: Tensor, options: SynthesisOptions, seeds: Tensor
     ) -> tuple[Tensor, Tensor]:
-        return vocode_in_chunks(self.vocode, mel, mel_lengths, self.hop, self.chunk_frames)
+        return vocode_in_chunks(self.vocode, mel, mel_lengths, self.chunk_frames)
 
     def vocode(self, mel: Tensor, mel_lengths: Tensor) -> tuple[Tensor, Tensor]:
         out = self.runner.run({"mel": mel.float(), "mel_lengths": mel_lengths})
         return out["audio"], out["audio_lengths"]
 
-
-class WaveGlowStage:
-    """WaveGlow: the latent noise is drawn per item from its seed on the CPU, as
-    WaveGlow.mel_to_audio draws it, and handed to the graph as `z`."""
-
-    def __init__(self, runner: Runner, model: WaveGlow) -> None:
-        self.runner, self.model = runner, model
-
-    def __call__(
-        self, mel: Tensor, mel_lengths: Tensor, options: SynthesisOptions, seeds: Tensor | None
-    ) -> tuple[Tensor, Tensor]:
-        from speechrt.runtime.graphs.waveglow import noise
-
-        B, _, T = mel.shape
-        seed_list = [options.seed + i for i in range(B)] if seeds is None else seeds.tolist()
-        sigma = self.model.default_sigma if options.sigma is None else options.sigma
-        z = noise(self.model, mel_lengths.cpu(), T, seed_list, sigma).to(mel.device)
-        feeds = {"mel": mel.float(), "mel_lengths": mel_lengths, "z": z}
-        out = self.runner.run(feeds | {"sigma": torch.full((B,), sigma, device=mel.device)})
-        return out["audio"], out["audio_lengths"]
+    def runners(self) -> list[Runner]:
+        return [self.runner]
 
 
 class DenoiserStage:
@@ -208,6 +191,24 @@ class DenoiserStage:
             "strength": torch.full((B,), float(strength), device=audio.device),
         }
         return self.runner.run(feeds)["denoised"]
+
+    def runners(self) -> list[Runner]:
+        return [self.runner]
+
+
+@dataclass(frozen=True)
+class StageParts:
+    """What a component's pipeline stage is built from. An architecture whose stage is not the
+    plain one (a runner per graph call) gives its graph module a `stage(parts)` function."""
+
+    model: nn.Module
+    info: ComponentInfo
+    graphs: list[str]  # the component's graphs (speechrt.contracts.graphs_of), in order
+    runner: Callable[[str], Runner]  # graph name -> its runner on the pipeline's backend
+    backend: str
+    device: torch.device
+    buckets: Buckets | None
+    compile_mode: str | None
 
 
 class TTSStages:
@@ -226,37 +227,43 @@ class TTSStages:
         self.backend, self.device, self.precision = backend, device, precision
         self.buckets, self.compile_mode = buckets, compile_mode
         self._vocoder = vocoder
-        a_model, a_info, _ = acoustic
-        a_graphs = list(graphs_of(a_info.kind))
-        if a_info.kind == "tacotron2":
-            from speechrt.models.tacotron2 import Tacotron2
-            from speechrt.runtime.tacotron2 import tacotron2_stage
-
-            assert isinstance(a_model, Tacotron2)
-
-            on_cuda = backend == "cuda"  # its loop compiles the decoder step itself
-            runners = [None if on_cuda and "decoder" in g else self._runner(g, *acoustic)
-                       for g in a_graphs]  # fmt: skip
-            self.acoustic: Any = tacotron2_stage(
-                a_model.dims, runners, backend, a_model.decoder, device, buckets, compile_mode
-            )
-        else:
-            runner = self._runner(a_graphs[0], *acoustic)
-            self.acoustic = AcousticStage(runner, int(a_info.dims.get("n_speakers", 1)))
-        v_model, v_info, _ = vocoder
-        v_runner = self._runner(next(iter(graphs_of(v_info.kind))), *vocoder)
-        if v_info.kind == "waveglow":
-            from speechrt.models.waveglow import WaveGlow
-
-            assert isinstance(v_model, WaveGlow)
-            self.vocoder: Any = WaveGlowStage(v_runner, v_model)
-        else:
-            from speechrt.models.hifigan import HiFiGAN
-
-            assert isinstance(v_model, HiFiGAN)
-            chunk = CPU_CHUNK_FRAMES if device.type == "cpu" else None
-            self.vocoder = VocoderStage(v_runner, v_model.dims.hop_length, chunk)
+        # an architecture's own stage (Tacotron 2's decoder loop, WaveGlow's noise), else the
+        # plain one: one run of the component's graph per call
+        a_info, v_info = acoustic[1], vocoder[1]
+        self.acoustic: Any = self._stage(*acoustic) or AcousticStage(
+            self._runner(next(iter(graphs_of(a_info.kind))), *acoustic),
+            int(a_info.dims.get("n_speakers", 1)),
+        )
+        chunk = CPU_CHUNK_FRAMES if device.type == "cpu" else None
+        self.vocoder: Any = self._stage(*vocoder) or VocoderStage(
+            self._runner(next(iter(graphs_of(v_info.kind))), *vocoder), chunk
+        )
         self._denoiser: DenoiserStage | None = None
+
+    def _stage(self, model: nn.Module, info: ComponentInfo, model_dir: str | Path) -> Any:
+        """The architecture's own stage, where its graph module defines one (else None)."""
+        from speechrt.runtime.graphs import stage_builder
+
+        graphs = list(graphs_of(info.kind))
+        build = stage_builder(graphs[0])
+        if build is None:
+            return None
+        parts = StageParts(
+            model,
+            info,
+            graphs,
+            lambda graph: self._runner(graph, model, info, model_dir),
+            self.backend,
+            self.device,
+            self.buckets,
+            self.compile_mode,
+        )
+        return build(parts)
+
+    def runners(self) -> dict[str, Runner]:
+        """{graph name: runner} of every runner the stages hold (the denoiser's built now)."""
+        found = [*self.acoustic.runners(), *self.vocoder.runners(), *self.denoiser.runners()]
+        return {r.contract.name: r for r in found}
 
     def _runner(
         self, graph: str, model: nn.Module, info: ComponentInfo, model_dir: str | Path

@@ -6,11 +6,12 @@ length k - 1, and the loop ends when every item has stopped or at max_decoder_st
 stopped keep being computed until the batch ends (no re-batching): batch independence makes that
 harmless, and static shapes are what CUDA graphs need.
 
-`StepLoop` runs one decoder-step runner per step (eager graphs, onnx) and reads the gates every
-step. `CudaStepLoop` compiles `k` decoder steps into one function at bucketed static shapes
-(batch, symbols) and replays it as a CUDA graph, reading the gates back once per k steps; the
-decoder and encoder stay float32 (an autoregressive loop with a stop gate amplifies rounding), the
-postnet runs in the requested precision.
+One loop, `decoder_loop`, runs k decoder steps per call of a step callable and reads the gates
+once per call. `RunnerSteps` gives it one step per call through the decoder-step runner (eager
+graphs, onnx: k = 1). `CudaSteps` compiles `k` decoder steps into one function at bucketed static
+shapes (batch, symbols) and replays it as a CUDA graph; the decoder and encoder stay float32 (an
+autoregressive loop with a stop gate amplifies rounding), the postnet runs in the requested
+precision.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -47,45 +49,73 @@ def initial_state(d: Tacotron2Dims, memory: Tensor) -> dict[str, Tensor]:
     return {**{n: z(b, s) for n, s in zip(STATE, sizes, strict=False)}, STATE[-1]: z(b, e)}
 
 
-class StepLoop:
-    """Runs the decoder-step runner once per step; the gate is read every step."""
+# k decoder steps over one batch's encoding: (frame (B, n_mels), state, prenet masks
+# (B, k, 2, P)) -> frames (B, n_mels, k), gate logits (B, k), last frame, state
+Steps = Callable[
+    [Tensor, tuple[Tensor, ...], Tensor], tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]
+]
+
+
+def decoder_loop(
+    steps: Steps,
+    k: int,
+    frame: Tensor,
+    state: tuple[Tensor, ...],
+    masks: _PrenetMasks,
+    n_items: int,
+    max_steps: int,
+    gate_threshold: float,
+) -> tuple[Tensor, list[int]]:
+    """The decoder loop, k steps per call of `steps` (k divides MASK_CHUNK); the gates are read
+    once per call. Rows past n_items (batch padding) are dropped.
+
+    -> frames (n_items, n_mels, steps run), the first step each item's gate fired (-1: never).
+    """
+    items = list(range(n_items))
+    chunks, fired = [], [-1] * n_items
+    for start in range(0, max_steps, k):
+        at = start % MASK_CHUNK
+        if at == 0:
+            masks.next(start, items)  # draws the next MASK_CHUNK steps for every item
+        frames, gates, frame, state = steps(frame, state, masks.chunk[:, at : at + k])
+        chunks.append(frames[:n_items])
+        stop = (torch.sigmoid(gates[:n_items].float()) > gate_threshold).cpu()
+        for i, j in stop.nonzero().tolist():  # row-major: an item's first step comes first
+            if fired[i] < 0 and start + j < max_steps:
+                fired[i] = start + j
+        if min(fired) >= 0:
+            break
+    return torch.cat(chunks, 2)[:, :, :max_steps], fired
+
+
+class RunnerSteps:
+    """One decoder step per call, through the decoder-step graph's runner (eager, onnx)."""
+
+    k = 1
 
     def __init__(self, step: Runner) -> None:
         self.step = step
 
-    def run(
-        self,
-        d: Tacotron2Dims,
-        memory: Tensor,
-        processed: Tensor,
-        mask: Tensor,
-        masks: _PrenetMasks,
-        max_steps: int,
-    ) -> tuple[Tensor, list[int]]:
-        """-> frames (B, n_mels, steps run), the first step each item's gate fired (-1: never)."""
-        b = memory.shape[0]
-        items = list(range(b))
-        state = initial_state(d, memory)
-        frame = memory.new_zeros(b, d.n_mel_channels)
-        frames, fired = [], [-1] * b
-        for step in range(max_steps):
-            feeds = {"decoder_input": frame, **state, "memory": memory}
-            feeds |= {"processed_memory": processed, "mask": mask}
-            out = self.step.run(feeds | {"prenet_masks": masks.next(step, items)})
+    def bind(
+        self, d: Tacotron2Dims, memory: Tensor, processed: Tensor, mask: Tensor
+    ) -> tuple[Steps, Tensor, tuple[Tensor, ...]]:
+        """The step callable over this batch's encoding, its first frame and state."""
+        fixed = {"memory": memory, "processed_memory": processed, "mask": mask}
+
+        def steps(frame: Tensor, state: tuple[Tensor, ...], masks: Tensor) -> Any:
+            feeds = {"decoder_input": frame, **dict(zip(STATE, state, strict=True)), **fixed}
+            out = self.step.run(feeds | {"prenet_masks": masks[:, 0]})
             frame = out["decoder_output"]
-            state = {n: out["out_" + n] for n in STATE}
-            frames.append(frame)
-            stop = (torch.sigmoid(out["gate_prediction"].float()) > d.gate_threshold)[:, 0]
-            for i in stop.nonzero()[:, 0].tolist():
-                if fired[i] < 0:
-                    fired[i] = step
-            if min(fired) >= 0:
-                break
-        return torch.stack(frames, 2), fired
+            state = tuple(out["out_" + n] for n in STATE)
+            return frame[:, :, None], out["gate_prediction"], frame, state
+
+        first = memory.new_zeros(memory.shape[0], d.n_mel_channels)
+        return steps, first, tuple(initial_state(d, memory).values())
 
 
-class CudaStepLoop:
-    """k decoder steps per compiled, CUDA-graph-replayed call; gates read once per k steps."""
+class CudaSteps:
+    """k decoder steps per compiled, CUDA-graph-replayed call at bucketed static shapes
+    (batch, symbols); the decoder stays float32."""
 
     def __init__(
         self,
@@ -115,51 +145,36 @@ class CudaStepLoop:
             gates.append(out[1][:, 0])
         return torch.stack(frames, 2), torch.stack(gates, 1), frame, state
 
-    @torch.inference_mode()
-    def run(
-        self,
-        d: Tacotron2Dims,
-        memory: Tensor,
-        processed: Tensor,
-        mask: Tensor,
-        masks: _PrenetMasks,
-        max_steps: int,
-    ) -> tuple[Tensor, list[int]]:
+    def bind(
+        self, d: Tacotron2Dims, memory: Tensor, processed: Tensor, mask: Tensor
+    ) -> tuple[Steps, Tensor, tuple[Tensor, ...]]:
+        """The compiled steps over this batch's encoding padded to its buckets (rows past the
+        batch are padding), their first frame and state."""
         b, t = memory.shape[:2]
         bb, tb = self.buckets.size("batch", b), self.buckets.size("symbols", t)
         memory = pad_axis(pad_axis(memory, 0, bb, True), 1, tb, False)
         processed = pad_axis(pad_axis(processed, 0, bb, True), 1, tb, False)
         lengths = pad_axis((~mask).sum(1), 0, bb, True)
         mask = ~(torch.arange(tb, device=self.device)[None, :] < lengths[:, None])
-        state = tuple(initial_state(d, memory).values())
-        frame = memory.new_zeros(bb, d.n_mel_channels)
-        items = list(range(b))
-        chunks, fired = [], [-1] * b
-        for start in range(0, max_steps, self.k):
-            if start % MASK_CHUNK == 0:
-                masks.next(start, items)  # draws the next MASK_CHUNK steps for every item
-            block = masks.chunk[:, start % MASK_CHUNK : start % MASK_CHUNK + self.k]
-            block = pad_axis(block.to(self.device, torch.float32), 0, bb, True)
+
+        @torch.inference_mode()
+        def steps(frame: Tensor, state: tuple[Tensor, ...], masks: Tensor) -> Any:
+            block = pad_axis(masks.to(self.device, torch.float32), 0, bb, True)
             frames, gates, frame, state = self._steps(frame, state, memory, processed, mask, block)
-            chunks.append(frames[:b].clone())
-            frame, state = frame.clone(), tuple(s.clone() for s in state)
-            stop = (torch.sigmoid(gates[:b].float()) > d.gate_threshold).cpu()  # one read per k
-            for i, j in stop.nonzero().tolist():  # row-major: an item's first step comes first
-                if fired[i] < 0 and start + j < max_steps:
-                    fired[i] = start + j
-            if min(fired) >= 0:
-                break
-        frames = torch.cat(chunks, 2)[:, :, :max_steps]
-        return frames, fired
+            # a replayed CUDA graph overwrites its outputs: keep copies
+            return frames.clone(), gates.clone(), frame.clone(), tuple(s.clone() for s in state)
+
+        first = memory.new_zeros(bb, d.n_mel_channels)
+        return steps, first, tuple(initial_state(d, memory).values())
 
 
 class Tacotron2Stage:
     """ids (B, L), lengths (B,) -> mel (B, n_mels, T), mel_lengths (B,): generate_mel's contract."""
 
     def __init__(
-        self, dims: Tacotron2Dims, encoder: Runner, loop: StepLoop | CudaStepLoop, postnet: Runner
+        self, dims: Tacotron2Dims, encoder: Runner, steps: RunnerSteps | CudaSteps, postnet: Runner
     ) -> None:
-        self.dims, self.encoder, self.loop, self.postnet = dims, encoder, loop, postnet
+        self.dims, self.encoder, self.steps, self.postnet = dims, encoder, steps, postnet
 
     def __call__(
         self, ids: Tensor, lengths: Tensor, options: SynthesisOptions, seeds: Tensor | None
@@ -176,7 +191,10 @@ class Tacotron2Stage:
         device = memory.device
         mask = ~(torch.arange(ids.shape[1], device=device)[None, :] < lengths.to(device)[:, None])
         masks = _PrenetMasks([int(s) for s in seed_list], d.prenet_dim, torch.float32, device)
-        frames, fired = self.loop.run(d, memory, processed, mask, masks, max_steps)
+        steps, frame, state = self.steps.bind(d, memory, processed, mask)
+        frames, fired = decoder_loop(
+            steps, self.steps.k, frame, state, masks, b, max_steps, d.gate_threshold
+        )
         n_frames = [f + 1 if f >= 0 else max_steps for f in fired]
         mel_lengths = [f if f >= 0 else max_steps for f in fired]
         for i, f in enumerate(fired):
@@ -198,6 +216,11 @@ class Tacotron2Stage:
         keep = torch.arange(t_out, device=device)[None, None, :] < out_lengths[:, None, None]
         return mel[:, :, :t_out] * keep, out_lengths
 
+    def runners(self) -> list[Runner]:
+        """The runners it holds (the cuda loop compiles its own decoder step)."""
+        step = [self.steps.step] if isinstance(self.steps, RunnerSteps) else []
+        return [self.encoder, *step, self.postnet]
+
 
 def tacotron2_stage(
     dims: Tacotron2Dims,
@@ -214,10 +237,10 @@ def tacotron2_stage(
     assert encoder is not None and postnet is not None
     if backend == "cuda":
         assert decoder is not None and device is not None
-        loop: StepLoop | CudaStepLoop = CudaStepLoop(
+        steps: RunnerSteps | CudaSteps = CudaSteps(
             decoder, device, buckets or Buckets(), compile_mode
         )
     else:
         assert step is not None
-        loop = StepLoop(step)
-    return Tacotron2Stage(dims, encoder, loop, postnet)
+        steps = RunnerSteps(step)
+    return Tacotron2Stage(dims, encoder, steps, postnet)

@@ -187,24 +187,11 @@ class Component(NamedTuple):
     info: Any
 
 
-def pipeline_runners(owner: Any) -> dict[str, Runner]:
-    """{graph: runner} of the runners a pipeline already holds (cuda and onnx backends; eager
-    calls its modules). Its component models share them: one onnxruntime session, one compiled
-    copy per graph, and everything runs on the server's one device thread."""
-    found: list[Any] = [getattr(owner, "runner", None)]  # ASR
-    stages = getattr(owner, "stages", None)  # TTS
-    if stages is not None:
-        loop = getattr(stages.acoustic, "loop", None)  # Tacotron 2's decoder-step loop
-        for stage in (stages.acoustic, stages.vocoder, loop):
-            found += [getattr(stage, a, None) for a in ("runner", "encoder", "postnet", "step")]
-        found.append(stages.denoiser.runner)  # built now: its component needs it anyway
-    return {r.contract.name: r for r in found if hasattr(r, "contract") and hasattr(r, "run")}
-
-
 def component_runners(tts: Any, asr: Any) -> list[Component]:
     """Every graph of the loaded components of a voice (speechrt.tts.TTS) and an ASR model
-    (speechrt.asr.ASR), each on its pipeline's backend (sharing the pipeline's runners where it
-    has them); stand-ins without them give none.
+    (speechrt.asr.ASR), each on its pipeline's backend, running the pipeline's own runners
+    (`runners()`): one onnxruntime session, one compiled copy per graph, whatever the route, and
+    everything runs on the server's one device thread. Stand-ins without components give none.
 
     A graph the backend cannot run (e.g. no ONNX file for the onnx backend) raises SpeechRTError
     here, at startup, naming the component.
@@ -225,7 +212,9 @@ def component_runners(tts: Any, asr: Any) -> list[Component]:
         backend = getattr(owner, "backend", "eager")
         precision = getattr(owner, "precision", "fp32")
         buckets = getattr(getattr(owner, "stages", None), "buckets", None)
-        shared = pipeline_runners(owner)
+        # a graph the pipeline holds no runner for (cuda Tacotron 2 compiles its decoder step
+        # into its loop) gets its own
+        shared = owner.runners()
         for name, graph in component_names(info.kind).items():
             try:
                 runner = shared.get(graph) or make_runner(

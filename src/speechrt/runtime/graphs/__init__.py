@@ -6,13 +6,16 @@ ONNX export traces it: the model modules themselves are never patched.
 
 Each graph module defines `build(model, info) -> nn.Module` and
 `example(graph, batch, length, seed) -> feeds` (valid random inputs whose main dynamic axis is
-`length` long). speechrt.registry names each graph's module and its torch.onnx exporter.
+`length` long); a component whose pipeline stage is more than one graph call per batch (a decoder
+loop, noise drawn per item) also defines `stage(parts)` (speechrt.runtime.stages.StageParts).
+speechrt.registry names each graph's module and its torch.onnx exporter.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from types import ModuleType
 
 from torch import Tensor, nn
 
@@ -20,9 +23,20 @@ from speechrt.registry import graph as registry_graph
 from speechrt.repo import ComponentInfo
 
 
-def _function(graph: str, what: str) -> Callable:
+def _module(graph: str) -> tuple[ModuleType, str]:
     module, _, suffix = registry_graph(graph).wrapper.partition(":")
-    return getattr(importlib.import_module(module), what + suffix)
+    return importlib.import_module(module), suffix
+
+
+def _function(graph: str, what: str) -> Callable:
+    module, suffix = _module(graph)
+    return getattr(module, what + suffix)
+
+
+def stage_builder(graph: str) -> Callable | None:
+    """The `stage(parts)` function of `graph`'s module (speechrt.runtime.stages.StageParts ->
+    the component's pipeline stage), or None where the plain stage serves."""
+    return getattr(_module(graph)[0], "stage", None)
 
 
 def build_graph(graph: str, model: nn.Module, info: ComponentInfo | None) -> nn.Module:

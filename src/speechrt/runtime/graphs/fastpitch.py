@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from speechrt.device import batch_invariant
 from speechrt.models.fastpitch import (
     LJ_PITCH_STD,
     MAX_DURATION,
@@ -56,9 +57,11 @@ class FastPitchGraph(nn.Module):
 
     max_frames = MAX_FRAMES  # the cuda runner refuses longer outputs, as FastPitch.infer does
 
-    def __init__(self, model: FastPitch) -> None:
+    def __init__(self, model: FastPitch, batch_invariant: bool = False) -> None:
         super().__init__()
         self.model = model
+        # each item attends over its own length (eager CPU only: a Python loop over the batch)
+        self.batch_invariant = batch_invariant
         # FastPitch._pitch_std, decided at build: the checkpoint's std, or LJSpeech's when it is 0
         self.lj_std = float(model.pitch_std[0]) == 0.0
 
@@ -140,16 +143,22 @@ class FastPitchGraph(nn.Module):
         out = (mel, mel_lengths, e.durations, e.pitch)
         return out if e.energy is None else (*out, e.energy)
 
-    @staticmethod
     def stack(
-        fft: FFTransformer, x: Tensor, mask: Tensor, inside: Tensor, conditioning: Tensor | int = 0
+        self,
+        fft: FFTransformer,
+        x: Tensor,
+        mask: Tensor,
+        inside: Tensor,
+        conditioning: Tensor | int = 0,
     ) -> Tensor:
         """FFTransformer.forward on embedded input x (B, T, D), positions computed in float32."""
         keep = mask[:, :, None].to(x.dtype)
         x = x + positions(x.shape[1], fft.pos_emb.inv_freq, x.dtype)[None] * keep + conditioning
         inside_ = inside[:, None, :].to(x.dtype)
+        per_item = self.batch_invariant and x.shape[0] > 1
+        lengths = inside.sum(1).tolist() if per_item else None
         for layer in fft.layers:
-            x = layer(x, mask, keep, inside_)
+            x = layer(x, mask, keep, inside_, lengths)
         return x
 
     def forward(
@@ -167,7 +176,9 @@ class FastPitchGraph(nn.Module):
 
 
 def build(model: FastPitch, info: object = None) -> FastPitchGraph:
-    return FastPitchGraph(model)
+    """The graph; built while batch-invariant mode is on (speechrt.device.set_batch_invariant,
+    eager CPU only), it attends per item."""
+    return FastPitchGraph(model, batch_invariant())
 
 
 def example(graph: FastPitchGraph, batch: int, length: int, seed: int = 0) -> dict[str, Tensor]:

@@ -10,11 +10,17 @@ pad_packed_sequence leaves them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechrt.models.tacotron2 import Tacotron2
+
+if TYPE_CHECKING:
+    from speechrt.runtime.stages import StageParts
+    from speechrt.runtime.tacotron2 import Tacotron2Stage
 
 
 def reverse_within(x: Tensor, lengths: Tensor) -> Tensor:
@@ -100,6 +106,26 @@ def example_encoder(graph: EncoderGraph, batch: int, length: int, seed: int = 0)
     ids = torch.randint(1, n_symbols, (batch, length), generator=g)
     ids = ids * (torch.arange(length)[None, :] < lengths[:, None])
     return {"sequences": ids, "sequence_lengths": lengths}
+
+
+def stage(parts: StageParts) -> Tacotron2Stage:
+    """encoder -> decoder-step loop -> postnet (speechrt.runtime.tacotron2); on cuda the loop
+    compiles the decoder step itself, so that graph gets no runner."""
+    from speechrt.runtime.tacotron2 import tacotron2_stage
+
+    model = parts.model
+    assert isinstance(model, Tacotron2)
+    on_cuda = parts.backend == "cuda"
+    runners = [None if on_cuda and "decoder" in g else parts.runner(g) for g in parts.graphs]
+    return tacotron2_stage(
+        model.dims,
+        runners,
+        parts.backend,
+        model.decoder,
+        parts.device,
+        parts.buckets,
+        parts.compile_mode,
+    )
 
 
 def example_decoder_step(graph: DecoderStepGraph, batch: int, length: int, seed: int = 0) -> dict:

@@ -8,10 +8,17 @@ from its seed with WaveGlow.item_noise (early channels already times sigma), as 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
 from speechrt.models.waveglow import WaveGlow
+from speechrt.options import SynthesisOptions
+
+if TYPE_CHECKING:
+    from speechrt.runtime.base import Runner
+    from speechrt.runtime.stages import StageParts
 
 
 class WaveGlowGraph(nn.Module):
@@ -75,6 +82,34 @@ def noise(
         n = int(mel_lengths[i]) * per_group
         z[i, :, :n] = model.item_noise(int(seed), n, sigma)
     return z
+
+
+class WaveGlowStage:
+    """mel (B, n_mels, T), mel_lengths (B,) -> audio (B, S) float32, audio_lengths (B,): the
+    latent noise is drawn per item from its seed on the CPU, as WaveGlow.mel_to_audio draws it,
+    and handed to the graph as `z`."""
+
+    def __init__(self, runner: Runner, model: WaveGlow) -> None:
+        self.runner, self.model = runner, model
+
+    def __call__(
+        self, mel: Tensor, mel_lengths: Tensor, options: SynthesisOptions, seeds: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        B, _, T = mel.shape
+        seed_list = [options.seed + i for i in range(B)] if seeds is None else seeds.tolist()
+        sigma = self.model.default_sigma if options.sigma is None else options.sigma
+        z = noise(self.model, mel_lengths.cpu(), T, seed_list, sigma).to(mel.device)
+        feeds = {"mel": mel.float(), "mel_lengths": mel_lengths, "z": z}
+        out = self.runner.run(feeds | {"sigma": torch.full((B,), sigma, device=mel.device)})
+        return out["audio"], out["audio_lengths"]
+
+    def runners(self) -> list[Runner]:
+        return [self.runner]
+
+
+def stage(parts: StageParts) -> WaveGlowStage:
+    assert isinstance(parts.model, WaveGlow)
+    return WaveGlowStage(parts.runner(parts.graphs[0]), parts.model)
 
 
 def example(graph: WaveGlowGraph, batch: int, length: int, seed: int = 0) -> dict[str, Tensor]:
