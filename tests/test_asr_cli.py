@@ -13,8 +13,8 @@ import torch
 
 from dle_jasper import speechlike, talkative_model
 from speechrt.asr import ASR
+from speechrt.asr.wer import char_errors, word_errors
 from speechrt.cli import main
-from speechrt.metrics import char_errors, word_errors
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

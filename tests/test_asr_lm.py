@@ -14,9 +14,9 @@ import torch
 
 from dle_jasper import speechlike, talkative_model
 from speechrt.asr import ASR
-from speechrt.beam import beam_tokens
+from speechrt.asr.beam import beam_tokens
+from speechrt.asr.ctc import tokens_to_words
 from speechrt.cli import main
-from speechrt.ctc import tokens_to_words
 from speechrt.errors import SpeechRTError
 from speechrt_train.ngram import build_lm
 

@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from speechrt import metrics
-from speechrt.metrics import cer, char_errors, normalize_transcript, wer, word_errors
+from speechrt.asr import wer as wer_module
+from speechrt.asr.wer import cer, char_errors, normalize_transcript, wer, word_errors
 
 
 @pytest.fixture(params=["jiwer", "builtin"])
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "builtin":
-        monkeypatch.setattr(metrics, "_jiwer", lambda: None)
+        monkeypatch.setattr(wer_module, "_jiwer", lambda: None)
     else:
         pytest.importorskip("jiwer")
     return request.param
@@ -66,5 +66,5 @@ def test_builtin_matches_jiwer_totals(monkeypatch: pytest.MonkeyPatch) -> None:
         for _ in range(50)
     ]
     with_jiwer = [(word_errors(r, h).errors, char_errors(r, h).errors) for r, h in pairs]
-    monkeypatch.setattr(metrics, "_jiwer", lambda: None)
+    monkeypatch.setattr(wer_module, "_jiwer", lambda: None)
     assert [(word_errors(r, h).errors, char_errors(r, h).errors) for r, h in pairs] == with_jiwer

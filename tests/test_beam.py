@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from speechrt.beam import BeamOptions, beam_decode, beam_search
-from speechrt.ctc import align_tokens, collapse, greedy_decode
+from speechrt.asr.beam import BeamOptions, beam_decode, beam_search
+from speechrt.asr.ctc import align_tokens, collapse, greedy_decode
 from speechrt.errors import SpeechRTError
 from speechrt_train.ngram import build_lm
 

@@ -10,6 +10,7 @@ import pytest
 
 from speechrt.errors import SpeechRTError
 from speechrt.registry import ARCHITECTURES, GRAPHS, contract, graphs_of
+from speechrt.serving.contracts import model_metadata
 
 
 def test_fastpitch_contract_follows_dims() -> None:
@@ -24,7 +25,7 @@ def test_fastpitch_contract_follows_dims() -> None:
 
 
 def test_kserve_metadata() -> None:
-    meta = contract("hifigan", {"n_mels": 80}).kserve_metadata("hifigan")
+    meta = model_metadata(contract("hifigan", {"n_mels": 80}), "hifigan")
     assert meta["name"] == "hifigan" and meta["versions"] == ["1"]
     assert meta["inputs"] == [
         {"name": "mel", "datatype": "FP32", "shape": [-1, 80, -1]},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from speechrt.ctc import Word, collapse, greedy_decode, tokens_to_words
+from speechrt.asr.ctc import Word, collapse, greedy_decode, tokens_to_words
 
 LABELS = [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
 B = 28  # blank, the last class

@@ -141,8 +141,8 @@ def test_round_trip_default_voice_through_default_asr(voice):
     search with its LM): WER against the words the voice was asked to say (numbers etc.
     normalized) stays at what was measured."""
     from speechrt.asr import ASR
+    from speechrt.asr.wer import wer
     from speechrt.audio.io import resample
-    from speechrt.metrics import wer
     from speechrt_train.align import tp_plain
     from speechrt_train.asr_data import transcript
 
@@ -166,7 +166,7 @@ def test_bundled_models_fit_the_package_budget():
 
 @pytest.mark.skipif(default_model(ASR_MODEL) is None, reason="no default recogniser bundled yet")
 def test_cli_transcribe_with_no_model_uses_the_bundled_recogniser(tmp_path, capsys):
-    from speechrt.metrics import word_errors
+    from speechrt.asr.wer import word_errors
 
     wav = tmp_path / "fox.wav"
     assert main(["synthesize", SENTENCES[1], "-o", str(wav), "--device", "cpu"]) == 0

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from speechrt.asr.lm import BOS, EOS, UNK, NGramLM, load_lm
 from speechrt.errors import SpeechRTError
-from speechrt.lm import BOS, EOS, UNK, NGramLM, load_lm
 from speechrt_train.ngram import build_lm
 
 TEXT = [

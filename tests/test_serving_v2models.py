@@ -19,7 +19,7 @@ from speechrt.asr import ASR
 from speechrt.registry import contract
 from speechrt.runtime.stages import make_runner
 from speechrt.serving import Server, create_app
-from speechrt.serving.contracts import component_names
+from speechrt.serving.contracts import component_names, model_metadata
 from speechrt.serving.v2models import ComponentAdapter
 from speechrt.tts import TTS
 
@@ -131,7 +131,7 @@ def test_metadata_is_the_shared_contract(client, pipes) -> None:
     parts = components(pipes)
     assert sorted(parts) == ["fastpitch", "hifigan", "hifigan.denoiser", "quartznet"]
     for name, (graph, _, info) in parts.items():
-        want = contract(graph, info.dims).kserve_metadata(name)
+        want = model_metadata(contract(graph, info.dims), name)
         got = client.get(f"/v2/models/{name}").json()
         for t in got["inputs"]:  # the server's size limits (tests/test_serving_surface.py)
             assert len(t.pop("max_shape")) == len(t["shape"])
@@ -176,7 +176,7 @@ def test_requests_batched_together_get_what_they_get_alone(pipes) -> None:
     tts, _ = pipes
     runner = make_runner("fastpitch", tts.acoustic, tts.acoustic_info, "eager", torch.device("cpu"))
     adapter = ComponentAdapter(runner)
-    meta = contract("fastpitch", tts.acoustic_info.dims).kserve_metadata("fastpitch")
+    meta = model_metadata(contract("fastpitch", tts.acoustic_info.dims), "fastpitch")
     short = request_from_metadata(meta, batch=1, length=6)
     long = request_from_metadata(meta, batch=1, length=6)
     long["pace"] = np.full(1, 0.25, np.float32)  # 4x the frames

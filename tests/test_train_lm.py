@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from speechrt.lm import load_lm
+from speechrt.asr.lm import load_lm
 from speechrt_train.__main__ import main
 from speechrt_train.asr_data import transcript
 from speechrt_train.language_model import DECODING

@@ -28,24 +28,6 @@ from typing import Any
 
 from speechrt.errors import SpeechRTError
 
-# numpy dtype name -> KServe v2 / Triton datatype ("object": an array of bytes objects)
-KSERVE_DATATYPES = {
-    "bool": "BOOL",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-    "bfloat16": "BF16",
-    "object": "BYTES",
-}
-
 Axis = int | str  # a fixed size, or the name of a dynamic axis
 
 
@@ -69,11 +51,6 @@ class TensorSpec:
     def dynamic_axes(self) -> dict[int, str]:
         """{dim index: axis name} for the dynamic dimensions (torch.onnx.export's format)."""
         return {i: a for i, a in enumerate(self.shape) if isinstance(a, str)}
-
-    def kserve(self) -> dict[str, Any]:
-        """KServe v2 metadata tensor: {"name", "datatype", "shape"} with -1 for dynamic axes."""
-        shape = [-1 if isinstance(a, str) else a for a in self.shape]
-        return {"name": self.name, "datatype": KSERVE_DATATYPES[self.dtype], "shape": shape}
 
     def check(self, value: Any, sizes: dict[str, int], graph: str) -> None:
         """Check rank, fixed sizes, dtype, and that a named axis has one size across tensors.
@@ -160,16 +137,6 @@ class Contract:
         """Every input's values within its bounds and lengths (after check_feeds)."""
         for t in self.inputs:
             t.check_values(feeds[t.name], sizes, self.name)
-
-    def kserve_metadata(self, model_name: str, platform: str = "speechrt") -> dict[str, Any]:
-        """The KServe v2 `GET /v2/models/{name}` response body for this graph."""
-        return {
-            "name": model_name,
-            "versions": ["1"],
-            "platform": platform,
-            "inputs": [t.kserve() for t in self.inputs],
-            "outputs": [t.kserve() for t in self.outputs],
-        }
 
 
 def _t(

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from speechrt.asr.wer import QUOTE_MARK
 from speechrt.audio.features import FeatureConfig, _mel_basis, _window
-from speechrt.metrics import QUOTE_MARK
 from speechrt.models.jasper import LABELS
 
 _NOT_LABEL = re.compile(r"[^a-z' ]+")

@@ -29,10 +29,10 @@ import torch
 from tqdm import tqdm
 
 from speechrt.asr import ASR
+from speechrt.asr.beam import beam_search
+from speechrt.asr.ctc import greedy_decode
+from speechrt.asr.wer import wer
 from speechrt.audio.io import resample
-from speechrt.beam import beam_search
-from speechrt.ctc import greedy_decode
-from speechrt.metrics import wer
 from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain

@@ -183,7 +183,7 @@ def export(
 
 
 def _asr_wer(asr: Any, audios: list[np.ndarray], refs: list[str]) -> tuple[float, list[str]]:
-    from speechrt.metrics import wer
+    from speechrt.asr.wer import wer
 
     # an untrained voice can say (almost) nothing: pad to the recogniser's shortest input
     shortest = asr.features.min_samples

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from speechrt.lm import NGramLM
+from speechrt.asr.lm import NGramLM
 from speechrt.models.jasper import LABELS
 from speechrt.text.sentences import split_sentences
 from speechrt_train.asr_data import transcript
@@ -37,7 +37,7 @@ from speechrt_train.texts import (
     text_key,
 )
 
-# speechrt.beam.BeamOptions fields, tuned (docs/models/README.md)
+# speechrt.asr.beam.BeamOptions fields, tuned (docs/models/README.md)
 DECODING: dict[str, Any] = {
     "beam_size": 32,
     "alpha": 0.7,  # tuned on dev for the step-36,119 recogniser (0.5 / 0.6 / 0.7 / 0.8 / 0.9:

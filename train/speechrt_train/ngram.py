@@ -1,5 +1,5 @@
 """Estimate speechrt's word n-gram language model: interpolated modified Kneser-Ney, stored in
-the backoff form that speechrt.lm loads and queries.
+the backoff form that speechrt.asr.lm loads and queries.
 
     sentences (normalised: lowercase words split by spaces) + optional word list
     -> n-gram counts (each sentence padded as <s> w1 ... wn </s>)
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from speechrt.asr.lm import BOS, EOS, NEVER, UNK, Ngram, NGramLM
 from speechrt.errors import SpeechRTError
-from speechrt.lm import BOS, EOS, NEVER, UNK, Ngram, NGramLM
 
 
 def _discounts(adjusted: Iterable[int]) -> tuple[float, float, float]:

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from speechrt.asr.wer import wer
 from speechrt.audio.features import FeatureConfig, batch_features
-from speechrt.metrics import wer
 from speechrt.models.jasper import (
     BN_EPS,
     LABELS,

@@ -7,7 +7,7 @@
 Our voice (FastPitch + HiFi-GAN from --voice) reads the dev sentences (held-out 300.. minus
 the CI's 40: speechrt_train.round_trip_breakdown.sentence_sets); one acoustic pass gives the
 log-probabilities, cached in --cache (reused while the recogniser and voice are the same), and
-every point of the grid (speechrt.beam.BeamOptions fields) decodes them with the recogniser's
+every point of the grid (speechrt.asr.beam.BeamOptions fields) decodes them with the recogniser's
 LM. Prints and writes the WER of each point and the best one; put the best into lm.json's
 "decoding" (and speechrt_train.language_model.DECODING) by hand, then measure once with
 speechrt_train.asr_eval.
@@ -25,9 +25,9 @@ import torch
 from tqdm import tqdm
 
 from speechrt.asr import ASR
+from speechrt.asr.beam import beam_search
+from speechrt.asr.wer import wer
 from speechrt.audio.io import resample
-from speechrt.beam import beam_search
-from speechrt.metrics import wer
 from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain

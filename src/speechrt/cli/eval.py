@@ -23,7 +23,7 @@ from speechrt.errors import SpeechRTError
 
 if TYPE_CHECKING:
     from speechrt.asr import ASR
-    from speechrt.metrics import ErrorCounts
+    from speechrt.asr.wer import ErrorCounts
 
 UTTERANCES_PER_CHUNK = 64
 CSV_FIELDS = (
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from speechrt.asr import ASR
-    from speechrt.metrics import ErrorCounts, char_errors, word_errors
+    from speechrt.asr.wer import ErrorCounts, char_errors, word_errors
 
     utterances = load_manifest(args.manifest)
     options = decoder_options(args)

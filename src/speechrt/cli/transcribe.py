@@ -6,7 +6,7 @@ with start/end seconds, duration, rtf). A file that cannot be read gets an error
 the others are still transcribed, and the exit status is then 2.
 
 Decoding: a CTC prefix beam search with a word LM when the model directory holds one (lm.json +
-lm.safetensors) or --lm names one, else greedy (speechrt.beam).
+lm.safetensors) or --lm names one, else greedy (speechrt.asr.beam).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the server adds to speechrt.contracts: the pipeline models, component names, datatypes.
 
 Every KServe v2 model is described by a `speechrt.contracts.Contract`; its `/v2/models/{name}`
-metadata is `contract.kserve_metadata(name, platform)` and its infer requests are checked against
+metadata is `model_metadata(contract, name, platform)` and its infer requests are checked against
 it (speechrt.serving.v2models.ContractModel.check).
 
 - Components are served by the runtime's shared contracts, one v2 model per graph
@@ -14,10 +14,47 @@ it (speechrt.serving.v2models.ContractModel.check).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from speechrt.contracts import KSERVE_DATATYPES, Contract, TensorSpec
+from speechrt.contracts import Contract, TensorSpec
 from speechrt.registry import graphs_of
+
+# numpy dtype name -> KServe v2 / Triton datatype ("object": an array of bytes objects)
+KSERVE_DATATYPES = {
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "float32": "FP32",
+    "float64": "FP64",
+    "bfloat16": "BF16",
+    "object": "BYTES",
+}
+
+
+def tensor_metadata(t: TensorSpec) -> dict[str, Any]:
+    """KServe v2 metadata tensor: {"name", "datatype", "shape"} with -1 for dynamic axes."""
+    shape = [-1 if isinstance(a, str) else a for a in t.shape]
+    return {"name": t.name, "datatype": KSERVE_DATATYPES[t.dtype], "shape": shape}
+
+
+def model_metadata(c: Contract, model_name: str, platform: str = "speechrt") -> dict[str, Any]:
+    """The KServe v2 `GET /v2/models/{name}` response body for a graph's contract."""
+    return {
+        "name": model_name,
+        "versions": ["1"],
+        "platform": platform,
+        "inputs": [tensor_metadata(t) for t in c.inputs],
+        "outputs": [tensor_metadata(t) for t in c.outputs],
+    }
 
 
 def _numpy_dtypes() -> dict[str, np.dtype]:

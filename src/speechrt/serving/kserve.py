@@ -14,8 +14,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from speechrt import __version__
-from speechrt.contracts import KSERVE_DATATYPES, TensorSpec
+from speechrt.contracts import TensorSpec
 from speechrt.errors import SpeechRTError
+from speechrt.serving.contracts import KSERVE_DATATYPES, tensor_metadata
 from speechrt.serving.errors import ApiError
 from speechrt.serving.metrics import VERSION
 from speechrt.serving.v2codec import HEADER, encode_response, parse_request
@@ -85,7 +86,7 @@ async def model_config(name: str, request: Request, version: str | None = None) 
     batch = server_of(request).config.batch
 
     def dims(t: TensorSpec) -> dict[str, Any]:
-        shape = t.kserve()["shape"][1:] or [1]  # without the batch axis
+        shape = tensor_metadata(t)["shape"][1:] or [1]  # without the batch axis
         datatype = KSERVE_DATATYPES[t.dtype].replace("BYTES", "STRING")
         return {"name": t.name, "data_type": f"TYPE_{datatype}", "dims": shape}
 

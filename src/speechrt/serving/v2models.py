@@ -25,11 +25,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from speechrt.contracts import KSERVE_DATATYPES, Contract, TensorSpec
+from speechrt.contracts import Contract, TensorSpec
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.runtime.base import Runner
-from speechrt.serving.contracts import ASR, TTS, component_names
+from speechrt.serving.contracts import ASR, KSERVE_DATATYPES, TTS, component_names, model_metadata
 from speechrt.serving.engine import Engine
 from speechrt.serving.pipelines import ASRService, Limits, TTSService
 
@@ -117,7 +117,7 @@ class ContractModel:
 
     def metadata(self) -> dict[str, Any]:
         """The `/v2/models/{name}` body: the contract's, each input with its `max_shape`."""
-        meta = self.contract.kserve_metadata(self.name, self.platform)
+        meta = model_metadata(self.contract, self.name, self.platform)
         for entry, t in zip(meta["inputs"], self.contract.inputs, strict=True):
             entry["max_shape"] = self.max_shape(t)
         return meta

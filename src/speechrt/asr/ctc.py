@@ -1,5 +1,5 @@
 """Greedy CTC decoding: per-frame argmax, repeats collapsed, blanks dropped, words timed; and
-the forced alignment that times the words of any other decoder's text (speechrt.beam).
+the forced alignment that times the words of any other decoder's text (speechrt.asr.beam).
 
 A label's time span is the run of frames on which it was the argmax (or, aligned, the run the best
 path spends on it); a word spans from its first label's first frame to its last label's last

@@ -2,7 +2,7 @@
 
 load_audio -> segments (long audio in overlapping windows) -> features -> log_probs -> decode
 
-Decoding is greedy, or a CTC prefix beam search with a word n-gram LM (speechrt.beam) when the
+Decoding is greedy, or a CTC prefix beam search with a word n-gram LM (speechrt.asr.beam) when the
 model directory holds one (lm.json + lm.safetensors) or one is given.
 
 Each window is featurised on its own samples and the convolutions are masked, so an item's text
@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from speechrt.asr.beam import BeamOptions, beam_tokens
+from speechrt.asr.ctc import Word, collapse, greedy_ids, tokens_to_words
+from speechrt.asr.lm import NGramLM
 from speechrt.audio.features import FeatureConfig, batch_features
-from speechrt.beam import BeamOptions, beam_tokens
-from speechrt.ctc import Word, collapse, greedy_ids, tokens_to_words
 from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import SpeechRTError
-from speechrt.lm import NGramLM
 from speechrt.repo import load_component
 from speechrt.runtime.base import Runner
 
@@ -182,7 +182,7 @@ class ASR:
         beta: float | None,
     ) -> tuple[NGramLM | None, BeamOptions | None]:
         """The LM and beam options to decode with; (None, None) = greedy."""
-        from speechrt.lm import has_lm, load_lm
+        from speechrt.asr.lm import has_lm, load_lm
 
         if decoder not in DECODERS:
             raise SpeechRTError(f"unknown decoder {decoder!r}; choose {', '.join(DECODERS)}")

@@ -17,7 +17,7 @@ out when the audio insists.
 
 Per frame only characters whose log-prob is above `prune_logp` (at most `max_chars` of them) are
 tried. Word times come from the CTC forced alignment of the chosen text
-(speechrt.ctc.align_tokens), so they are the greedy ones whenever the text is the greedy text.
+(speechrt.asr.ctc.align_tokens), so they are the greedy ones whenever the text is the greedy text.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from speechrt.ctc import Decoded, align_tokens, tokens_to_words
+from speechrt.asr.ctc import Decoded, align_tokens, tokens_to_words
+from speechrt.asr.lm import NGramLM
 from speechrt.errors import SpeechRTError
-from speechrt.lm import NGramLM
 
 TINY = 1e-300  # stands in for a probability that underflowed to 0 (so its log is finite)
 # The search costs ~beam_size x max_chars prefix extensions per frame, in Python: at 1024 the
@@ -229,7 +229,7 @@ def beam_decode(
     offset: float = 0.0,
 ) -> list[Decoded]:
     """log_probs: (B, T, len(labels) + 1) with the blank last; lengths: (B,) frames to decode.
-    Each item on its own, as speechrt.ctc.greedy_decode but searched with the LM."""
+    Each item on its own, as speechrt.asr.ctc.greedy_decode but searched with the LM."""
     blank = len(labels)
     if log_probs.shape[-1] != blank + 1:
         raise ValueError(f"{log_probs.shape[-1]} classes for {len(labels)} labels + blank")
