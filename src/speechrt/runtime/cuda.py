@@ -24,9 +24,8 @@ from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from speechrt.contracts import Contract
-from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.eager import to_contract
+from speechrt.runtime.eager import check_frames, to_contract
 from speechrt.runtime.layout import channels_last_convs
 
 # graphs kept in float32 whatever the precision: the denoiser's DFT sums n_fft products per bin;
@@ -229,12 +228,7 @@ class RegulatedCudaRunner(CudaRunner):
         fns = self._fns(compiled)
         e = fns["encode"](*self.pad(feeds, padded))
         longest = int(self.graph.frame_lengths(e.reps).max())  # the one scalar read back
-        limit = self.graph.max_frames
-        if limit is not None and longest > limit:
-            raise SpeechRTError(
-                f"{self.contract.name}: an item would produce {longest} mel frames (limit "
-                f"{limit}); split the text or raise the pace"
-            )
+        check_frames(self.contract.name, longest, self.graph.max_frames)
         mel, mel_lengths = fns["decode"](e.enc, e.reps, self.buckets.size("frames", longest))
         outs = to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
         return self.crop(outs, {**sizes, "frames": longest})

@@ -54,13 +54,18 @@ class EagerRunner:
             return to_contract(self.contract, self.graph(*args))
         e = self.graph.encode(*args)  # the graph's forward, split where the frame count is known
         longest = int(self.graph.frame_lengths(e.reps).max())
-        if longest > self.max_frames:
-            raise SpeechRTError(
-                f"{self.contract.name}: an item would produce {longest} mel frames (limit "
-                f"{self.max_frames}); send fewer symbols or raise the pace"
-            )
+        check_frames(self.contract.name, longest, self.max_frames)
         mel, mel_lengths = self.graph.decode(e.enc, e.reps, longest)
         return to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
+
+
+def check_frames(name: str, longest: int, limit: int | None) -> None:
+    """A length-regulated graph refuses an item of more than `limit` mel frames (None: any)."""
+    if limit is not None and longest > limit:
+        raise SpeechRTError(
+            f"{name}: an item would produce {longest} mel frames (limit {limit}); "
+            "send fewer symbols or raise the pace"
+        )
 
 
 def to_contract(contract: Contract, outs: tuple[Tensor, ...] | Tensor) -> dict[str, Tensor]:
