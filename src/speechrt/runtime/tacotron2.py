@@ -129,7 +129,6 @@ class CudaSteps:
             raise SpeechRTError(f"steps per graph must divide {MASK_CHUNK}, got {k}")
         self.decoder = copy.deepcopy(decoder).to(device, torch.float32).eval()
         self.device, self.buckets, self.k = device, buckets, k
-        self.graphs = mode == "reduce-overhead"
         self._steps: Callable = compile_fn(self.k_steps, mode)
 
     def k_steps(
