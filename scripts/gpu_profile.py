@@ -6,6 +6,7 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
 - micro: HiFi-GAN V1 and Jasper 10x5 alone in fp16 at fixed shapes, each variant (NCHW or
   channels-last convs x cuDNN autotuning off/on) captured in a CUDA graph and replayed, so the
   time is the GPU's alone; with FLOPs (torch's counter), achieved TFLOP/s and the kernel table.
+- decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
   and after, with a profile of one iteration: kernel time per stage against wall time.
 Writes OUT_DIR/profile.json; prints a summary table last.
@@ -165,6 +166,43 @@ def micro(models: Path, names: tuple[str, ...] = ("hifigan", "jasper", "quartzne
     return rows
 
 
+def decoder(models: Path, k: int = 8) -> list[dict]:
+    """Tacotron 2's decoder, k steps per CUDA graph at batch 1 and 8 (150 symbols): DecoderStep
+    against FusedStep (merged GEMMs), compiled or not, float32 (and bf16 for comparison)."""
+    from speechrt.runtime.graphs.tacotron2 import DecoderStepGraph, example_decoder_step
+    from speechrt.runtime.tacotron2 import FusedStep
+
+    dev = torch.device("cuda")
+    model, _ = load_component(models / "tacotron2")
+    rows = []
+    for b in (1, 8):
+        feeds = example_decoder_step(DecoderStepGraph(model), b, 150, seed=0)
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            x = [v.to(dev, dtype) if v.is_floating_point() else v.to(dev) for v in feeds.values()]
+            frame, state, fixed, masks = x[0], tuple(x[1:8]), x[8:11], x[11]
+            for variant in ("DecoderStep", "FusedStep"):
+                step = copy.deepcopy(model.decoder)
+                step = (FusedStep(step) if variant == "FusedStep" else step).to(dev, dtype).eval()
+
+                def k_steps(step=step, frame=frame, state=state, fixed=fixed, masks=masks):
+                    for _ in range(k):
+                        out = step(frame, *state, *fixed, masks)
+                        frame, state = out[0], tuple(out[2:])
+                    return frame
+
+                for compiled in (False, True):
+                    fn = torch.compile(k_steps, dynamic=False) if compiled else k_steps
+                    fn = torch.inference_mode()(fn)
+                    ms = graph_time_ms(fn)
+                    r = {"batch": b, "dtype": name, "step": variant, "compiled": compiled,
+                         "us_per_step": round(ms * 1e3 / k, 1)}  # fmt: skip
+                    r["profile"] = kernel_table(fn)
+                    r["kernels_per_step"] = r["profile"]["kernels"] / k
+                    print(json.dumps({n: v for n, v in r.items() if n != "profile"}), flush=True)
+                    rows.append(r)
+    return rows
+
+
 def pipelines(models: Path, parts: list[str]) -> list[dict]:
     from speechrt.asr import ASR
     from speechrt.bench.inprocess import TTS_TEXT, Variant, bench_asr, bench_tts
@@ -231,6 +269,9 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     if "host" in parts:
         result["host"] = host(args.models)
+        (args.out / "profile.json").write_text(json.dumps(result, indent=1))
+    if "decoder" in parts:
+        result["decoder"] = decoder(args.models)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
         result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))

@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from runtime_models import MEL, exported, fastspeech, quartznet, tacotron2, waveglow
+from speechrt.models.tacotron2 import DECODER_OUTPUTS, Tacotron2, Tacotron2Dims
 from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.graphs.fastspeech import FastSpeechGraph
-from speechrt.runtime.graphs.tacotron2 import EncoderGraph
+from speechrt.runtime.graphs.tacotron2 import DecoderStepGraph, EncoderGraph, example_decoder_step
 from speechrt.runtime.stages import TTSStages
+from speechrt.runtime.tacotron2 import FusedStep
 
 IDS = torch.tensor(
     [[3, 7, 1, 12, 5, 9, 2, 14, 6], [4, 8, 11, 2, 0, 0, 0, 0, 0], [5, 5, 5] + [0] * 6]
@@ -43,6 +45,21 @@ def test_encoder_graph_equals_packed_lstm() -> None:
         got = EncoderGraph(model)(IDS, LENS)
     for a, b in zip(ref, got, strict=True):
         assert a.shape == b.shape and (a - b).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("defaults", [False, True])
+def test_fused_decoder_step_equals_decoder_step(defaults: bool) -> None:
+    """FusedStep (merged GEMMs, location conv + dense as one conv) is DecoderStep's function:
+    every output within 1e-5 at the tiny and the default (DLE) dims."""
+    model = Tacotron2(Tacotron2Dims()).eval() if defaults else tacotron2()
+    step = model.decoder
+    feeds = example_decoder_step(DecoderStepGraph(model), 2, 37, seed=5)
+    with torch.no_grad():
+        ref = step(*feeds.values())
+        got = FusedStep(step)(*feeds.values())
+    for name, a, b in zip(DECODER_OUTPUTS, ref, got, strict=True):
+        assert a.shape == b.shape, name
+        assert (a - b).abs().max() <= 1e-5, (name, float((a - b).abs().max()))
 
 
 @pytest.mark.parametrize("backend", ["onnx", "cuda"])

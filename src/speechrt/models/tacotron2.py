@@ -213,7 +213,9 @@ class _PrenetMasks:
                 [torch.rand(MASK_CHUNK, 2, self.dim, generator=self.gens[i]) for i in active]
             )
             keep = (u >= PRENET_DROPOUT).to(self.dtype) * (1.0 / (1.0 - PRENET_DROPOUT))
-            self.chunk = keep.to(self.device)
+            if self.device.type == "cuda":  # pinned: the copy does not wait for the device
+                keep = keep.pin_memory()
+            self.chunk = keep.to(self.device, non_blocking=True)
         return self.chunk[:, step % MASK_CHUNK]
 
     def select(self, rows: Tensor) -> None:
