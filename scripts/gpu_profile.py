@@ -7,6 +7,7 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
   channels-last convs x cuDNN autotuning off/on) captured in a CUDA graph and replayed, so the
   time is the GPU's alone; with FLOPs (torch's counter), achieved TFLOP/s and the kernel table.
 - decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
+- waveglow: WaveGlow 256's NCHW conv graph against its GEMM form, graph-replayed.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
   and after, with a profile of one iteration: kernel time per stage against wall time.
 Writes OUT_DIR/profile.json; prints a summary table last.
@@ -167,39 +168,66 @@ def micro(models: Path, names: tuple[str, ...] = ("hifigan", "jasper", "quartzne
 
 
 def decoder(models: Path, k: int = 8) -> list[dict]:
-    """Tacotron 2's decoder, k steps per CUDA graph at batch 1 and 8 (150 symbols): DecoderStep
-    against FusedStep (merged GEMMs), compiled or not, float32 (and bf16 for comparison)."""
+    """Tacotron 2's decoder at batch 1, k steps per CUDA graph (150 symbols): DecoderStep against
+    FusedStep (merged GEMMs), uncompiled and compiled, float32; FusedStep in bf16 for comparison."""
     from speechrt.runtime.graphs.tacotron2 import DecoderStepGraph, example_decoder_step
     from speechrt.runtime.tacotron2 import FusedStep
 
     dev = torch.device("cuda")
     model, _ = load_component(models / "tacotron2")
+    feeds = example_decoder_step(DecoderStepGraph(model), 1, 150, seed=0)
+    cases = [("DecoderStep", "fp32", False), ("FusedStep", "fp32", False),
+             ("DecoderStep", "fp32", True), ("FusedStep", "fp32", True),
+             ("FusedStep", "bf16", True)]  # fmt: skip
+    rows = []
+    for variant, name, compiled in cases:
+        dtype = torch.float32 if name == "fp32" else torch.bfloat16
+        x = [v.to(dev, dtype) if v.is_floating_point() else v.to(dev) for v in feeds.values()]
+        frame, state, fixed, masks = x[0], tuple(x[1:8]), x[8:11], x[11]
+        step = copy.deepcopy(model.decoder)
+        step = (FusedStep(step) if variant == "FusedStep" else step).to(dev, dtype).eval()
+
+        def k_steps(step=step, frame=frame, state=state, fixed=fixed, masks=masks):
+            for _ in range(k):
+                out = step(frame, *state, *fixed, masks)
+                frame, state = out[0], tuple(out[2:])
+            return frame
+
+        fn = torch.compile(k_steps, dynamic=False) if compiled else k_steps
+        fn = torch.inference_mode()(fn)
+        ms = graph_time_ms(fn)
+        r = {"batch": 1, "dtype": name, "step": variant, "compiled": compiled,
+             "us_per_step": round(ms * 1e3 / k, 1)}  # fmt: skip
+        r["profile"] = kernel_table(fn)
+        r["kernels_per_step"] = r["profile"]["kernels"] / k
+        print(json.dumps({n: v for n, v in r.items() if n != "profile"}), flush=True)
+        rows.append(r)
+    return rows
+
+
+def waveglow(models: Path) -> list[dict]:
+    """WaveGlow 256 in fp16 at 768 frames, uncompiled and replayed as a CUDA graph: the NCHW conv
+    graph (WaveGlowGraph) against its GEMM form (WaveGlowGemm), with FLOPs and kernel tables."""
+    from speechrt.runtime.graphs.waveglow import WaveGlowGraph
+    from speechrt.runtime.graphs.waveglow import example as wg_example
+
+    dev = torch.device("cuda")
+    model, _ = load_component(models / "waveglow256")
     rows = []
     for b in (1, 8):
-        feeds = example_decoder_step(DecoderStepGraph(model), b, 150, seed=0)
-        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-            x = [v.to(dev, dtype) if v.is_floating_point() else v.to(dev) for v in feeds.values()]
-            frame, state, fixed, masks = x[0], tuple(x[1:8]), x[8:11], x[11]
-            for variant in ("DecoderStep", "FusedStep"):
-                step = copy.deepcopy(model.decoder)
-                step = (FusedStep(step) if variant == "FusedStep" else step).to(dev, dtype).eval()
-
-                def k_steps(step=step, frame=frame, state=state, fixed=fixed, masks=masks):
-                    for _ in range(k):
-                        out = step(frame, *state, *fixed, masks)
-                        frame, state = out[0], tuple(out[2:])
-                    return frame
-
-                for compiled in (False, True):
-                    fn = torch.compile(k_steps, dynamic=False) if compiled else k_steps
-                    fn = torch.inference_mode()(fn)
-                    ms = graph_time_ms(fn)
-                    r = {"batch": b, "dtype": name, "step": variant, "compiled": compiled,
-                         "us_per_step": round(ms * 1e3 / k, 1)}  # fmt: skip
-                    r["profile"] = kernel_table(fn)
-                    r["kernels_per_step"] = r["profile"]["kernels"] / k
-                    print(json.dumps({n: v for n, v in r.items() if n != "profile"}), flush=True)
-                    rows.append(r)
+        graph = WaveGlowGraph(model.to(torch.float32))
+        feeds = wg_example(graph, b, 768, seed=0)
+        args = [v.to(dev) for v in feeds.values()]
+        for name, m in (("conv", graph), ("gemm", graph.fused())):
+            m = copy.deepcopy(m).to(dev, torch.float16).eval()
+            fn = torch.inference_mode()(lambda m=m, args=args: m(*args))
+            flops = flops_of(fn)
+            ms = graph_time_ms(fn, iters=20)
+            r = {"model": "waveglow256", "batch": b, "form": name, "graph_ms": round(ms, 3),
+                 "gflop": round(flops / 1e9, 1), "tflops": round(flops / ms / 1e9, 1)}  # fmt: skip
+            r["profile"] = kernel_table(fn)
+            print(json.dumps({n: v for n, v in r.items() if n != "profile"}), flush=True)
+            rows.append(r)
     return rows
 
 
@@ -272,6 +300,9 @@ def main() -> None:
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "decoder" in parts:
         result["decoder"] = decoder(args.models)
+        (args.out / "profile.json").write_text(json.dumps(result, indent=1))
+    if "waveglow" in parts:
+        result["waveglow"] = waveglow(args.models)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
         result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))

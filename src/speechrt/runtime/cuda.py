@@ -145,8 +145,12 @@ class CudaRunner:
         self.compiled = {k: compile_fn(f, mode) for k, f in self.plain.items()}
 
     def prepare(self, wrapper: nn.Module, dtype: torch.dtype) -> nn.Module:
-        """A copy of the wrapper on the device, in dtype and layout, in eval mode."""
+        """A copy of the wrapper on the device, in dtype and layout, in eval mode; a wrapper
+        with a `fused()` form (the same function, parity-tested, e.g. convs as GEMMs) runs that."""
         graph = copy.deepcopy(wrapper)
+        fused = getattr(graph, "fused", None)
+        if fused is not None:
+            graph = fused()
         if self.channels_last:
             channels_last_convs(graph)
         return graph.to(self.device, dtype).eval()
