@@ -2,7 +2,7 @@
 
 Every model class follows one contract:
     cls.kind / cls.role         registry name; "acoustic", "vocoder", "denoiser" or "asr"
-    cls.Dims                    frozen dataclass of architecture hyper-parameters
+    cls.Dims                    frozen dataclass of hyper-parameters, from speechrt.arch.<kind>
     cls(dims)                   builds the inference module
 
 Reading other projects' checkpoints is speechrt.convert's job: nothing here imports it.
