@@ -52,6 +52,16 @@ def test_every_entry_resolves() -> None:
     assert set(registry.detectors()) == set(ARCHITECTURES)
 
 
+def test_every_preset_builds_and_tiny_is_tiny() -> None:
+    for kind, entry in ARCHITECTURES.items():
+        sizes = {}
+        for name in entry.presets:
+            with torch.device("meta"):  # shapes only: the published sizes allocate nothing
+                model = build_model(kind, registry.preset(kind, name))
+            sizes[name] = sum(p.numel() for p in model.parameters())
+        assert sizes["tiny"] * 10 < min(n for name, n in sizes.items() if name != "tiny"), kind
+
+
 def test_unknown_kind_graph_and_preset_are_clear_errors() -> None:
     with pytest.raises(SpeechRTError, match="unknown model kind 'nonesuch'; known: fastpitch"):
         registry.model_class("nonesuch")

@@ -156,7 +156,6 @@ def tensor(
 
 F32, I64, BOOL = "float32", "int64", "bool"
 B = "batch"  # the batch axis of every tensor
-INF = math.inf
 PACE, SHIFT = (0.1, 10.0), (-2000.0, 2000.0)  # SynthesisOptions' ranges
 
 

@@ -50,14 +50,12 @@ def as_dims(cls: type, dims: Any) -> Any:
     (lists for tuples) is built; unknown fields are an error."""
     if isinstance(dims, cls):
         return dims
-    if dataclasses.is_dataclass(dims) and not isinstance(dims, type):
-        dims = dataclasses.asdict(dims)
     unknown = set(dims) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
         raise SpeechRTError(f"{cls.__name__}: unknown dims {sorted(unknown)}")
-    return cls(**{k: _untuple(v) for k, v in dims.items()})
+    return cls(**{k: untuple(v) for k, v in dims.items()})
 
 
-def _untuple(v: Any) -> Any:
-    # JSON gives lists; Dims use tuples so that they stay hashable and frozen.
-    return tuple(_untuple(x) for x in v) if isinstance(v, list) else v
+def untuple(v: Any) -> Any:
+    """JSON gives lists; Dims use tuples so that they stay hashable and frozen."""
+    return tuple(untuple(x) for x in v) if isinstance(v, list) else v
