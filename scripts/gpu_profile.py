@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import statistics
 import time
@@ -27,8 +28,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
+from speechrt import registry
 from speechrt.repo import load_component
-from speechrt.runtime import cuda as cuda_runtime
 from speechrt.runtime.layout import channels_last_convs
 
 
@@ -238,11 +239,13 @@ def pipelines(models: Path, parts: list[str]) -> list[dict]:
     from speechrt.tts import TTS
 
     rows = []
-    configs = {"before": (set(), False), "after": (set(cuda_runtime.CHANNELS_LAST_GRAPHS), False)}
-    saved = set(cuda_runtime.CHANNELS_LAST_GRAPHS)
-    for label, (graphs, autotune) in configs.items():
-        cuda_runtime.CHANNELS_LAST_GRAPHS.clear()
-        cuda_runtime.CHANNELS_LAST_GRAPHS.update(graphs)
+    # before: no graph channels-last; after: the graphs the registry marks channels-last
+    configs = {"before": (False, False), "after": (True, False)}
+    saved = dict(registry.GRAPHS)
+    for label, (channels_last, autotune) in configs.items():
+        for name, g in saved.items():
+            flag = channels_last and g.channels_last
+            registry.GRAPHS[name] = dataclasses.replace(g, channels_last=flag)
         torch.backends.cudnn.benchmark = autotune
         v = [Variant("cuda", "fp16")]
         if "tts" in parts:
@@ -281,7 +284,7 @@ def pipelines(models: Path, parts: list[str]) -> list[dict]:
             for r in bench_asr(make_asr, v, [1, 8], 10, 50, (7.0,)):
                 rows.append({"pipeline": "jasper", "config": label, **r})
                 print(label, "asr", r["batch_size"], r["latency_s"]["mean"], r["stages_s"])
-    cuda_runtime.CHANNELS_LAST_GRAPHS.update(saved)
+    registry.GRAPHS.update(saved)
     return rows
 
 

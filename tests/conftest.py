@@ -63,18 +63,11 @@ def _randomize(module: torch.nn.Module, seed: int, scale: float) -> None:
 def tiny_asr(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A QuartzNet-shaped model (3 blocks, 16-32 channels) with random weights, English labels."""
     from speechrt.audio.features import FeatureConfig
-    from speechrt.models.jasper import LABELS, QuartzNet, QuartzNetDims
+    from speechrt.models.jasper import LABELS, QuartzNet
+    from speechrt.registry import preset
     from speechrt.repo import ComponentInfo, save_component
 
-    dims = QuartzNetDims(
-        filters=(16, 16, 32),
-        kernels=(11, 13, 1),
-        repeats=(1, 2, 1),
-        strides=(2, 1, 1),
-        dilations=(1, 1, 1),
-        separable=(True, True, False),
-        residual=("none", "plain", "none"),
-    )
+    dims = preset("quartznet", "tiny")
     model = QuartzNet(dims).eval()
     _randomize(model, 2, 0.3)
     with torch.no_grad():

@@ -12,42 +12,20 @@ from pathlib import Path
 import torch
 
 from speechrt.audio.mel import MelConfig
-from speechrt.models.fastpitch import FastPitch, FastPitchDims
-from speechrt.models.fastspeech import FastSpeech, FastSpeechDims
-from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
-from speechrt.models.jasper import QuartzNet, QuartzNetDims
-from speechrt.models.tacotron2 import Tacotron2, Tacotron2Dims
-from speechrt.models.waveglow import WaveGlow, WaveGlowDims
+from speechrt.models.fastpitch import FastPitch
+from speechrt.models.fastspeech import FastSpeech
+from speechrt.models.hifigan import HiFiGAN
+from speechrt.models.jasper import QuartzNet
+from speechrt.models.tacotron2 import Tacotron2
+from speechrt.models.waveglow import WaveGlow
+from speechrt.registry import preset
 from speechrt.repo import ComponentInfo, save_component
 
 # hop 16 = 4 x 4 upsampling; a 64-point STFT for the denoiser
 MEL = MelConfig(sampling_rate=8000, n_fft=64, hop_length=16, win_length=64, n_mels=10)
-FASTPITCH = dict(  # also tests/test_fastpitch.py's tiny dims
-    n_mel_channels=10,
-    n_symbols=20,
-    symbols_embedding_dim=16,
-    in_fft_n_layers=2,
-    in_fft_n_heads=2,
-    in_fft_d_head=4,
-    in_fft_conv1d_filter_size=32,
-    in_fft_output_size=16,
-    out_fft_n_layers=2,
-    out_fft_n_heads=2,
-    out_fft_d_head=4,
-    out_fft_conv1d_filter_size=32,
-    out_fft_output_size=16,
-    dur_predictor_filter_size=8,
-    pitch_predictor_filter_size=8,
-    energy_predictor_filter_size=8,
-)
-HIFIGAN = dict(
-    upsample_rates=(4, 4),
-    upsample_kernel_sizes=(8, 8),
-    upsample_initial_channel=32,
-    resblock_kernel_sizes=(3, 5),
-    resblock_dilation_sizes=((1, 3, 5), (1, 3, 5)),
-    n_mels=10,
-)
+# The "tiny" presets at this mel config: 10 mels, and for the vocoders hop 16 instead of 256, so
+# audio, the denoiser's STFT and the exported graphs stay small.
+HOP16 = dict(upsample_rates=(4, 4), upsample_kernel_sizes=(8, 8))  # HiFi-GAN: 4 x 4 upsampling
 TEXT = {"symbol_set": "english_basic", "cleaners": "english_cleaners_v2", "p_arpabet": 0.0}
 
 
@@ -60,7 +38,9 @@ def randomize(model: torch.nn.Module, seed: int, scale: float = 0.3) -> None:
 
 def fastpitch(seed: int = 0, **over: object) -> FastPitch:
     """~3 frames per symbol, pitch statistics set."""
-    model = FastPitch(FastPitchDims(**{**FASTPITCH, **over})).eval()
+    # two FFT layers a side: test_verify reads the per-layer report of the second
+    layers = dict(n_mel_channels=MEL.n_mels, in_fft_n_layers=2, out_fft_n_layers=2)
+    model = FastPitch(preset("fastpitch", "tiny", **{**layers, **over})).eval()
     randomize(model, seed)
     with torch.no_grad():
         model.duration_predictor.fc.bias.fill_(1.5)
@@ -70,7 +50,7 @@ def fastpitch(seed: int = 0, **over: object) -> FastPitch:
 
 
 def hifigan(seed: int = 1) -> HiFiGAN:
-    model = HiFiGAN(HiFiGANDims(**HIFIGAN)).eval()
+    model = HiFiGAN(preset("hifigan", "tiny", n_mels=MEL.n_mels, **HOP16)).eval()
     randomize(model, seed, 0.1)
     return model
 
@@ -89,17 +69,10 @@ def voice(root: Path, **over: object) -> tuple[Path, Path]:
     )
 
 
-TACOTRON2 = dict(n_mel_channels=10, n_symbols=30, symbols_embedding_dim=16,
-                 encoder_embedding_dim=16, attention_rnn_dim=24, attention_dim=8,
-                 attention_location_n_filters=4, attention_location_kernel_size=7,
-                 decoder_rnn_dim=24, prenet_dim=12, postnet_embedding_dim=16,
-                 max_decoder_steps=80)  # fmt: skip
-
-
 def tacotron2(seed: int = 2, rate: float = 0.03, **over: object) -> Tacotron2:
     """Decoder unit 0 integrates a context-dependent rate and the gate reads it: items stop after
     tens of steps, each at its own step (the trick of tests/test_tacotron2.py)."""
-    model = Tacotron2(Tacotron2Dims(**{**TACOTRON2, **over})).eval()
+    model = Tacotron2(preset("tacotron2", "tiny", **{"n_mel_channels": MEL.n_mels, **over})).eval()
     randomize(model, seed, 0.3)
     d, rnn = model.dims, model.decoder.decoder_rnn
     h, a = d.decoder_rnn_dim, d.attention_rnn_dim
@@ -119,22 +92,14 @@ def tacotron2(seed: int = 2, rate: float = 0.03, **over: object) -> Tacotron2:
 
 def waveglow(seed: int = 3, **over: object) -> WaveGlow:
     # hop 16 (MEL), n_group 8: two latent positions per mel frame
-    over = (
-        dict(n_mel_channels=10, n_layers=2, n_channels=8, upsample_kernel=64, hop_length=16) | over
-    )
-    dims = WaveGlowDims(**over)
-    model = WaveGlow(dims).eval()
+    hop16 = dict(n_mel_channels=MEL.n_mels, upsample_kernel=64, hop_length=MEL.hop_length)
+    model = WaveGlow(preset("waveglow", "tiny", **{**hop16, **over})).eval()
     randomize(model, seed, 0.05)
     return model
 
 
 def fastspeech(seed: int = 4, **over: object) -> FastSpeech:
-    dims = FastSpeechDims(n_symbols=30, d_model=16, max_seq_len=256, d_head=4,
-                          phoneme_side_n_layer=2, phoneme_side_head=2,
-                          phoneme_side_conv1d_filter_size=32, mel_side_n_layer=2, mel_side_head=2,
-                          mel_side_conv1d_filter_size=32, duration_predictor_filter_size=8,
-                          n_mels=10)  # fmt: skip
-    model = FastSpeech(dataclasses.replace(dims, **over)).eval()
+    model = FastSpeech(preset("fastspeech", "tiny", **{"n_mels": MEL.n_mels, **over})).eval()
     randomize(model, seed, 0.3)
     with torch.no_grad():
         model.length_regulator.duration_predictor.linear_layer.bias.fill_(1.2)
@@ -142,13 +107,7 @@ def fastspeech(seed: int = 4, **over: object) -> FastSpeech:
 
 
 def quartznet(seed: int = 5) -> QuartzNet:
-    dims = QuartzNetDims(filters=(8, 8, 8, 16, 29), kernels=(5, 5, 7, 9, 1),
-                         repeats=(1, 2, 2, 1, 1), strides=(2, 1, 1, 1, 1),
-                         dilations=(1, 1, 1, 2, 1),
-                         separable=(True, True, True, True, False),
-                         residual=("none", "plain", "plain", "none", "none"), n_feats=12,
-                         n_classes=29)  # fmt: skip
-    model = QuartzNet(dims).eval()
+    model = QuartzNet(preset("quartznet", "tiny", n_feats=12)).eval()  # the suites feed 12
     randomize(model, seed, 0.3)
     return model
 

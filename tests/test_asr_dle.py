@@ -14,10 +14,11 @@ import torch
 from torch import nn
 
 from dle_jasper import LABELS, TINY, DLEModel, block_cfg, dle_model
+from speechrt.arch.jasper import PRESETS
 from speechrt.cli import main
 from speechrt.convert.jasper import from_dle
 from speechrt.errors import SpeechRTError
-from speechrt.models.jasper import PRESETS, Jasper, QuartzNet
+from speechrt.models.jasper import Jasper, QuartzNet
 from speechrt.repo import load_component
 
 KEYS = Path(__file__).parent / "data" / "checkpoint_keys"

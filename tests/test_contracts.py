@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import speechrt.arch
 from speechrt.errors import SpeechRTError
-from speechrt.registry import ARCHITECTURES, GRAPHS, contract, graphs_of
+from speechrt.registry import ARCHITECTURES, GRAPHS, contract, graphs_of, preset
 from speechrt.serving.contracts import model_metadata
 
 
@@ -38,10 +41,11 @@ def test_every_graph_of_every_kind_has_a_contract() -> None:
     for kind in ARCHITECTURES:
         files = graphs_of(kind)
         assert files and len(set(files.values())) == len(files)
-        for graph in files:
-            c = GRAPHS[graph].contract({})
+        for graph, name in itertools.product(files, ARCHITECTURES[kind].presets):
+            c = contract(graph, preset(kind, name))
             names = c.input_names + c.output_names
             assert len(set(names)) == len(names), graph  # ONNX names must be unique
+            assert GRAPHS[graph].name == c.name == graph
 
 
 def test_check_feeds() -> None:
@@ -90,6 +94,14 @@ def test_defaults_bounds_and_lengths() -> None:
             c.check_values(feeds | {name: value}, c.check_feeds(feeds | {name: value}))
 
 
-def test_contracts_import_no_torch() -> None:
-    code = "import sys, speechrt.registry; assert 'torch' not in sys.modules"
+def test_registry_and_arch_modules_import_no_torch() -> None:
+    arch = Path(speechrt.arch.__file__).parent
+    modules = sorted(f"speechrt.arch.{p.stem}" for p in arch.glob("*.py") if p.stem != "__init__")
+    code = (
+        f"import sys, importlib, speechrt.registry\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'torch'], 'torch imported'\n"
+        "assert all(m in sys.modules for m in " + repr(modules) + ")"
+    )
+    assert len(modules) >= 6
     subprocess.run([sys.executable, "-c", code], check=True)

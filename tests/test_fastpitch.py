@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime_models import FASTPITCH as TINY
 from speechrt.audio.mel import MelConfig
 from speechrt.cli import main
 from speechrt.convert.fastpitch import from_dle
@@ -26,6 +25,26 @@ from speechrt.models.fastpitch import (
 from speechrt.options import SynthesisOptions
 from speechrt.repo import load_component
 
+# Hand-written rather than the "tiny" preset: the conversion tests assert these sizes (10 mels)
+# come back off the weights, and two layers per side let layer-indexed keys be checked.
+TINY = dict(
+    n_mel_channels=10,
+    n_symbols=20,
+    symbols_embedding_dim=16,
+    in_fft_n_layers=2,
+    in_fft_n_heads=2,
+    in_fft_d_head=4,
+    in_fft_conv1d_filter_size=32,
+    in_fft_output_size=16,
+    out_fft_n_layers=2,
+    out_fft_n_heads=2,
+    out_fft_d_head=4,
+    out_fft_conv1d_filter_size=32,
+    out_fft_output_size=16,
+    dur_predictor_filter_size=8,
+    pitch_predictor_filter_size=8,
+    energy_predictor_filter_size=8,
+)
 KEYS = Path(__file__).parent / "data" / "checkpoint_keys"
 DROPOUTS = ("in_fft_dropout", "in_fft_dropatt", "out_fft_dropout", "dur_predictor_dropout")
 TRAIN_SETUP = {

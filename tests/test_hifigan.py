@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from speechrt.arch.hifigan import PRESETS, HiFiGANDims
 from speechrt.audio.mel import MelConfig
 from speechrt.cli import main
 from speechrt.convert.hifigan import dle_state_dict, from_dle
 from speechrt.errors import SpeechRTError
-from speechrt.models.hifigan import PRESETS, HiFiGAN, HiFiGANDims
+from speechrt.models.hifigan import HiFiGAN
 from speechrt.options import SynthesisOptions
 from speechrt.repo import load_component
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
-from speechrt.models.jasper import QuartzNet, QuartzNetDims
+from speechrt.models.hifigan import HiFiGAN
+from speechrt.models.jasper import QuartzNet
+from speechrt.registry import preset
 from speechrt.runtime.layout import (
     ChannelsLastConv1d,
     ChannelsLastConvTranspose1d,
@@ -53,23 +54,14 @@ def test_each_conv_matches(conv: nn.Module) -> None:
 
 def test_hifigan_and_quartznet_match_with_lengths() -> None:
     """Whole models, batched with lengths: within float32 rounding of the originals."""
-    dims = HiFiGANDims(
-        upsample_rates=(8, 4), upsample_kernel_sizes=(16, 8), upsample_initial_channel=16,
-        resblock_kernel_sizes=(3, 5), resblock_dilation_sizes=((1, 3, 5), (1, 3, 5)),
-    )  # fmt: skip
-    hifigan = _randomize(HiFiGAN(dims), 0)
+    hifigan = _randomize(HiFiGAN(preset("hifigan", "tiny")), 0)
     mel, mel_lengths = torch.randn(2, 80, 23), torch.tensor([23, 17])
     fast = channels_last_convs(copy.deepcopy(hifigan))
     with torch.inference_mode():
         assert _rel(fast(mel, mel_lengths), hifigan(mel, mel_lengths)) < 1e-5
 
-    qdims = QuartzNetDims(
-        filters=(8, 8, 16, 29), kernels=(5, 7, 9, 1), repeats=(1, 2, 1, 1),
-        strides=(2, 1, 1, 1), dilations=(1, 1, 2, 1), separable=(True, True, True, False),
-        residual=("none", "plain", "none", "none"), n_feats=12, n_classes=29,
-    )  # fmt: skip
-    asr = _randomize(QuartzNet(qdims), 1)
-    feats, lengths = torch.randn(2, 12, 40), torch.tensor([40, 31])
+    asr = _randomize(QuartzNet(preset("quartznet", "tiny")), 1)
+    feats, lengths = torch.randn(2, 64, 40), torch.tensor([40, 31])
     fast_asr = channels_last_convs(copy.deepcopy(asr))
     with torch.inference_mode():
         (ref, ref_len), (out, out_len) = asr(feats, lengths), fast_asr(feats, lengths)

@@ -1,58 +1,85 @@
-"""The registry is the one table: an architecture added there (and in its own modules) is
-detected, converted, loaded, run by its graph wrapper and exported, with no other edit."""
+"""The registry finds every module of speechrt.arch: an architecture written as
+docs/adding-a-model.md says (an arch file and a model file, tests/toy_arch/toy.py and
+tests/toy_model.py here) is discovered, built from a preset, saved, loaded, run by its graph
+wrapper and exported, with no other edit; a conversion file is optional."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 
+import speechrt.arch
 from speechrt import registry
 from speechrt.convert.checkpoints import convert_checkpoint, detect_kind
 from speechrt.errors import SpeechRTError
-from speechrt.registry import ARCHITECTURES, GRAPHS, Architecture, Graph
-from speechrt.repo import load_component
+from speechrt.models import build_model
+from speechrt.registry import ARCHITECTURES, GRAPHS, Architecture
+from speechrt.repo import ComponentInfo, load_component, save_component
 from speechrt.runtime.graphs import build_graph, example_feeds
+
+KINDS = {"fastpitch", "fastspeech", "tacotron2", "hifigan", "waveglow", "jasper", "quartznet"}
+TOY_ARCH = Path(__file__).parent / "toy_arch"
 
 
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> Architecture:
-    from toy_arch import toy_contract
+    """The registry as it is when tests/toy_arch/toy.py lies in src/speechrt/arch/."""
+    monkeypatch.setattr(speechrt.arch, "__path__", [*speechrt.arch.__path__, str(TOY_ARCH)])
+    found = registry.discover()
+    assert set(found) == KINDS | {"toy"}
+    monkeypatch.setitem(ARCHITECTURES, "toy", found["toy"])
+    for name, graph in registry.graphs_over(found).items():
+        monkeypatch.setitem(GRAPHS, name, graph)
+    return found["toy"]
 
-    graph = Graph("toy", toy_contract, "toy_arch:")
-    entry = Architecture(
-        "toy", "toy_arch:Toy", ((graph, "model.onnx"),), "toy_arch:detect", "toy_arch:from_dle"
-    )
-    monkeypatch.setitem(ARCHITECTURES, "toy", entry)
-    monkeypatch.setitem(GRAPHS, "toy", graph)
-    return entry
+
+def test_discovery_finds_every_architecture() -> None:
+    assert set(registry.discover()) == set(ARCHITECTURES) == KINDS
 
 
 def test_every_entry_resolves() -> None:
     for kind, entry in ARCHITECTURES.items():
         cls = registry.model_class(kind)
-        assert cls.kind == kind and entry.kind == kind
+        assert cls.kind == kind and entry.kind == kind and cls.Dims is entry.dims
+        assert {"default", "tiny"} <= set(entry.presets)
+        assert registry.preset(kind) == entry.dims() and registry.preset(kind, "tiny").n_mels > 0
         assert callable(registry.converter(kind))
         for graph, file in entry.graphs:
             assert GRAPHS[graph.name] is graph and file.endswith(".onnx")
-    assert list(registry.detectors()) == list(ARCHITECTURES)
+    assert set(registry.detectors()) == set(ARCHITECTURES)
 
 
-def test_unknown_kind_and_graph_are_clear_errors() -> None:
+def test_every_preset_builds_and_tiny_is_tiny() -> None:
+    for kind, entry in ARCHITECTURES.items():
+        sizes = {}
+        for name in entry.presets:
+            with torch.device("meta"):  # shapes only: the published sizes allocate nothing
+                model = build_model(kind, registry.preset(kind, name))
+            sizes[name] = sum(p.numel() for p in model.parameters())
+        assert sizes["tiny"] * 10 < min(n for name, n in sizes.items() if name != "tiny"), kind
+
+
+def test_unknown_kind_graph_and_preset_are_clear_errors() -> None:
     with pytest.raises(SpeechRTError, match="unknown model kind 'nonesuch'; known: fastpitch"):
         registry.model_class("nonesuch")
     with pytest.raises(SpeechRTError, match="no graph 'nonesuch'"):
         registry.contract("nonesuch", {})
+    with pytest.raises(SpeechRTError, match="hifigan: no preset 'v9'; known: default, tiny"):
+        registry.preset("hifigan", "v9")
+    with pytest.raises(SpeechRTError, match="unknown dims \\['n_flows'\\]"):
+        registry.contract("hifigan", {"n_flows": 12})
 
 
 def test_an_added_architecture_needs_no_other_table(toy: Architecture, tmp_path: Path) -> None:
-    ckpt = {"state_dict": {"module.toy_gain": torch.tensor([1.0, 2.0, -1.0, 0.5])}}
-    torch.save(ckpt, tmp_path / "toy.pt")
-    assert detect_kind(ckpt) == "toy"
+    model = build_model("toy", registry.preset("toy", "tiny"))
+    with torch.no_grad():
+        model.gain.copy_(torch.tensor([2.0, -1.0]))
+    info = ComponentInfo("toy", model.dims)
+    save_component(tmp_path / "toy", info, model.state_dict())
 
-    info = convert_checkpoint(tmp_path / "toy.pt", tmp_path / "toy")
-    assert info.kind == "toy" and info.dims.n_channels == 4
     model, info = load_component(tmp_path / "toy")
     wrapper = build_graph("toy", model, info)
     feeds = example_feeds("toy", wrapper, batch=2, length=5)
@@ -60,16 +87,34 @@ def test_an_added_architecture_needs_no_other_table(toy: Architecture, tmp_path:
     assert c.check_feeds(feeds) == {"batch": 2, "frames": 5}
     y, y_lengths = wrapper(*(feeds[n] for n in c.input_names))
     assert torch.equal(y_lengths, feeds["lengths"])
-    want = feeds["x"][1, :, :4] * torch.tensor([1.0, 2.0, -1.0, 0.5])[:, None]
+    want = feeds["x"][1, :, :4] * torch.tensor([2.0, -1.0])[:, None]
     assert torch.allclose(y[1, :, :4], want) and not y[1, :, 4:].any()
+    with pytest.raises(SpeechRTError, match="toy: no checkpoint conversion"):
+        registry.converter("toy")
 
 
 def test_an_added_architecture_exports(toy: Architecture, tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     from speechrt.runtime.export import export_dir
 
-    torch.save({"state_dict": {"toy_gain": torch.tensor([3.0, 1.0])}}, tmp_path / "toy.pt")
-    convert_checkpoint(tmp_path / "toy.pt", tmp_path / "toy", kind="toy")
+    model = build_model("toy", registry.preset("toy"))
+    save_component(tmp_path / "toy", ComponentInfo("toy", model.dims), model.state_dict())
     paths, checks = export_dir(tmp_path / "toy")
     assert [p.name for p in paths] == ["model.onnx"] and all(p.is_file() for p in paths)
     assert checks and all(c.graph == "toy" and c.max_abs_error < 1e-5 for c in checks)
+
+
+def test_a_conversion_file_makes_checkpoints_readable(
+    toy: Architecture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The optional step: convert/<kind>.py (tests/toy_convert.py), named by the entry."""
+    entry = dataclasses.replace(toy, detect="toy_convert:detect", convert="toy_convert:from_dle")
+    monkeypatch.setitem(ARCHITECTURES, "toy", entry)
+    ckpt = {"state_dict": {"module.toy_gain": torch.tensor([1.0, 2.0, -1.0, 0.5])}}
+    torch.save(ckpt, tmp_path / "toy.pt")
+    assert detect_kind(ckpt) == "toy"
+
+    info = convert_checkpoint(tmp_path / "toy.pt", tmp_path / "toy")
+    assert info.kind == "toy" and info.dims.n_channels == 4
+    model, _ = load_component(tmp_path / "toy")
+    assert torch.equal(model.gain, torch.tensor([1.0, 2.0, -1.0, 0.5]))

@@ -16,9 +16,12 @@ import dle_waveglow
 from speechrt.cli import main
 from speechrt.errors import MaxDecoderStepsWarning
 from speechrt.models.tacotron2 import Tacotron2Dims
+from speechrt.registry import preset
 from speechrt.tts import TTS
 
-TACOTRON2 = dict(dle_tacotron2.TINY, n_mel_channels=80, n_symbols=148, max_decoder_steps=400)
+TACOTRON2 = dataclasses.asdict(preset("tacotron2", "tiny", max_decoder_steps=400))
+# DLE's layouts fix what the tiny presets shrink: WaveGlow's 1024-tap upsampling, FastSpeech's
+# 64-wide heads; so these two are the DLE helpers' tiny sizes at the real mel count
 WAVEGLOW = dict(dle_waveglow.TINY, n_mel_channels=80)
 FASTSPEECH = dataclasses.replace(dle_fastspeech.TINY, n_mels=80, n_symbols=149, max_seq_len=256)
 

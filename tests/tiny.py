@@ -11,33 +11,10 @@ from pathlib import Path
 import torch
 
 from speechrt.convert.hifigan import dle_state_dict
-from speechrt.models.fastpitch import FastPitch, FastPitchDims
-from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
+from speechrt.models.fastpitch import FastPitch
+from speechrt.models.hifigan import HiFiGAN
+from speechrt.registry import preset
 
-FASTPITCH = dict(
-    symbols_embedding_dim=16,
-    in_fft_n_layers=1,
-    in_fft_n_heads=2,
-    in_fft_d_head=8,
-    in_fft_conv1d_filter_size=32,
-    in_fft_output_size=16,
-    out_fft_n_layers=1,
-    out_fft_n_heads=2,
-    out_fft_d_head=8,
-    out_fft_conv1d_filter_size=32,
-    out_fft_output_size=16,
-    dur_predictor_filter_size=16,
-    pitch_predictor_filter_size=16,
-    energy_predictor_filter_size=16,
-)
-HIFIGAN = HiFiGANDims(
-    upsample_rates=(8, 8, 4),
-    upsample_kernel_sizes=(16, 16, 8),
-    upsample_initial_channel=16,
-    resblock="1",
-    resblock_kernel_sizes=(3,),
-    resblock_dilation_sizes=((1, 3, 5),),
-)
 TRAIN_SETUP = dict(
     sampling_rate=22050,
     filter_length=1024,
@@ -54,7 +31,7 @@ TRAIN_SETUP = dict(
 
 def tiny_fastpitch(seed: int = 0) -> FastPitch:
     """~3 frames per symbol, so a short sentence gives under a second of audio."""
-    model = FastPitch(FastPitchDims(**FASTPITCH)).eval()
+    model = FastPitch(preset("fastpitch", "tiny")).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
@@ -67,7 +44,7 @@ def tiny_fastpitch(seed: int = 0) -> FastPitch:
 
 def tiny_hifigan(seed: int = 0) -> HiFiGAN:
     """Weight-normed as DLE trains it (g != ||v||), so conversion must fold it."""
-    model = HiFiGAN(HIFIGAN, weight_norm=True).eval()
+    model = HiFiGAN(preset("hifigan", "tiny"), weight_norm=True).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

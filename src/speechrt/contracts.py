@@ -13,7 +13,8 @@ fills defaults and checks values (check_values) before it runs a graph for a cli
 
 This module imports no torch: the ONNX runtime uses it.
 
-Which graphs each model kind has, and their ONNX file names, is in speechrt.registry.
+Each architecture's module in speechrt.arch builds its graphs' contracts from its typed dims
+with the helpers below; speechrt.registry finds them by graph name.
 
 ASR features (audio -> log-mel) run in torch for every backend (speechrt.audio.features): their
 FFT-based STFT and per-item normalisation have no exported graph yet.
@@ -139,7 +140,7 @@ class Contract:
             t.check_values(feeds[t.name], sizes, self.name)
 
 
-def _t(
+def tensor(
     name: str,
     dtype: str,
     *shape: Axis,
@@ -149,180 +150,20 @@ def _t(
     counts: str | None = None,
     bounds: tuple[float, float] | None = None,
 ) -> TensorSpec:
+    """TensorSpec with the shape written out: tensor("mel", F32, B, 80, "frames")."""
     return TensorSpec(name, dtype, tuple(shape), doc, pad, default, counts, bounds)
 
 
 F32, I64, BOOL = "float32", "int64", "bool"
-B = "batch"
-INF = math.inf
+B = "batch"  # the batch axis of every tensor
 PACE, SHIFT = (0.1, 10.0), (-2000.0, 2000.0)  # SynthesisOptions' ranges
 
 
-def _ids(name: str, d: Mapping[str, Any], doc: str = "") -> TensorSpec:
-    """Symbol ids (batch, symbols), right-padded with 0, below the dims' n_symbols."""
-    n = d.get("n_symbols")
-    return _t(name, I64, B, "symbols", doc=doc, bounds=(0, INF if n is None else n - 1))
+def ids(name: str, n_symbols: int, doc: str = "") -> TensorSpec:
+    """Symbol ids (batch, symbols), right-padded with 0, below n_symbols."""
+    return tensor(name, I64, B, "symbols", doc=doc, bounds=(0, n_symbols - 1))
 
 
-def _lengths(name: str, axis: str) -> TensorSpec:
-    return _t(name, I64, B, counts=axis)
-
-
-# -- one builder per graph: dims (the model.json "dims" dict) -> Contract -----------------------
-
-
-def fastpitch(d: Mapping[str, Any]) -> Contract:
-    inputs = [
-        _ids("ids", d, doc="symbol ids, right-padded"),
-        _lengths("lengths", "symbols"),
-        _t("pace", F32, B, doc="speaking rate, > 1 is faster", default=1.0, bounds=PACE),
-        _t("pitch_shift", F32, B, doc="Hz added to the pitch contour", default=0.0, bounds=SHIFT),
-        _t(
-            "pitch_scale",
-            F32,
-            B,
-            doc="multiplies the pitch deviation; 0 = monotone",
-            default=1.0,
-            bounds=(0.0, 10.0),
-        ),
-    ]
-    n_speakers = d.get("n_speakers", 1)
-    if n_speakers > 1:
-        inputs.append(_t("speaker", I64, B, default=0, bounds=(0, n_speakers - 1)))
-    outputs = [
-        _t("mel", F32, B, d.get("n_mel_channels", 80), "frames"),
-        _lengths("mel_lengths", "frames"),
-        _t("durations", F32, B, "symbols", doc="frames per symbol before pace and rounding"),
-        _t("pitch", F32, B, d.get("pitch_conditioning_formants", 1), "symbols"),
-    ]
-    if d.get("energy_conditioning", True):
-        outputs.append(_t("energy", F32, B, "symbols"))
-    return Contract("fastpitch", tuple(inputs), tuple(outputs))
-
-
-def hifigan(d: Mapping[str, Any]) -> Contract:
-    return Contract(
-        "hifigan",
-        (_t("mel", F32, B, d.get("n_mels", 80), "frames"), _lengths("mel_lengths", "frames")),
-        (_t("audio", F32, B, "samples"), _lengths("audio_lengths", "samples")),
-    )
-
-
-def denoiser(d: Mapping[str, Any]) -> Contract:
-    del d  # sizes of the STFT are inside the graph
-    return Contract(
-        "denoiser",
-        (
-            _t("audio", F32, B, "samples"),
-            _lengths("audio_lengths", "samples"),
-            _t(
-                "strength",
-                F32,
-                B,
-                doc="multiple of the vocoder's bias spectrum to subtract",
-                bounds=(0.0, 1.0),
-            ),
-        ),
-        (_t("denoised", F32, B, "samples"),),
-    )
-
-
-def tacotron2_encoder(d: Mapping[str, Any]) -> Contract:
-    e = d.get("encoder_embedding_dim", 512)
-    return Contract(
-        "tacotron2.encoder",
-        (_ids("sequences", d), _lengths("sequence_lengths", "symbols")),
-        (
-            _t("memory", F32, B, "symbols", e),
-            _t("processed_memory", F32, B, "symbols", d.get("attention_dim", 128)),
-        ),
-    )
-
-
-def _tacotron2_state(d: Mapping[str, Any], prefix: str = "") -> tuple[TensorSpec, ...]:
-    a, r = d.get("attention_rnn_dim", 1024), d.get("decoder_rnn_dim", 1024)
-    return (
-        _t(prefix + "attention_hidden", F32, B, a),
-        _t(prefix + "attention_cell", F32, B, a),
-        _t(prefix + "decoder_hidden", F32, B, r),
-        _t(prefix + "decoder_cell", F32, B, r),
-        _t(prefix + "attention_weights", F32, B, "symbols"),
-        _t(prefix + "attention_weights_cum", F32, B, "symbols"),
-        _t(prefix + "attention_context", F32, B, d.get("encoder_embedding_dim", 512)),
-    )
-
-
-def tacotron2_decoder_step(d: Mapping[str, Any]) -> Contract:
-    """One decoder step, DLE's decoder_iter.onnx names plus the prenet dropout masks."""
-    n_mels = d.get("n_mel_channels", 80)
-    inputs = (
-        _t("decoder_input", F32, B, n_mels, doc="the previous frame (zeros at step 1)"),
-        *_tacotron2_state(d),
-        _t("memory", F32, B, "symbols", d.get("encoder_embedding_dim", 512)),
-        _t("processed_memory", F32, B, "symbols", d.get("attention_dim", 128)),
-        _t("mask", BOOL, B, "symbols", doc="True at padding", pad=1),
-        _t("prenet_masks", F32, B, 2, d.get("prenet_dim", 256), doc="0 or 2: dropout p 0.5"),
-    )
-    outputs = (
-        _t("decoder_output", F32, B, n_mels),
-        _t("gate_prediction", F32, B, 1, doc="stop logit"),
-        *_tacotron2_state(d, "out_"),
-    )
-    return Contract("tacotron2.decoder_step", inputs, outputs)
-
-
-def tacotron2_postnet(d: Mapping[str, Any]) -> Contract:
-    n_mels = d.get("n_mel_channels", 80)
-    return Contract(
-        "tacotron2.postnet",
-        (_t("mel_outputs", F32, B, n_mels, "frames"), _lengths("mel_lengths", "frames")),
-        (_t("mel_outputs_postnet", F32, B, n_mels, "frames"),),
-    )
-
-
-def fastspeech(d: Mapping[str, Any]) -> Contract:
-    return Contract(
-        "fastspeech",
-        (
-            _ids("ids", d),
-            _lengths("lengths", "symbols"),
-            _t(
-                "pace",
-                F32,
-                B,
-                doc="speaking rate, > 1 is faster (DLE's alpha = 1 / pace)",
-                default=1.0,
-                bounds=PACE,
-            ),
-        ),
-        (_t("mel", F32, B, d.get("n_mels", 80), "frames"), _lengths("mel_lengths", "frames")),
-    )
-
-
-def waveglow(d: Mapping[str, Any]) -> Contract:
-    return Contract(
-        "waveglow",
-        (
-            _t("mel", F32, B, d.get("n_mel_channels", 80), "frames"),
-            _lengths("mel_lengths", "frames"),
-            _t(
-                "z", F32, B, d.get("n_group", 8), "groups", doc="latent noise, frames * hop / group"
-            ),
-            _t("sigma", F32, B, doc="scales the first latent channels", bounds=(0.0, 2.0)),
-        ),
-        (_t("audio", F32, B, "samples"), _lengths("audio_lengths", "samples")),
-    )
-
-
-def jasper(d: Mapping[str, Any]) -> Contract:
-    return Contract(
-        "jasper",
-        (
-            _t("features", F32, B, d.get("n_feats", 64), "feature_frames"),
-            _lengths("feature_lengths", "feature_frames"),
-        ),
-        (
-            _t("log_probs", F32, B, "output_frames", d.get("n_classes", 29), doc="blank last"),
-            _lengths("log_prob_lengths", "output_frames"),
-        ),
-    )
+def lengths(name: str, axis: str) -> TensorSpec:
+    """A (batch,) int64 lengths tensor: each item's valid positions along `axis`."""
+    return tensor(name, I64, B, counts=axis)

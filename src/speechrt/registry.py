@@ -1,143 +1,44 @@
-"""One entry per architecture: what it is called, where its code lives, which graphs it exports.
+"""The architecture registry: every module of speechrt.arch, found at import, by kind and graph.
 
-An `Architecture` names its model class, its graphs (contract builder, ONNX file name, graph
-wrapper) and its checkpoint conversion module. Code is named by import path and imported on first
-use, so this module imports no torch: the ONNX runtime and the server's metadata read it.
-
-    kind         model class                         graphs (ONNX file)
-    fastpitch    speechrt.models.fastpitch.FastPitch fastpitch (model.onnx)
-    fastspeech   speechrt.models.fastspeech...       fastspeech (model.onnx)
-    tacotron2    speechrt.models.tacotron2...        tacotron2.encoder (encoder.onnx),
-                                                     tacotron2.decoder_step (decoder_step.onnx),
-                                                     tacotron2.postnet (postnet.onnx)
-    hifigan      speechrt.models.hifigan.HiFiGAN     hifigan (model.onnx), denoiser (denoiser.onnx)
-    waveglow     speechrt.models.waveglow.WaveGlow   waveglow (model.onnx), denoiser (denoiser.onnx)
-    jasper       speechrt.models.jasper.Jasper       jasper (model.onnx)
-    quartznet    speechrt.models.jasper.QuartzNet    jasper (model.onnx): same architecture
-
-Checkpoint conversion (speechrt.convert) lives apart from the models: an entry names its
-detector (over the prefix-stripped keys of a checkpoint's main state dict) and its converter.
+Each `speechrt.arch.<module>` lists its entries in `ARCHITECTURES`; this module collects them, so
+adding an architecture never edits it. An `Architecture` names its Dims, presets, model class,
+graphs (contract, ONNX file name, wrapper) and checkpoint conversion; code is named by import
+path and imported on first use, so neither this module nor speechrt.arch imports torch: the ONNX
+runtime and the server's metadata read them.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import pkgutil
+from collections.abc import Callable
 from typing import Any
 
-from speechrt import contracts
+import speechrt.arch
+from speechrt.arch import Architecture, Graph, as_dims
 from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
 
 
-@dataclass(frozen=True)
-class Graph:
-    """A component graph: its contract and the wrapper module the runners and export use."""
-
-    name: str  # e.g. "fastpitch", "tacotron2.decoder_step"
-    contract: Callable[[Mapping[str, Any]], Contract]  # model.json dims -> Contract
-    wrapper: str  # "module:suffix": the module defines build<suffix>() and example<suffix>()
-    exporter: str = "torchscript"  # which torch.onnx exporter writes it (runtime.export)
-
-
-@dataclass(frozen=True)
-class Architecture:
-    kind: str  # registry name, stored as model.json "kind"
-    model: str  # "module:Class"; the class has .Dims and is built as Class(dims)
-    graphs: tuple[tuple[Graph, str], ...]  # (graph, ONNX file name); the first is the main one
-    # "module:function" of the checkpoint conversion (None: no foreign checkpoints to read):
-    detect: str | None  # detect(keys: set[str]) -> bool, over the checkpoint's state-dict keys
-    convert: str | None  # from_dle(ckpt: dict) -> speechrt.convert.Converted
+def discover(package: str = "speechrt.arch") -> dict[str, Architecture]:
+    """kind -> Architecture, over the `ARCHITECTURES` of every module of `package`."""
+    found: dict[str, Architecture] = {}
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        module = importlib.import_module(f"{package}.{info.name}")
+        for a in getattr(module, "ARCHITECTURES", ()):
+            if a.kind in found:
+                raise SpeechRTError(f"model kind {a.kind!r} is registered twice")
+            found[a.kind] = a
+    return found
 
 
-def _graph(name: str, contract: Callable[[Mapping[str, Any]], Contract], wrapper: str) -> Graph:
-    return Graph(name, contract, "speechrt.runtime.graphs." + wrapper)
+def graphs_over(architectures: dict[str, Architecture]) -> dict[str, Graph]:
+    """graph name -> Graph; a graph may serve several kinds (denoiser, jasper)."""
+    return {g.name: g for a in architectures.values() for g, _ in a.graphs}
 
 
-DENOISER = _graph("denoiser", contracts.denoiser, "denoiser:")
-JASPER = _graph("jasper", contracts.jasper, "jasper:")
-
-ARCHITECTURES: dict[str, Architecture] = {
-    a.kind: a
-    for a in (
-        Architecture(
-            "fastpitch",
-            "speechrt.models.fastpitch:FastPitch",
-            ((_graph("fastpitch", contracts.fastpitch, "fastpitch:"), "model.onnx"),),
-            "speechrt.convert.fastpitch:detect",
-            "speechrt.convert.fastpitch:from_dle",
-        ),
-        Architecture(
-            "hifigan",
-            "speechrt.models.hifigan:HiFiGAN",
-            (
-                (_graph("hifigan", contracts.hifigan, "hifigan:"), "model.onnx"),
-                (DENOISER, "denoiser.onnx"),
-            ),
-            "speechrt.convert.hifigan:detect",
-            "speechrt.convert.hifigan:from_dle",
-        ),
-        Architecture(
-            "tacotron2",
-            "speechrt.models.tacotron2:Tacotron2",
-            (
-                (
-                    _graph("tacotron2.encoder", contracts.tacotron2_encoder, "tacotron2:_encoder"),
-                    "encoder.onnx",
-                ),
-                (
-                    _graph(
-                        "tacotron2.decoder_step",
-                        contracts.tacotron2_decoder_step,
-                        "tacotron2:_decoder_step",
-                    ),
-                    "decoder_step.onnx",
-                ),
-                (
-                    _graph("tacotron2.postnet", contracts.tacotron2_postnet, "tacotron2:_postnet"),
-                    "postnet.onnx",
-                ),
-            ),
-            "speechrt.convert.tacotron2:detect",
-            "speechrt.convert.tacotron2:from_dle",
-        ),
-        Architecture(
-            "waveglow",
-            "speechrt.models.waveglow:WaveGlow",
-            (
-                (_graph("waveglow", contracts.waveglow, "waveglow:"), "model.onnx"),
-                (DENOISER, "denoiser.onnx"),
-            ),
-            "speechrt.convert.waveglow:detect",
-            "speechrt.convert.waveglow:from_dle",
-        ),
-        Architecture(
-            "fastspeech",
-            "speechrt.models.fastspeech:FastSpeech",
-            ((_graph("fastspeech", contracts.fastspeech, "fastspeech:"), "model.onnx"),),
-            "speechrt.convert.fastspeech:detect",
-            "speechrt.convert.fastspeech:from_dle",
-        ),
-        Architecture(
-            "jasper",
-            "speechrt.models.jasper:Jasper",
-            ((JASPER, "model.onnx"),),
-            "speechrt.convert.jasper:detect",
-            "speechrt.convert.jasper:from_dle",
-        ),
-        Architecture(
-            "quartznet",
-            "speechrt.models.jasper:QuartzNet",
-            ((JASPER, "model.onnx"),),
-            "speechrt.convert.jasper:detect_quartznet",
-            "speechrt.convert.jasper:from_dle_quartznet",
-        ),
-    )
-}
-
-# graph name -> Graph, over every architecture (a graph may serve several: denoiser, jasper)
-GRAPHS: dict[str, Graph] = {g.name: g for a in ARCHITECTURES.values() for g, _ in a.graphs}
+ARCHITECTURES: dict[str, Architecture] = discover(speechrt.arch.__name__)
+GRAPHS: dict[str, Graph] = graphs_over(ARCHITECTURES)
 
 
 def architecture(kind: str) -> Architecture:
@@ -156,9 +57,19 @@ def graph(name: str) -> Graph:
         raise SpeechRTError(f"no graph {name!r}; known: {', '.join(GRAPHS)}") from None
 
 
-def contract(graph_name: str, dims: Mapping[str, Any]) -> Contract:
-    """The contract of a graph (e.g. "fastpitch") for a model with these dims."""
-    return graph(graph_name).contract(dims)
+def contract(graph_name: str, dims: Any) -> Contract:
+    """The contract of a graph (e.g. "fastpitch") for a model with these dims: its Dims, or
+    the model.json "dims" dict."""
+    g = graph(graph_name)
+    return g.contract(dims if g.dims is None else as_dims(g.dims, dims))
+
+
+def preset(kind: str, name: str = "default", **overrides: Any) -> Any:
+    """The Dims of a kind's named preset ("default", "tiny", "hifigan-v3", ...), overridden."""
+    a = architecture(kind)
+    if name not in a.presets:
+        raise SpeechRTError(f"{kind}: no preset {name!r}; known: {', '.join(a.presets)}")
+    return a.dims(**{**a.presets[name], **overrides})
 
 
 def graphs_of(kind: str) -> dict[str, str]:

@@ -23,11 +23,12 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 from torch.profiler import record_function
 
+from speechrt.arch.hifigan import PRESETS as HIFIGAN_PRESETS
+from speechrt.arch.hifigan import HiFiGANDims
 from speechrt.audio.mel import MelConfig, magnitude_spectrogram, mel_filterbank, mel_spectrogram
 from speechrt.convert.checkpoints import fold_weight_norm
 from speechrt.convert.hifigan import dle_state_dict
-from speechrt.models.hifigan import PRESETS as HIFIGAN_PRESETS
-from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
+from speechrt.models.hifigan import HiFiGAN
 from speechrt_train.loop import Batches, Checkpointed, optimizer_options
 from speechrt_train.tts_data import VoiceData, segment_batch
 

@@ -21,17 +21,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from speechrt.arch.jasper import PRESETS as JASPER_PRESETS
+from speechrt.arch.jasper import QuartzNetDims, _preset
 from speechrt.asr.wer import wer
 from speechrt.audio.features import FeatureConfig, batch_features
-from speechrt.models.jasper import (
-    BN_EPS,
-    LABELS,
-    QuartzNet,
-    QuartzNetDims,
-    _preset,
-    conv_lengths,
-)
-from speechrt.models.jasper import PRESETS as JASPER_PRESETS
+from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, conv_lengths
 from speechrt_train.asr_data import Augment, SpeechData, speech_batch, speech_batch_host
 from speechrt_train.distributed import all_reduce_
 from speechrt_train.loop import Batches, Checkpointed, optimizer_options, warmup_rsqrt

@@ -27,6 +27,7 @@ from speechrt.asr.lm import NGramLM
 from speechrt.audio.features import FeatureConfig, batch_features
 from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import SpeechRTError
+from speechrt.registry import graphs_of
 from speechrt.repo import load_component
 from speechrt.runtime.base import Runner
 
@@ -164,9 +165,10 @@ class ASR:
         self._frames_cache: dict[int, int] = {}  # input frames -> output frames
         from speechrt.runtime.stages import make_runner
 
-        # every backend runs the model's graph (eager calls the wrapper as-is)
+        # every backend runs the model's main graph (eager calls the wrapper as-is)
+        graph = next(iter(graphs_of(self.info.kind)))
         self.runner: Runner = make_runner(
-            "jasper", self.model, self.info, self.backend, self.device, precision, model_dir
+            graph, self.model, self.info, self.backend, self.device, precision, model_dir
         )
 
     def runners(self) -> dict[str, Runner]:

@@ -8,11 +8,11 @@ from typing import Any
 
 from torch import Tensor
 
+from speechrt.arch.fastpitch import FastPitchDims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
 from speechrt.convert.checkpoints import tensors_of
 from speechrt.errors import SpeechRTError
-from speechrt.models.fastpitch import FastPitchDims
 
 
 def detect(keys: set[str]) -> bool:

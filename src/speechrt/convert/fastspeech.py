@@ -8,11 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from speechrt.arch.fastspeech import FastSpeechDims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
 from speechrt.convert.checkpoints import strip_prefix
 from speechrt.errors import SpeechRTError
-from speechrt.models.fastspeech import FastSpeechDims, sinusoid_table
+from speechrt.models.fastspeech import sinusoid_table
 
 
 def detect(keys: set[str]) -> bool:

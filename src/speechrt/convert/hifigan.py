@@ -8,11 +8,12 @@ from typing import Any
 
 import torch
 
+from speechrt.arch.hifigan import PRESETS, HiFiGANDims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
 from speechrt.convert.checkpoints import fold_weight_norm, tensors_of
 from speechrt.errors import SpeechRTError
-from speechrt.models.hifigan import PRESETS, HiFiGAN, HiFiGANDims
+from speechrt.models.hifigan import HiFiGAN
 
 
 def detect(keys: set[str]) -> bool:

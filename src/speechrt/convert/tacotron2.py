@@ -8,11 +8,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from speechrt.arch.tacotron2 import Tacotron2Dims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
 from speechrt.convert.checkpoints import strip_prefix
 from speechrt.errors import SpeechRTError
-from speechrt.models.tacotron2 import Tacotron2Dims
 
 
 def detect(keys: set[str]) -> bool:

@@ -8,11 +8,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from speechrt.arch.waveglow import WaveGlowDims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
 from speechrt.convert.checkpoints import fold_weight_norm, strip_prefix
 from speechrt.errors import SpeechRTError
-from speechrt.models.waveglow import WaveGlowDims
 
 
 def detect(keys: set[str]) -> bool:

@@ -2,7 +2,7 @@
 
 Every model class follows one contract:
     cls.kind / cls.role         registry name; "acoustic", "vocoder", "denoiser" or "asr"
-    cls.Dims                    frozen dataclass of architecture hyper-parameters
+    cls.Dims                    frozen dataclass of hyper-parameters, from speechrt.arch.<kind>
     cls(dims)                   builds the inference module
 
 Reading other projects' checkpoints is speechrt.convert's job: nothing here imports it.
@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from speechrt.arch import untuple
 from speechrt.errors import SpeechRTError
 from speechrt.registry import model_class
 
@@ -34,11 +35,11 @@ def build_model(kind: str, dims: dict[str, Any] | Any) -> torch.nn.Module:
             raise SpeechRTError(f"{kind}: unknown dims {sorted(unknown)}")
         hints = typing.get_type_hints(cls.Dims)
         for name, value in dims.items():
-            if not _valid(_untuple(value), hints[name]):
+            if not _valid(untuple(value), hints[name]):
                 raise SpeechRTError(
                     f"{kind}: dims.{name} = {value!r} is not a valid {_describe(hints[name])}"
                 )
-        dims = cls.Dims(**{k: _untuple(v) for k, v in dims.items()})
+        dims = cls.Dims(**{k: untuple(v) for k, v in dims.items()})
     try:
         return cls(dims)
     except (RuntimeError, ValueError, TypeError, ZeroDivisionError, AssertionError) as e:
@@ -80,8 +81,3 @@ def _describe(hint: Any) -> str:
         return f"tuple of {_describe(args[0])}"
     names = {int: "integer >= 0", float: "finite number", bool: "boolean", str: "string"}
     return names.get(hint) or str(hint)
-
-
-def _untuple(v: Any) -> Any:
-    # JSON gives lists; Dims use tuples so that they stay hashable and frozen.
-    return tuple(_untuple(x) for x in v) if isinstance(v, list) else v

@@ -17,13 +17,13 @@ the envelope counts only its own frames, so an item's output equals its unbatche
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from speechrt.arch.denoiser import DenoiserDims
 from speechrt.audio.mel import MelConfig
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
@@ -40,17 +40,6 @@ class Vocoder(Protocol):
         options: SynthesisOptions,
         seeds: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-@dataclass(frozen=True)
-class DenoiserDims:
-    n_fft: int = 1024  # DLE's filter_length
-    hop_length: int = 256  # n_fft / 4
-    win_length: int = 1024  # Hann window length, <= n_fft
-
-    def __post_init__(self) -> None:
-        if self.n_fft % 2 or not 0 < self.win_length <= self.n_fft or self.hop_length <= 0:
-            raise SpeechRTError(f"denoiser: invalid STFT sizes {self}")
 
 
 class Denoiser(nn.Module):

@@ -17,60 +17,19 @@ equals the item run alone, and the item run alone equals DLE exactly.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechrt.arch.fastpitch import FastPitchDims
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 
 LJ_PITCH_STD = 67.24  # Hz; DLE's fallback when the pitch_std buffer is 0 (mean 218.14 unused here)
 MAX_DURATION = 75.0  # frames per symbol, DLE eager infer's clamp
 MAX_FRAMES = 16384  # cap on mel frames per item (~190 s at 22.05 kHz / hop 256): decoder is O(T^2)
-
-
-@dataclass(frozen=True)
-class FastPitchDims:
-    """Architecture hyper-parameters; field names are DLE's `config` keys (defaults = DLE's)."""
-
-    n_mel_channels: int = 80
-    n_symbols: int = 148  # english_basic
-    padding_idx: int = 0
-    symbols_embedding_dim: int = 384
-    in_fft_n_layers: int = 6
-    in_fft_n_heads: int = 1
-    in_fft_d_head: int = 64
-    in_fft_conv1d_kernel_size: int = 3
-    in_fft_conv1d_filter_size: int = 1536
-    in_fft_output_size: int = 384  # must equal symbols_embedding_dim
-    out_fft_n_layers: int = 6
-    out_fft_n_heads: int = 1
-    out_fft_d_head: int = 64
-    out_fft_conv1d_kernel_size: int = 3
-    out_fft_conv1d_filter_size: int = 1536
-    out_fft_output_size: int = 384  # must equal symbols_embedding_dim
-    dur_predictor_kernel_size: int = 3
-    dur_predictor_filter_size: int = 256
-    dur_predictor_n_layers: int = 2
-    pitch_predictor_kernel_size: int = 3
-    pitch_predictor_filter_size: int = 256
-    pitch_predictor_n_layers: int = 2
-    pitch_embedding_kernel_size: int = 3
-    pitch_conditioning_formants: int = 1
-    energy_conditioning: bool = True  # off in DLE's argparse, on in the released model
-    energy_predictor_kernel_size: int = 3
-    energy_predictor_filter_size: int = 256
-    energy_predictor_n_layers: int = 2
-    energy_embedding_kernel_size: int = 3
-    n_speakers: int = 1
-    speaker_emb_weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not self.in_fft_output_size == self.out_fft_output_size == self.symbols_embedding_dim:
-            raise SpeechRTError("fastpitch: in/out_fft_output_size != symbols_embedding_dim")
 
 
 def _group(d: FastPitchDims, prefix: str) -> dict[str, Any]:

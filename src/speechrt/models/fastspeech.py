@@ -20,38 +20,17 @@ equal DLE's; the frozen sinusoid tables (`*.position.weight`) are recomputed, no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechrt.arch.fastspeech import FastSpeechDims
 from speechrt.errors import SpeechRTError
 from speechrt.models.inputs import check_ids
 from speechrt.options import SynthesisOptions
 
 MASK_VALUE = -65504.0  # DLE's attention fill for padded keys (fp16 min)
-
-
-@dataclass(frozen=True)
-class FastSpeechDims:
-    """Architecture hyper-parameters; names are DLE's hparams (base.yaml), defaults its values."""
-
-    n_symbols: int = 149  # DLE: len(symbols) + 1 (keithito symbols = english_basic, 148)
-    d_model: int = 384
-    max_seq_len: int = 2048
-    d_head: int = 64  # DLE hard-codes d_k = d_v = 64
-    phoneme_side_n_layer: int = 6
-    phoneme_side_head: int = 2
-    phoneme_side_conv1d_filter_size: int = 1536
-    mel_side_n_layer: int = 6
-    mel_side_head: int = 2
-    mel_side_conv1d_filter_size: int = 1536
-    fft_conv1d_kernel: int = 3
-    fft_conv1d_padding: int = 1
-    duration_predictor_filter_size: int = 256
-    duration_predictor_kernel_size: int = 3
-    n_mels: int = 80
 
 
 def sinusoid_table(n_position: int, d: int) -> Tensor:

@@ -16,73 +16,16 @@ item's outputs, valid frames and padded tail alike, never depend on its batch-ma
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from speechrt.arch.jasper import JasperDims, QuartzNetDims
 from speechrt.errors import SpeechRTError
 
 BN_EPS = 1e-3
 LABELS = (" ", *"abcdefghijklmnopqrstuvwxyz", "'")  # DLE English labels; CTC blank appended last
-
-
-def _preset(blocks: list[tuple], n_feats: int = 64, n_classes: int = 29) -> dict[str, Any]:
-    # blocks: (filters, kernel, repeat, stride, dilation, separable, residual) per encoder block
-    names = ("filters", "kernels", "repeats", "strides", "dilations", "separable", "residual")
-    cols = {name: tuple(b[i] for b in blocks) for i, name in enumerate(names)}
-    return dict(cols, n_feats=n_feats, n_classes=n_classes)
-
-
-_JASPER_BLOCKS = [(f, k, 5, 1, 1, False, "dense") for f, k in ((256, 11), (384, 13), (512, 17))]
-_JASPER_BLOCKS += [(f, k, 5, 1, 1, False, "dense") for f, k in ((640, 21), (768, 25))]
-_QN_BLOCKS = [(256, 33), (256, 39), (512, 51), (512, 63), (512, 75)]
-
-
-def _quartznet(times: int) -> dict[str, Any]:
-    body = [(f, k, 5, 1, 1, True, "plain") for f, k in _QN_BLOCKS for _ in range(times)]
-    prologue, epilogue = (256, 33, 1, 2, 1, True, "none"), (512, 87, 1, 1, 2, True, "none")
-    return _preset([prologue, *body, epilogue, (1024, 1, 1, 1, 1, False, "none")])
-
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "jasper-10x5": _preset(
-        [(256, 11, 1, 2, 1, False, "none")]
-        + [b for b in _JASPER_BLOCKS for _ in range(2)]
-        + [(896, 29, 1, 1, 2, False, "none"), (1024, 1, 1, 1, 1, False, "none")]
-    ),
-    "quartznet-5x5": _quartznet(1),
-    "quartznet-15x5": _quartznet(3),
-}
-_J, _Q = PRESETS["jasper-10x5"], PRESETS["quartznet-15x5"]
-
-
-@dataclass(frozen=True)
-class JasperDims:
-    """Per-block columns (prologue, residual blocks, epilogue), then input/output sizes."""
-
-    filters: tuple[int, ...] = _J["filters"]  # output channels
-    kernels: tuple[int, ...] = _J["kernels"]
-    repeats: tuple[int, ...] = _J["repeats"]  # sub-blocks per block
-    strides: tuple[int, ...] = _J["strides"]  # the prologue's 2 is the model's time reduction
-    dilations: tuple[int, ...] = _J["dilations"]
-    separable: tuple[bool, ...] = _J["separable"]  # depthwise + pointwise instead of one conv
-    residual: tuple[str, ...] = _J["residual"]  # "none" | "plain" | "dense"
-    n_feats: int = 64  # mel bins in
-    n_classes: int = 29  # labels + CTC blank (last)
-
-
-@dataclass(frozen=True)
-class QuartzNetDims(JasperDims):
-    filters: tuple[int, ...] = _Q["filters"]
-    kernels: tuple[int, ...] = _Q["kernels"]
-    repeats: tuple[int, ...] = _Q["repeats"]
-    strides: tuple[int, ...] = _Q["strides"]
-    dilations: tuple[int, ...] = _Q["dilations"]
-    separable: tuple[bool, ...] = _Q["separable"]
-    residual: tuple[str, ...] = _Q["residual"]
 
 
 def mask_frames(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -18,13 +18,13 @@ equals the item run alone, which equals DLE at batch size 1 given the same dropo
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from speechrt.arch.tacotron2 import Tacotron2Dims
 from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.models.inputs import check_ids
 from speechrt.options import SynthesisOptions
@@ -52,29 +52,6 @@ DECODER_INPUTS = (
 DECODER_OUTPUTS = ("decoder_output", "gate_prediction") + tuple(f"out_{n}" for n in STATE_NAMES)
 POSTNET_INPUTS = ("mel_outputs", "mel_lengths")
 POSTNET_OUTPUTS = ("mel_outputs_postnet",)
-
-
-@dataclass(frozen=True)
-class Tacotron2Dims:
-    """Architecture hyper-parameters; names are DLE's `config` keys, defaults its argparse's."""
-
-    n_mel_channels: int = 80
-    n_symbols: int = 148  # english_basic
-    symbols_embedding_dim: int = 512
-    encoder_kernel_size: int = 5
-    encoder_n_convolutions: int = 3
-    encoder_embedding_dim: int = 512
-    attention_rnn_dim: int = 1024
-    attention_dim: int = 128
-    attention_location_n_filters: int = 32
-    attention_location_kernel_size: int = 31
-    decoder_rnn_dim: int = 1024
-    prenet_dim: int = 256
-    postnet_embedding_dim: int = 512
-    postnet_kernel_size: int = 5
-    postnet_n_convolutions: int = 5
-    max_decoder_steps: int = 2000  # SynthesisOptions.max_decoder_steps overrides
-    gate_threshold: float = 0.5
 
 
 def _length_mask(lengths: Tensor, size: int) -> Tensor:

@@ -18,41 +18,15 @@ Output is DLE's, unclamped: nominally in [-1, 1] (encoders clip).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechrt.arch.waveglow import WaveGlowDims
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 
 DEFAULT_SIGMA = 0.9  # DLE Tacotron2/FastPitch inference.py --sigma-infer default (and infer_onnx's)
-
-
-@dataclass(frozen=True)
-class WaveGlowDims:
-    """Architecture hyper-parameters; DLE config names (WN_config flattened), DLE defaults."""
-
-    n_mel_channels: int = 80
-    n_flows: int = 12
-    n_group: int = 8
-    n_early_every: int = 4
-    n_early_size: int = 2
-    n_layers: int = 8  # WN_config
-    kernel_size: int = 3  # WN_config
-    n_channels: int = 512  # WN_config; the NGC model of the READMEs uses 256
-    upsample_kernel: int = 1024  # DLE hard-codes the ConvTranspose1d(1024, stride 256)
-    hop_length: int = 256
-
-    def channels(self) -> list[int]:
-        """Channels of the flow variable at each flow k (DLE: 8, 8, 8, 8, 6, 6, 6, 6, 4, ...)."""
-        out, c = [], self.n_group
-        for k in range(self.n_flows):
-            if k > 0 and k % self.n_early_every == 0:
-                c -= self.n_early_size
-            out.append(c)
-        return out
 
 
 class WN(nn.Module):

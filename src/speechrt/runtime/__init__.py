@@ -1,6 +1,6 @@
 """Runtimes: one component graph run on named tensors by an eager, cuda or onnx runner.
 
-    contracts.py (speechrt)   what each graph takes and returns; registry.py: which graphs
+    arch/ (speechrt)          what each graph takes and returns; registry.py: which graphs
     graphs/                   a wrapper module per graph (what eager runs, cuda compiles,
                               and the ONNX export traces)
     eager.py / cuda.py / onnx.py   the runners; onnx.py imports no torch

@@ -24,18 +24,12 @@ from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from speechrt.contracts import Contract
+from speechrt.registry import GRAPHS
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.eager import check_frames, to_contract
 from speechrt.runtime.layout import channels_last_convs
 
-# graphs kept in float32 whatever the precision: the denoiser's DFT sums n_fft products per bin;
-# Tacotron2's encoder and decoder feed an autoregressive loop whose stop gate amplifies rounding
-FLOAT32_GRAPHS = {"denoiser", "tacotron2.encoder", "tacotron2.decoder_step"}
 RECOMPILE_LIMIT = 256  # one compiled variant per bucket shape
-# graphs whose 1-D convolutions run channels-last (runtime/layout.py): no NCHW <-> NHWC transposes
-# around cuDNN's half-precision kernels. Not WaveGlow: its couplings split and join channels,
-# which channels-last memory turns into copies (H200, 7.7 s, batch 1: 20 ms NCHW, 24-37 ms).
-CHANNELS_LAST_GRAPHS = {"hifigan", "jasper", "fastpitch", "fastspeech"}
 
 
 def compile_fn(fn: Callable, mode: str | None) -> Callable:
@@ -129,13 +123,15 @@ class CudaRunner:
         mode: str | None = "reduce-overhead",
         channels_last: bool | None = None,
     ) -> None:
-        """channels_last: run 1-D convolutions channels-last (None: CHANNELS_LAST_GRAPHS)."""
+        """channels_last: run 1-D convolutions channels-last (None: as the registry's graph
+        says). A graph the registry marks float32 stays float32 whatever `dtype`."""
         self.contract = contract
         self.device = torch.device(device)
         self.buckets = buckets if buckets is not None else Buckets()
-        self.dtype = torch.float32 if graph_name in FLOAT32_GRAPHS else dtype
+        spec = GRAPHS.get(graph_name)
+        self.dtype = torch.float32 if spec and spec.float32 else dtype
         if channels_last is None:
-            channels_last = graph_name in CHANNELS_LAST_GRAPHS
+            channels_last = bool(spec and spec.channels_last)
         self.channels_last = channels_last
         self.graph = self.prepare(wrapper, self.dtype)
         self.mode = mode
@@ -238,12 +234,7 @@ class RegulatedCudaRunner(CudaRunner):
         return self.crop(outs, {**sizes, "frames": longest})
 
 
-# graph name -> runner class, where a graph needs more than the generic one
-RUNNERS: dict[str, type[CudaRunner]] = {
-    "fastpitch": RegulatedCudaRunner,
-    "fastspeech": RegulatedCudaRunner,
-}
-
-
 def cuda_runner(graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> CudaRunner:
-    return RUNNERS.get(graph_name, CudaRunner)(graph_name, wrapper, contract, **kw)
+    # a length-regulated wrapper (encode, decode, assemble) runs in two parts, as in eager
+    regulated = hasattr(wrapper, "assemble")
+    return (RegulatedCudaRunner if regulated else CudaRunner)(graph_name, wrapper, contract, **kw)

@@ -28,6 +28,7 @@ import torch
 from speechrt.contracts import Contract, TensorSpec
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
+from speechrt.registry import graph as registry_graph
 from speechrt.runtime.base import Runner
 from speechrt.serving.contracts import ASR, KSERVE_DATATYPES, TTS, component_names, model_metadata
 from speechrt.serving.engine import Engine
@@ -223,10 +224,10 @@ def component_runners(tts: Any, asr: Any) -> list[Component]:
             except SpeechRTError as e:
                 raise SpeechRTError(f"component {name!r} on the {backend} backend: {e}") from None
             # the onnx runner has no torch graph to say which output axes follow from the inputs
-            # (e.g. HiFi-GAN's samples = frames * hop): ask the wrapper. The denoiser's derives
-            # none, and building it runs the vocoder, so it is skipped.
+            # (e.g. HiFi-GAN's samples = frames * hop): ask the wrapper, where the registry says
+            # it derives some (building the denoiser's would run the vocoder for nothing).
             shapes = getattr(runner, "graph", None)
-            if shapes is None and graph != "denoiser":
+            if shapes is None and registry_graph(graph).derived_sizes:
                 shapes = build_graph(graph, module, info)
             out.append(Component(name, runner, getattr(shapes, "derived_sizes", None), info))
     return out

@@ -1,0 +1,61 @@
+"""One module per architecture: what it is, as data, without torch.
+
+A module `speechrt.arch.<kind>` holds the architecture's `<Name>Dims` (a frozen dataclass stored
+in model.json), its `PRESETS` (at least "default" and "tiny"), a contract builder per graph
+(typed dims -> speechrt.contracts.Contract) and `ARCHITECTURES`, its registry entries. Code that
+needs torch (the model class, the graph wrappers, checkpoint conversion) is named by import path
+and imported on first use, so the ONNX runtime and the server's metadata read these modules
+without torch. speechrt.registry finds every module of this package; nothing else lists them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from speechrt.contracts import Contract
+from speechrt.errors import SpeechRTError
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A component graph: its contract, the wrapper module computing it, how runners treat it."""
+
+    name: str  # e.g. "fastpitch", "tacotron2.decoder_step"
+    contract: Callable[[Any], Contract]  # dims (an instance of `dims`) -> Contract
+    wrapper: str  # "module:suffix": the module defines build<suffix>() and example<suffix>()
+    dims: type | None = None  # the Dims class the contract reads; None: it reads no dims
+    exporter: str = "torchscript"  # which torch.onnx exporter writes it (runtime.export)
+    float32: bool = False  # the cuda runner keeps it in float32 whatever the precision
+    channels_last: bool = False  # the cuda runner runs its 1-D convolutions channels-last
+    derived_sizes: bool = False  # its wrapper's derived_sizes(sizes) gives output axes (onnx)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    kind: str  # registry name, stored as model.json "kind"
+    dims: type  # the frozen Dims dataclass; model.json "dims" holds its fields
+    presets: Mapping[str, Mapping[str, Any]]  # name -> Dims fields; "default" and "tiny" at least
+    model: str  # "module:Class"; the class is built as Class(dims)
+    graphs: tuple[tuple[Graph, str], ...]  # (graph, ONNX file name); the first is the main one
+    # "module:function" of the checkpoint conversion (None: no foreign checkpoints to read):
+    detect: str | None = None  # detect(keys: set[str]) -> bool, over the state-dict keys
+    convert: str | None = None  # from_dle(ckpt: dict) -> speechrt.convert.Converted
+
+
+def as_dims(cls: type, dims: Any) -> Any:
+    """`dims` as an instance of the Dims dataclass `cls`: a Dims passes, a model.json dict
+    (lists for tuples) is built; unknown fields are an error."""
+    if isinstance(dims, cls):
+        return dims
+    unknown = set(dims) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise SpeechRTError(f"{cls.__name__}: unknown dims {sorted(unknown)}")
+    return cls(**{k: untuple(v) for k, v in dims.items()})
+
+
+def untuple(v: Any) -> Any:
+    """JSON gives lists; Dims use tuples so that they stay hashable and frozen."""
+    return tuple(untuple(x) for x in v) if isinstance(v, list) else v
