@@ -12,11 +12,13 @@ The test signals rise in amplitude (an onset) so that short items' two frames di
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
-from speechrt.audio.features import BatchLogMel, FeatureConfig, log_mel
+from speechrt.audio.features import BatchLogMel, FeatureConfig, batch_features, log_mel
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.featurizer import Featurizer, make_featurizer
@@ -138,6 +140,41 @@ def test_make_featurizer_per_backend() -> None:
     for backend in ("eager", "onnx"):
         f = make_featurizer(cfg, backend, CPU)
         assert f.buckets is None and f.fn is f.module  # the module as it is
+
+
+@pytest.mark.parametrize("dither", [None, 1e-4])
+def test_asr_featurize_equals_reference_and_buckets_change_no_text(
+    tmp_path: Path, one_thread: None, dither: float | None
+) -> None:
+    """ASR.featurize (one host batch, one BatchLogMel) vs batch_features of the same windows
+    plus the model's leading padding; the cuda featurizer's bucketing, uncompiled on the CPU,
+    gives the same words."""
+    from dle_jasper import speechlike, talkative_model
+    from speechrt.asr import ASR
+    from speechrt.cli import main
+
+    torch.save({"state_dict": talkative_model("jasper").state_dict()}, tmp_path / "j.pt")
+    assert main(["convert", str(tmp_path / "j.pt"), str(tmp_path / "j")]) == 0
+    asr = ASR(tmp_path / "j", dither=dither)
+    waves_ = [speechlike(s, i) for i, s in enumerate((2.5, 0.02, 1.0, 1.7))]
+    segs = [asr.segments(i, w, seed=i)[0] for i, w in enumerate(waves_)]
+    feats, lengths, samples = asr.featurize(segs)
+    cfg = asr.features
+    gens = None
+    if cfg.dither:
+        gens = [torch.Generator().manual_seed(seg.seed) for seg in segs]
+    ref, ref_lengths = batch_features([torch.from_numpy(seg.audio) for seg in segs], cfg, gens)
+    P = asr.pad_leading
+    assert samples == [len(w) for w in waves_]
+    assert feats.shape == (4, cfg.n_mels, P + ref.shape[2])
+    assert lengths.tolist() == (ref_lengths + P).tolist()
+    assert not feats[:, :, :P].any()
+    assert (feats[:, :, P:] - ref).abs().max().item() <= TOL
+    want = asr.transcribe(waves_, batch_size=4)
+    assert sum(len(t.words) for t in want) >= 5  # the test model does say things
+    asr.featurizer = Featurizer(cfg, CPU, Buckets({"batch": (8,), "feature_frames": (512,)}))
+    got = asr.transcribe(waves_, batch_size=4)
+    assert [t.words for t in got] == [t.words for t in want]
 
 
 @pytest.mark.requires_cuda
