@@ -64,10 +64,12 @@ class Featurizer:
         B, N = len(lengths), max(lengths)
         b, n = self.padded_shape(B, N)
         pin = self.device.type == "cuda"
-        host = torch.zeros((b, n), dtype=torch.float32, pin_memory=pin)
+        host = torch.empty((b, n), dtype=torch.float32, pin_memory=pin)
         rows = host.numpy()
-        for i, a in enumerate(audios):
+        for i, a in enumerate(audios):  # each sample written once: the window, then silence
             rows[i, : lengths[i]] = a
+            rows[i, lengths[i] :] = 0.0
+        rows[B:] = 0.0
         host_lengths = torch.tensor(lengths + [n] * (b - B), dtype=torch.long, pin_memory=pin)
         audio = host.to(self.device, non_blocking=True)  # (b, n)
         args = [audio, host_lengths.to(self.device, non_blocking=True)]  # + lengths (b,)
