@@ -24,7 +24,7 @@ import torch
 from speechrt.asr.beam import BeamOptions, beam_tokens
 from speechrt.asr.ctc import Word, collapse, greedy_ids, tokens_to_words
 from speechrt.asr.lm import NGramLM
-from speechrt.audio.features import FeatureConfig, batch_features
+from speechrt.audio.features import FeatureConfig
 from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import SpeechRTError
 from speechrt.registry import graphs_of
@@ -116,7 +116,7 @@ class ASR:
         `decode_padding` decodes the zero-padded tail frames too, as DLE inference.py does (at
         batch size 1); False decodes the valid frames only. `backend`: eager (the module),
         cuda, onnx or auto (speechrt.runtime) runs the acoustic model; the features are
-        computed in torch on every backend.
+        computed in torch on every backend (speechrt.runtime.featurizer; compiled on cuda).
 
         `decoder`: greedy; beam (CTC prefix beam search with a word LM: `lm`, a directory
         holding lm.json + lm.safetensors, else the model directory's own); auto (default): beam
@@ -170,6 +170,9 @@ class ASR:
         self.runner: Runner = make_runner(
             graph, self.model, self.info, self.backend, self.device, precision, model_dir
         )
+        from speechrt.runtime.featurizer import make_featurizer
+
+        self.featurizer = make_featurizer(self.features, self.backend, self.device)
 
     def runners(self) -> dict[str, Runner]:
         """{graph name: runner}: the one graph it runs (the /v2 component model shares it)."""
@@ -267,17 +270,15 @@ class ASR:
     @torch.inference_mode()
     def featurize(self, batch: list[Segment]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Windows -> features (B, F, T) incl. leading padding, valid frames (B,), samples each."""
-        audios = [torch.tensor(seg.audio, device=self.device) for seg in batch]  # (N_i,) copies
         gens = None
-        if self.features.dither > 0:
-            gens = []
-            for seg in batch:  # per-window noise: independent of batch-mates and order
-                gens.append(torch.Generator(device=self.device).manual_seed(seg.seed))
-        feats, lengths = batch_features(audios, self.features, gens)  # (B, F, T), (B,)
+        if self.features.dither > 0:  # per-window noise: independent of batch-mates and order
+            gens = [torch.Generator(device=self.device).manual_seed(seg.seed) for seg in batch]
+        # one padded host batch, one copy to the device, one batched log-mel
+        feats, lengths = self.featurizer([seg.audio for seg in batch], gens)  # (B, F, T), (B,)
         if self.pad_leading:
             feats = torch.nn.functional.pad(feats, (self.pad_leading, 0))
             lengths = lengths + self.pad_leading
-        return feats, lengths, [a.shape[0] for a in audios]
+        return feats, lengths, [seg.audio.shape[0] for seg in batch]
 
     @torch.inference_mode()
     def acoustic(

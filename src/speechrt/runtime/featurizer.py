@@ -1,0 +1,94 @@
+"""The ASR featurizer on a device: host windows -> one padded batch -> `BatchLogMel` -> features.
+
+Every backend computes features in torch with the batched log-mel (speechrt.audio.features). The
+windows are packed into one host array (pinned on a GPU) and copied to the device once. On the
+cuda backend the log-mel is compiled and replayed as one CUDA graph per bucket shape: the batch
+goes to its "batch" bucket and the samples to the "feature_frames" bucket times the hop, so the
+featurizer's shapes follow the acoustic runner's. Padding rows are silence of the bucket's
+length; every output is cropped back to the true (B, n_mels, T) and copied out of graph memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from speechrt.audio.features import BatchLogMel, FeatureConfig
+from speechrt.errors import SpeechRTError
+from speechrt.runtime.buckets import Buckets
+from speechrt.runtime.cuda import compile_fn
+
+
+class Featurizer:
+    """Windows (N_i,) float32 -> features (B, n_mels, T) and valid frames (B,) on `device`.
+
+    T = cfg.padded_frames(max N_i), as `batch_features`. buckets None: every call at its own
+    shape; compile_mode: `compile_fn`'s mode (None = run the module as it is).
+    """
+
+    def __init__(
+        self,
+        cfg: FeatureConfig,
+        device: torch.device,
+        buckets: Buckets | None = None,
+        compile_mode: str | None = None,
+    ) -> None:
+        self.cfg, self.device, self.buckets = cfg, device, buckets
+        self.module = BatchLogMel(cfg).to(device).eval()
+        self.fn = compile_fn(self.module, compile_mode)
+        self.graphs = compile_mode == "reduce-overhead"  # outputs live in graph memory
+
+    def padded_shape(self, B: int, N: int) -> tuple[int, int]:
+        """(batch, samples) the log-mel runs at for B windows of at most N samples."""
+        if self.buckets is None:
+            return B, N
+        hop = self.cfg.hop_length
+        frames = self.buckets.size("feature_frames", -(-N // hop))
+        return self.buckets.size("batch", B), frames * hop
+
+    @torch.inference_mode()
+    def __call__(
+        self,
+        audios: Sequence[np.ndarray],
+        generators: Sequence[torch.Generator | None] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """generators: one per window, each draws its window's dither noise (cfg.dither > 0)."""
+        lengths = [a.shape[0] for a in audios]
+        if not lengths:
+            raise SpeechRTError("no audio to featurise")
+        if min(lengths) < self.cfg.min_samples:
+            raise SpeechRTError(f"audio too short: {min(lengths)} samples")
+        B, N = len(lengths), max(lengths)
+        b, n = self.padded_shape(B, N)
+        pin = self.device.type == "cuda"
+        host = torch.empty((b, n), dtype=torch.float32, pin_memory=pin)
+        rows = host.numpy()
+        for i, a in enumerate(audios):  # each sample written once: the window, then silence
+            rows[i, : lengths[i]] = a
+            rows[i, lengths[i] :] = 0.0
+        rows[B:] = 0.0
+        host_lengths = torch.tensor(lengths + [n] * (b - B), dtype=torch.long, pin_memory=pin)
+        audio = host.to(self.device, non_blocking=True)  # (b, n)
+        args = [audio, host_lengths.to(self.device, non_blocking=True)]  # + lengths (b,)
+        if self.cfg.dither > 0:
+            if generators is None or len(generators) != B:
+                raise SpeechRTError("dither is on: give one generator per window")
+            noise = torch.zeros((b, n), device=self.device)  # (b, n); each window its own draw
+            for i, g in enumerate(generators):
+                noise[i, : lengths[i]] = torch.randn(lengths[i], generator=g, device=self.device)
+            args.append(noise)
+        feats, valid = self.fn(*args)  # (b, n_mels, padded_frames(n)), (b,)
+        feats, valid = feats[:B, :, : self.cfg.padded_frames(N)], valid[:B]
+        if self.graphs:  # the next replay overwrites the graph's outputs
+            return feats.clone(), valid.clone()
+        return feats.contiguous(), valid
+
+
+def make_featurizer(cfg: FeatureConfig, backend: str, device: torch.device) -> Featurizer:
+    """The featurizer of a pipeline on `backend`: compiled and bucketed on cuda, else as is."""
+    if backend == "cuda":
+        return Featurizer(cfg, device, Buckets(), "reduce-overhead")
+    return Featurizer(cfg, device)
