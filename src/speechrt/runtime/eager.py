@@ -30,7 +30,9 @@ def module_device(module: nn.Module) -> torch.device:
 class EagerRunner:
     """Runs `graph` (a wrapper from speechrt.runtime.graphs) in torch eager mode.
 
-    Inputs are moved to the graph's device; float outputs come back as float32, per the contract.
+    Inputs are moved to the graph's device, float inputs cast to its dtype (a half-precision
+    model takes back its own float32 outputs); float outputs come back as float32, per the
+    contract.
     A length-regulated graph (FastPitch, FastSpeech: `encode`, then `decode` at the frame count
     the encoding decides) refuses an item longer than `max_frames` before decoding, as the cuda
     runner does (None: the graph's own `max_frames`, if it has one); the decoder's attention
@@ -44,12 +46,16 @@ class EagerRunner:
         self.graph = graph.eval()
         self.contract = contract
         self.device = module_device(graph)
+        self.dtype = module_dtype(graph)
         self.max_frames = max_frames or getattr(graph, "max_frames", None)
 
     @torch.inference_mode()
     def run(self, feeds: Mapping[str, Tensor]) -> dict[str, Tensor]:
         self.contract.check_feeds(feeds)
-        args = [feeds[n].to(self.device) for n in self.contract.input_names]
+        args = [
+            x.to(self.device, self.dtype) if x.is_floating_point() else x.to(self.device)
+            for x in (feeds[n] for n in self.contract.input_names)
+        ]
         if self.max_frames is None or not hasattr(self.graph, "assemble"):
             return to_contract(self.contract, self.graph(*args))
         e = self.graph.encode(*args)  # the graph's forward, split where the frame count is known
