@@ -21,6 +21,8 @@ from pathlib import Path
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.base import BACKENDS
 
+DEFAULT_OPSET = 17  # the ONNX opset `speechrt export` writes (runtime/export.py)
+
 
 def has_onnx(model_dir: str | Path) -> bool:
     """Whether every graph of the component in model_dir has been exported."""
