@@ -7,6 +7,10 @@
 
 Every item is computed on its own samples only (its STFT reflects at its own end), so an item's
 features never depend on its batch-mates; at batch size 1 this is exactly DLE's computation.
+
+`log_mel` is DLE's computation in torch; `log_mel_numpy` the same in numpy (float64 inside), for
+the onnx backend, which imports no torch: they agree to float32 rounding (tested). The dither
+noise is drawn by each one's own generator.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
 
 from speechrt.audio.mel import mel_filterbank
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -97,13 +104,76 @@ class FeatureConfig:
 
 @lru_cache(maxsize=8)
 def _mel_basis(cfg: FeatureConfig, device: torch.device) -> torch.Tensor:
+    import torch
+
     fb = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
     return torch.from_numpy(fb).to(device)  # (n_mels, n_fft // 2 + 1), never written to
 
 
 @lru_cache(maxsize=8)
 def _window(win_length: int, device: torch.device) -> torch.Tensor:
+    import torch
+
     return torch.hann_window(win_length, periodic=False, device=device)  # symmetric, as DLE
+
+
+def check_length(n: int, cfg: FeatureConfig) -> None:
+    if n < cfg.min_samples:
+        raise SpeechRTError(
+            f"audio too short: {n} samples at {cfg.sample_rate} Hz "
+            f"(need at least {cfg.min_samples}, {cfg.min_samples / cfg.sample_rate:.3f} s)"
+        )
+
+
+def log_mel_numpy(
+    audio: np.ndarray, cfg: FeatureConfig, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """log_mel in numpy: audio (N,) -> normalised log-mel (n_mels, 1 + N // hop) float32."""
+    n = audio.shape[-1]
+    check_length(n, cfg)
+    x = audio.astype(np.float64)
+    if cfg.dither > 0:
+        rng = rng if rng is not None else np.random.default_rng()
+        x = x + cfg.dither * rng.standard_normal(n)
+    if cfg.preemph:
+        x = np.concatenate((x[:1], x[1:] - cfg.preemph * x[:-1]))
+    # torch.stft(center=True, reflect): n_fft // 2 reflected samples each side; the window
+    # (symmetric Hann of win_length) sits centred in n_fft
+    half = cfg.n_fft // 2
+    x = np.pad(x, half, mode="reflect")
+    frames = 1 + n // cfg.hop_length
+    starts = np.arange(frames)[:, None] * cfg.hop_length
+    window = np.zeros(cfg.n_fft)
+    left = (cfg.n_fft - cfg.win_length) // 2
+    window[left : left + cfg.win_length] = np.hanning(cfg.win_length)
+    spec = np.fft.rfft(x[starts + np.arange(cfg.n_fft)[None, :]] * window, axis=1)
+    power = (spec.real**2 + spec.imag**2).T  # (n_fft // 2 + 1, frames)
+    basis = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
+    mel = np.log(basis.astype(np.float64) @ power + cfg.log_guard)
+    valid = cfg.valid_frames(n)
+    mean = mel[:, :valid].mean(axis=1, keepdims=True)
+    std = mel[:, :valid].std(axis=1, ddof=1, keepdims=True)  # unbiased, as DLE
+    mel = (mel - mean) / (std + cfg.std_eps)
+    mel[:, valid:] = 0.0
+    return mel.astype(np.float32)
+
+
+def batch_features_numpy(
+    audios: Sequence[np.ndarray],
+    cfg: FeatureConfig,
+    rngs: Sequence[np.random.Generator | None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """batch_features in numpy: (N_i,) waveforms -> (B, n_mels, T) float32, (B,) int64."""
+    if not audios:
+        raise SpeechRTError("no audio to featurise")
+    gens = list(rngs) if rngs is not None else [None] * len(audios)
+    mels = [log_mel_numpy(a, cfg, g) for a, g in zip(audios, gens, strict=True)]
+    t_max = max(cfg.padded_frames(a.shape[-1]) for a in audios)
+    feats = np.zeros((len(mels), cfg.n_mels, t_max), dtype=np.float32)
+    for i, m in enumerate(mels):
+        feats[i, :, : m.shape[1]] = m
+    lengths = np.array([cfg.valid_frames(a.shape[-1]) for a in audios], dtype=np.int64)
+    return feats, lengths
 
 
 def log_mel(
@@ -113,12 +183,10 @@ def log_mel(
 
     Frames from ceil(N / hop) on are zero (only the last one, when N is a multiple of hop).
     """
+    import torch
+
     n = audio.shape[-1]
-    if n < cfg.min_samples:
-        raise SpeechRTError(
-            f"audio too short: {n} samples at {cfg.sample_rate} Hz "
-            f"(need at least {cfg.min_samples}, {cfg.min_samples / cfg.sample_rate:.3f} s)"
-        )
+    check_length(n, cfg)
     x = audio.float()
     if cfg.dither > 0:
         noise = torch.randn(n, generator=generator, device=x.device)
@@ -154,6 +222,8 @@ def batch_features(
 
     T = the largest padded_frames(N_i); frames past an item's own padded length are zero too.
     """
+    import torch
+
     if not audios:
         raise SpeechRTError("no audio to featurise")
     gens = list(generators) if generators is not None else [None] * len(audios)
