@@ -1,6 +1,6 @@
 """Start-up of the CLI on this machine: wall time of whole commands, median of N after a warm run.
 
-    python scripts/bench_startup.py [--runs 5] [--out docs/bench/startup.json]
+    python scripts/bench_startup.py [--runs 5] [--steady-runs 15] [--out docs/bench/startup.json]
 
 Times, as a user sees them (a fresh process each run, in a scratch directory):
     speechrt --help
@@ -71,20 +71,22 @@ def wall(argv: list[str], cwd: str) -> float:
 
 
 def steady_state(runs: int) -> dict[str, dict[str, float]]:
-    """The bundled voice synthesising LONG: median seconds and RTF per backend."""
+    """The bundled voice synthesising LONG: median seconds and RTF per backend, the backends
+    taking turns each round."""
     from speechrt.tts import TTS
 
-    out = {}
-    for backend in ("onnx", "eager"):
-        tts = TTS(device="cpu", backend=backend)
-        tts.synthesize([LONG])
-        times = []
-        for _ in range(runs):
+    voices = {backend: TTS(device="cpu", backend=backend) for backend in ("onnx", "eager")}
+    times: dict[str, list[float]] = {backend: [] for backend in voices}
+    samples = {backend: len(tts.synthesize([LONG])[0]) for backend, tts in voices.items()}
+    for _ in range(runs):
+        for backend, tts in voices.items():
             start = time.perf_counter()
-            audio = tts.synthesize([LONG])[0]
-            times.append(time.perf_counter() - start)
-        seconds = statistics.median(times)
-        duration = len(audio) / tts.sampling_rate
+            tts.synthesize([LONG])
+            times[backend].append(time.perf_counter() - start)
+    out = {}
+    for backend, tts in voices.items():
+        seconds = statistics.median(times[backend])
+        duration = samples[backend] / tts.sampling_rate
         out[backend] = {"seconds": seconds, "audio_seconds": duration, "rtf": duration / seconds}
     return out
 
@@ -146,6 +148,9 @@ def session_sweep(runs: int) -> dict[str, dict[str, float]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5, help="timed runs after one warm run")
+    p.add_argument(
+        "--steady-runs", type=int, default=15, help="rounds of the steady-state comparisons"
+    )
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -170,8 +175,8 @@ def main() -> None:
         "command": " ".join(["python", *sys.argv]),
         "speech_wav_seconds": speech_seconds,
     }
-    steady = steady_state(args.runs)
-    sweep = session_sweep(args.runs)
+    steady = steady_state(args.steady_runs)
+    sweep = session_sweep(args.steady_runs)
     print(f"{stamp['cpu']}, {stamp['cores']} cores, commit {stamp['commit']}")
     print(f"speech.wav: {speech_seconds:.2f} s")
     print(f"{'command':<40} {'median':>8}  runs")
