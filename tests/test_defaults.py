@@ -149,6 +149,7 @@ def test_round_trip_default_voice_through_default_asr(voice):
     sentences = heldout_sentences()
     asr = ASR(device="cpu")
     assert asr.decoder == "beam"  # the bundled LM is used by default
+    assert voice.backend == asr.backend == "onnx"  # what a CPU user gets by default
     audios = [
         resample(a, voice.sampling_rate, asr.sample_rate) for a in voice.synthesize(sentences)
     ]

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from speechrt.audio.features import BatchLogMel, FeatureConfig, batch_features, log_mel
+from speechrt.audio.features import FeatureConfig, batch_features, log_mel
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.featurizer import Featurizer, make_featurizer
+from speechrt.runtime.featurizer import BatchLogMel, Featurizer, make_featurizer
 
 TOL = 1e-4
 CPU = torch.device("cpu")

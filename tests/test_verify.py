@@ -39,6 +39,12 @@ def test_perturbed_weight_fails(
     d.mkdir()
     for f in src.iterdir():
         (d / f.name).write_bytes(f.read_bytes())
+    import onnx
+    from onnx.external_data_helper import convert_model_from_external_data
+
+    graph = onnx.load(str(d / "model.onnx"))  # with the weights it reads from model.safetensors
+    convert_model_from_external_data(graph)
+    onnx.save(graph, str(d / "model.onnx"))  # ... now held inside the graph file
     weights = load_file(str(d / "model.safetensors"))
     weights["conv_post.bias"] += 0.05  # the ONNX graphs keep the old weights
     save_file(weights, str(d / "model.safetensors"))

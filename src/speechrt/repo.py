@@ -2,7 +2,9 @@
 
 <dir>/model.json          kind, dims, mel config, text/labels metadata, source checkpoint + sha256
 <dir>/model.safetensors   weights in inference form (weight norm / BatchNorm folded)
-<dir>/model.onnx          written by `speechrt export`
+<dir>/model.onnx          written by `speechrt export` (reads its weights from model.safetensors)
+
+Reading model.json imports no torch; building a module does.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from speechrt.audio.mel import MelConfig
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT_VERSION = 1
 INFO_FILE = "model.json"
@@ -130,6 +133,8 @@ def check_dims(model_dir: str | Path, info: ComponentInfo) -> None:
     """model.json's dims against the weights' shapes, before anything is allocated: the
     module is built on the meta device and its state dict's shapes compared with the
     safetensors header. SpeechRTError (one line) names the first difference."""
+    import torch
+
     from speechrt.models import build_model
 
     shapes = weight_shapes(model_dir)
@@ -156,11 +161,14 @@ def check_dims(model_dir: str | Path, info: ComponentInfo) -> None:
 
 
 def load_component(
-    model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> tuple[torch.nn.Module, ComponentInfo]:
-    """Build the module described by model.json and load its weights (strict), in eval mode.
+    """Build the module described by model.json and load its weights (strict), in eval mode
+    (`dtype` None: float32).
     The dims are checked against the weights' shapes first (check_dims), so a model.json
     with absurd sizes costs nothing."""
+    import torch
+
     from speechrt.models import build_model
 
     info = read_info(model_dir)
@@ -173,4 +181,4 @@ def load_component(
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         detail = lines[1] if len(lines) > 1 else str(e)
         raise SpeechRTError(f"{model_dir}: weights do not match model.json ({detail})") from None
-    return model.to(device=device, dtype=dtype).eval(), info
+    return model.to(device=device, dtype=dtype or torch.float32).eval(), info

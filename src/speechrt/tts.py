@@ -1,6 +1,10 @@
 """Text-to-speech pipeline: text -> ids -> mel -> audio, batched, per-item deterministic.
 
 normalize/split -> text_to_ids -> ids_to_mel (acoustic) -> mel_to_audio (vocoder) -> denoise
+
+On the onnx backend (what `auto` picks on a CPU when the model directories hold their ONNX graphs,
+as the bundled voice's do) the stages run on numpy arrays and torch is never imported; on eager
+and cuda they run on torch tensors on the pipeline's device.
 """
 
 from __future__ import annotations
@@ -9,18 +13,19 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from speechrt.device import resolve_device, resolve_precision
 from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.options import SynthesisOptions
-from speechrt.repo import ComponentInfo, load_component
+from speechrt.repo import ComponentInfo, read_info
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.stages import TTSStages
+from speechrt.runtime.stages import TTSStages, numpy_stages
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces of at most this
 # ... and a piece whose normalised form is longer ("12345" reads as 40 symbols) is cut at spaces
@@ -39,6 +44,17 @@ class Piece:
     seed: int
 
 
+def check_role(model_dir: str | Path, info: ComponentInfo, role: str) -> None:
+    """Without building the module: an acoustic model's main graph outputs a mel, a vocoder's
+    turns a mel into audio (the modules' `role`, told from the registry's contracts)."""
+    from speechrt.registry import contract, graphs_of
+
+    c = contract(next(iter(graphs_of(info.kind))), info.dims)
+    is_role = {"acoustic": "mel" in c.output_names, "vocoder": "audio" in c.output_names}
+    if not is_role[role]:
+        raise SpeechRTError(f"{model_dir}: a {info.kind} model is not an {role} model")
+
+
 def piece_seed(item_seed: int, index: int) -> int:
     # Pieces of one text draw independent noise; the same (seed, index) always gives the same draw.
     return (item_seed * 1_000_003 + index) % (2**63 - 1)
@@ -53,30 +69,48 @@ class TTS:
         vocoder: str | Path | None = None,
         device: str = "auto",
         precision: str = "fp32",
-        backend: str = "eager",
+        backend: str = "auto",
         buckets: Buckets | None = None,
     ) -> None:
         """Model directories (neither: the bundled default voice, speechrt.defaults);
-        `backend`: eager, cuda, onnx or auto (speechrt.runtime). Every backend runs the same
-        stages over the components' graphs (speechrt.runtime.graphs); eager calls them as-is."""
+        `backend`: eager, cuda, onnx or auto (default; speechrt.runtime.resolve_backend: cuda
+        on a GPU, else onnx where both directories hold their main ONNX graph, else eager).
+        Every backend runs the same stages over the components' graphs
+        (speechrt.runtime.graphs); eager calls them as-is."""
         from speechrt.defaults import voice_dirs
-        from speechrt.runtime import resolve_backend
+        from speechrt.runtime import device_kind, resolve_backend
         from speechrt.text import TextProcessor
 
         acoustic, vocoder = voice_dirs(acoustic, vocoder)
-
-        self.device = resolve_device(device)
-        self.dtype = resolve_precision(precision)
         self.precision = precision
-        self.backend = resolve_backend(backend, self.device.type, [acoustic, vocoder])
+        dirs = [acoustic, vocoder]
+        self.backend = resolve_backend(backend, device_kind(device), dirs, main_only=True)
         self.acoustic_dir, self.vocoder_dir = Path(acoustic), Path(vocoder)
-        # Runners start from float32 weights (cuda casts what it runs in half; onnx is float32).
-        load_dtype = self.dtype if self.backend == "eager" else torch.float32
-        # the loaded nn.Modules, checked by role; the stages run their graphs
+        infos = [read_info(d) for d in dirs]
+        # the loaded nn.Modules, checked by role (None on numpy stages); the stages run graphs
         self.acoustic: Any
         self.vocoder: Any
-        self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic", load_dtype)
-        self.vocoder, self.vocoder_info = self._load(vocoder, "vocoder", load_dtype)
+        self.numpy = numpy_stages(self.backend, [i.kind for i in infos])
+        if self.numpy:
+            self.device: Any = device_kind(device) if device == "auto" else device
+            self.dtype: Any = None
+            if precision != "fp32":
+                raise SpeechRTError("the onnx backend runs the exported float32 graphs: use fp32")
+            for d, info, role in zip(dirs, infos, ("acoustic", "vocoder"), strict=True):
+                check_role(d, info, role)
+            self.acoustic, self.acoustic_info = None, infos[0]
+            self.vocoder, self.vocoder_info = None, infos[1]
+        else:
+            import torch
+
+            from speechrt.device import resolve_device, resolve_precision
+
+            self.device = resolve_device(device)
+            self.dtype = resolve_precision(precision)
+            # Runners start from float32 weights (cuda casts what it runs in half; onnx: fp32).
+            load_dtype = self.dtype if self.backend == "eager" else torch.float32
+            self.acoustic, self.acoustic_info = self._load(acoustic, "acoustic", load_dtype)
+            self.vocoder, self.vocoder_info = self._load(vocoder, "vocoder", load_dtype)
         if self.acoustic_info.mel is None or self.vocoder_info.mel is None:
             raise SpeechRTError("acoustic model or vocoder lacks a mel config in its model.json")
         self.acoustic_info.mel.check_matches(self.vocoder_info.mel)
@@ -89,11 +123,14 @@ class TTS:
             (self.acoustic, self.acoustic_info, acoustic),
             (self.vocoder, self.vocoder_info, vocoder),
             buckets,
+            numpy=self.numpy,
         )
 
     def _load(
         self, model_dir: str | Path, role: str, dtype: torch.dtype
     ) -> tuple[torch.nn.Module, ComponentInfo]:
+        from speechrt.repo import load_component
+
         model, info = load_component(model_dir, self.device, dtype)
         if getattr(model, "role", None) != role:
             raise SpeechRTError(f"{model_dir}: a {info.kind} model is not an {role} model")
@@ -133,46 +170,59 @@ class TTS:
 
     # Stage functions, each timed separately by the benchmark; tensors stay on the device.
 
-    def batch_to_tensors(self, batch: list[Piece]) -> tuple[torch.Tensor, ...]:
-        """Pieces -> ids (B, L) zero-padded, lengths (B,), seeds (B,), on the device."""
-        lengths = torch.tensor([len(p.ids) for p in batch], dtype=torch.long)
-        ids = torch.zeros(len(batch), int(lengths.max()), dtype=torch.long)
+    def batch_to_tensors(self, batch: list[Piece]) -> tuple[Any, ...]:
+        """Pieces -> ids (B, L) zero-padded, lengths (B,), seeds (B,) int64: numpy arrays on
+        numpy stages, else torch tensors on the device (seeds on the host)."""
+        lengths = np.array([len(p.ids) for p in batch], dtype=np.int64)
+        ids = np.zeros((len(batch), int(lengths.max())), dtype=np.int64)
         for i, p in enumerate(batch):
-            ids[i, : len(p.ids)] = torch.tensor(p.ids)
-        seeds = torch.tensor([p.seed for p in batch], dtype=torch.long)
-        return ids.to(self.device), lengths.to(self.device), seeds
+            ids[i, : len(p.ids)] = p.ids
+        seeds = np.array([p.seed for p in batch], dtype=np.int64)
+        if self.numpy:
+            return ids, lengths, seeds
+        import torch
+
+        return (
+            torch.from_numpy(ids).to(self.device),
+            torch.from_numpy(lengths).to(self.device),
+            torch.from_numpy(seeds),
+        )
 
     def ids_to_mel(
-        self,
-        ids: torch.Tensor,
-        lengths: torch.Tensor,
-        options: SynthesisOptions,
-        seeds: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
+    ) -> tuple[Any, Any]:
         """ids (B, L), lengths (B,) -> mel (B, n_mels, T) float32, mel_lengths (B,)"""
         return self.stages.acoustic(ids, lengths, options, seeds)
 
     def mel_to_audio(
-        self, mel: torch.Tensor, mel_lengths: torch.Tensor, options: SynthesisOptions, seeds
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, mel: Any, mel_lengths: Any, options: SynthesisOptions, seeds: Any
+    ) -> tuple[Any, Any]:
         """mel (B, n_mels, T) -> audio (B, S) float32, audio_lengths (B,)"""
         return self.stages.vocoder(mel, mel_lengths, options, seeds)
 
-    def denoise(
-        self, audio: torch.Tensor, audio_lengths: torch.Tensor, strength: float
-    ) -> torch.Tensor:
+    def denoise(self, audio: Any, audio_lengths: Any, strength: float) -> Any:
         """audio (B, S) -> audio (B, S) with the vocoder's bias spectrum subtracted."""
         return self.stages.denoiser(audio, audio_lengths, strength)
 
     @staticmethod
-    def to_numpy(audio: torch.Tensor, audio_lengths: torch.Tensor) -> list[np.ndarray]:
+    def to_numpy(audio: Any, audio_lengths: Any) -> list[np.ndarray]:
         """The one device -> host copy: (B, S) -> B waveforms trimmed to their lengths."""
-        host = audio.clamp(-1.0, 1.0).cpu().numpy()
+        if isinstance(audio, np.ndarray):
+            host = np.clip(audio, -1.0, 1.0)
+        else:
+            host = audio.clamp(-1.0, 1.0).cpu().numpy()
         return [host[i, : int(n)].copy() for i, n in enumerate(audio_lengths.tolist())]
 
-    @torch.inference_mode()
     def ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
         """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item."""
+        if self.numpy:
+            return self._ids_to_audio(batch, options)
+        import torch
+
+        with torch.inference_mode():
+            return self._ids_to_audio(batch, options)
+
+    def _ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
         ids, lengths, seeds = self.batch_to_tensors(batch)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaxDecoderStepsWarning)

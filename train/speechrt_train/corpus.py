@@ -90,8 +90,6 @@ _worker: dict[str, Any] = {}
 
 def _prepare(prefix: str | None) -> None:
     """Load the front end once in the parent: forked workers share it (seconds per worker)."""
-    from scipy import signal  # noqa: F401  (imported once, before the fork)
-
     from speechrt_train.align import make_processor
     from speechrt_train.teachers import Teachers
 

@@ -3,7 +3,8 @@
     runs/fastpitch/last.pt -> <out>/voice-acoustic/   FastPitch, meta.text = our front end
     runs/hifigan/last.pt   -> <out>/voice-vocoder/    HiFi-GAN, weight norm folded
     runs/quartznet/last.pt -> <out>/asr/              QuartzNet, BatchNorm folded, labels, features
-each as model.json + model.safetensors (fp16 unless --fp32; speechrt loads either), then
+each as model.json + model.safetensors (fp16 unless --fp32; speechrt loads either) + model.onnx
+(the main graph, reading those weights: `speechrt export DIR --graph MAIN` writes the same), then
 `evaluate`: through speechrt's own TTS and ASR pipelines, WER of the recogniser on the held-out
 voice, and of our voice read back by our recogniser (and the teacher's, for reference).
 """
@@ -24,7 +25,9 @@ from speechrt.audio.mel import MelConfig
 from speechrt.models.fastpitch import FastPitch, FastPitchDims
 from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
 from speechrt.models.jasper import LABELS, QuartzNetDims
+from speechrt.registry import graphs_of
 from speechrt.repo import ComponentInfo, save_component
+from speechrt.runtime.export import export_dir
 from speechrt_train.align import make_processor
 from speechrt_train.asr_data import SpeechData, transcript
 from speechrt_train.fastpitch_train import PRESETS as FASTPITCH_PRESETS
@@ -171,6 +174,8 @@ def export(
         error = fp16_error(name, model)
         dtype = torch.float16 if fp16 and error < FP16_TOLERANCE else None
         target = save_component(out / NAMES[name], component, model.state_dict(), dtype)
+        # the main graph, which the CPU default (onnxruntime) runs; it reads the weights above
+        export_dir(target, graphs=[next(iter(graphs_of(component.kind)))])
         size = sum(p.stat().st_size for p in target.iterdir())
         total += size
         params = sum(v.numel() for v in model.state_dict().values())

@@ -26,14 +26,16 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from speechrt.asr.ctc import Decoded, align_tokens, tokens_to_words
+from speechrt.asr.ctc import Decoded, align_tokens, host, tokens_to_words
 from speechrt.asr.lm import NGramLM
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    import torch
 
 TINY = 1e-300  # stands in for a probability that underflowed to 0 (so its log is finite)
 # The search costs ~beam_size x max_chars prefix extensions per frame, in Python: at 1024 the
@@ -233,10 +235,10 @@ def beam_decode(
     blank = len(labels)
     if log_probs.shape[-1] != blank + 1:
         raise ValueError(f"{log_probs.shape[-1]} classes for {len(labels)} labels + blank")
-    lp = log_probs.detach().float().cpu().numpy()
+    lp = host(log_probs).astype(np.float32, copy=False)
     return [
         tokens_to_words(
             beam_tokens(lp[i, : int(n)], labels, lm, options), labels, frame_duration, offset
         )
-        for i, n in enumerate(lengths.cpu().tolist())
+        for i, n in enumerate(host(lengths).tolist())
     ]

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,16 @@ def tokens_to_words(
     return Decoded(" ".join(w.word for w in words), tuple(words))
 
 
-def greedy_ids(log_probs: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
-    """log_probs: (B, T, V), lengths: (B,) frames to decode -> per-item argmax ids."""
-    best = log_probs.argmax(dim=-1).cpu()
-    return [best[i, : int(n)].tolist() for i, n in enumerate(lengths.cpu().tolist())]
+def greedy_ids(log_probs: torch.Tensor | np.ndarray, lengths: Any) -> list[list[int]]:
+    """log_probs: (B, T, V), lengths: (B,) frames to decode (torch or numpy) -> per-item
+    argmax ids."""
+    best = host(log_probs.argmax(-1))
+    return [best[i, : int(n)].tolist() for i, n in enumerate(host(lengths).tolist())]
+
+
+def host(x: Any) -> np.ndarray:
+    """A torch tensor (any device) or numpy array -> numpy array."""
+    return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
 
 
 def greedy_decode(

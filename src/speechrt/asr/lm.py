@@ -35,6 +35,31 @@ NEVER = -99.0  # ln P of <s>, which is never predicted (only a context)
 Ngram = tuple[int, ...]
 
 
+class NgramTable:
+    """n-gram key -> value: sorted key array searched on a miss, answers memoised. Building
+    Python dicts of every n-gram instead costs about half a second for the bundled LM; a search
+    asks for a few thousand of them."""
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
+        order = np.argsort(keys, kind="stable")
+        self.keys = np.asarray(keys)[order]  # (N,) int64, ascending
+        self.values = np.asarray(values, dtype=np.float64)[order]  # (N,)
+        self.memo: dict[int, float | None] = {}
+
+    @classmethod
+    def empty(cls) -> NgramTable:
+        return cls(np.zeros(0, np.int64), np.zeros(0))
+
+    def get(self, key: int) -> float | None:
+        """The value of `key`, or None when the table lacks it."""
+        if key in self.memo:
+            return self.memo[key]
+        i = int(np.searchsorted(self.keys, key))
+        value = float(self.values[i]) if i < len(self.keys) and self.keys[i] == key else None
+        self.memo[key] = value
+        return value
+
+
 class NGramLM:
     """A backoff n-gram model over a word vocabulary; probabilities in natural logarithms."""
 
@@ -63,14 +88,13 @@ class NGramLM:
         # n-grams as int keys sum(w_i * V^(n-1-i)): one dict lookup per query
         self._unigram = np.asarray(logp[0], dtype=np.float64).tolist()
         self._unigram_backoff = np.asarray(backoff[0], dtype=np.float64).tolist()
-        self._logp: list[dict[int, float]] = [{}]
-        self._backoff: list[dict[int, float]] = [{}]
+        self._logp: list[NgramTable] = [NgramTable.empty()]
+        self._backoff: list[NgramTable] = [NgramTable.empty()]
         for n in range(2, self.order + 1):
-            keys = _keys(ids[n - 1], n_vocab).tolist()
-            values = np.asarray(logp[n - 1], np.float64).tolist()
-            self._logp.append(dict(zip(keys, values, strict=True)))
-            bo = np.asarray(backoff[n - 1], np.float64).tolist() if n < self.order else []
-            self._backoff.append(dict(zip(keys, bo, strict=True)) if bo else {})
+            keys = _keys(ids[n - 1], n_vocab)
+            self._logp.append(NgramTable(keys, logp[n - 1]))
+            top = n == self.order  # the top order is never a context
+            self._backoff.append(NgramTable.empty() if top else NgramTable(keys, backoff[n - 1]))
         # sorted spellable words: `is_prefix` bisects it
         self._sorted = sorted(w for w in self.vocab if w not in (UNK, BOS, EOS))
         unigram = np.asarray(logp[0], dtype=np.float64)
@@ -98,7 +122,8 @@ class NGramLM:
             if n == 2:
                 total += self._unigram_backoff[ctx[0]]
             else:
-                total += self._backoff[n - 2].get(self._key(ctx), 0.0)
+                bo = self._backoff[n - 2].get(self._key(ctx))
+                total += 0.0 if bo is None else bo
             ctx = ctx[1:]
         return total + self._unigram[word]
 

@@ -8,28 +8,33 @@ model directory holds one (lm.json + lm.safetensors) or one is given.
 Each window is featurised on its own samples and the convolutions are masked, so an item's text
 does not depend on its batch-mates. Windows are batched longest-first to keep padding small; a
 window keeps the words whose centre lies in its own part of the audio (overlaps split midway).
+
+On the onnx backend (what `auto` picks on a CPU when the model directory holds its ONNX graph, as
+the bundled recogniser's does) features and log-probs are numpy arrays and torch is never
+imported; on eager and cuda they are torch tensors on the pipeline's device.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from speechrt.asr.beam import BeamOptions, beam_tokens
-from speechrt.asr.ctc import Word, collapse, greedy_ids, tokens_to_words
+from speechrt.asr.ctc import Word, collapse, greedy_ids, host, tokens_to_words
 from speechrt.asr.lm import NGramLM
-from speechrt.audio.features import FeatureConfig
-from speechrt.device import resolve_device, resolve_precision
+from speechrt.audio.features import FeatureConfig, batch_features_numpy
 from speechrt.errors import SpeechRTError
-from speechrt.registry import graphs_of
-from speechrt.repo import load_component
+from speechrt.repo import ComponentInfo, read_info
 from speechrt.runtime.base import Runner
+
+if TYPE_CHECKING:
+    pass
 
 AudioInput = np.ndarray | str | Path | bytes
 DECODERS = ("auto", "greedy", "beam")
@@ -86,6 +91,18 @@ def as_waveform(audio: np.ndarray, name: str = "audio") -> np.ndarray:
     return a
 
 
+def output_frames(dims: dict[str, Any], n: int) -> int:
+    """Output frames of a Jasper/QuartzNet for n input frames: every sub-block's strided conv
+    ('same' padding (kernel // 2) * dilation) in turn, as models.jasper.Jasper.output_lengths
+    computes it in torch (tested equal)."""
+    for k, s, d, r in zip(
+        dims["kernels"], dims["strides"], dims["dilations"], dims["repeats"], strict=True
+    ):
+        for _ in range(r):
+            n = (n + 2 * (k // 2) * d - d * (k - 1) - 1) // s + 1
+    return n
+
+
 def _window_seed(seed: int, window: int) -> int:
     return (seed * 1_000_003 + window) % (2**63 - 1)
 
@@ -104,7 +121,7 @@ class ASR:
         dither: float | None = None,
         seed: int = 0,
         decode_padding: bool = True,
-        backend: str = "eager",
+        backend: str = "auto",
         decoder: str = "auto",
         lm: str | Path | None = None,
         beam_size: int | None = None,
@@ -115,8 +132,10 @@ class ASR:
         overrides the model's (0 = deterministic); noise is drawn per window from `seed`.
         `decode_padding` decodes the zero-padded tail frames too, as DLE inference.py does (at
         batch size 1); False decodes the valid frames only. `backend`: eager (the module),
-        cuda, onnx or auto (speechrt.runtime) runs the acoustic model; the features are
-        computed in torch on every backend (speechrt.runtime.featurizer; compiled on cuda).
+        cuda, onnx or auto (default; speechrt.runtime.resolve_backend: cuda on a GPU, else
+        onnx where the directory holds the ONNX graph, else eager) runs the acoustic model;
+        the features are computed in numpy on onnx (no torch), else in torch
+        (speechrt.runtime.featurizer: batched, and compiled on cuda).
 
         `decoder`: greedy; beam (CTC prefix beam search with a word LM: `lm`, a directory
         holding lm.json + lm.safetensors, else the model directory's own); auto (default): beam
@@ -127,23 +146,46 @@ class ASR:
         if not 0 <= overlap < window / 2:
             raise SpeechRTError(f"overlap must be within [0, window / 2), got {overlap}")
         from speechrt.defaults import asr_dir
-        from speechrt.runtime import resolve_backend
+        from speechrt.registry import contract, graphs_of
+        from speechrt.runtime import device_kind, resolve_backend
 
         model_dir = asr_dir(model_dir)
-        self.device = resolve_device(device)
-        self.dtype = resolve_precision(precision)
         self.precision = precision
-        self.backend = resolve_backend(backend, self.device.type, [model_dir])
+        self.backend = resolve_backend(backend, device_kind(device), [model_dir], main_only=True)
         self.model_dir = Path(model_dir)
-        # Runners start from float32 weights (cuda casts what it runs; onnx is float32).
-        load_dtype = self.dtype if self.backend == "eager" else torch.float32
-        self.model: Any  # an nn.Module of role "asr" (Jasper: dims, time_stride, output_lengths)
-        try:
-            self.model, self.info = load_component(model_dir, self.device, load_dtype)
-        except (TypeError, ValueError) as e:
-            raise SpeechRTError(f"{model_dir}: corrupt model description ({e})") from None
-        if getattr(self.model, "role", None) != "asr":
-            raise SpeechRTError(f"{model_dir}: a {self.info.kind} model is not a speech recogniser")
+        self.info: ComponentInfo = read_info(model_dir)
+        # onnx: numpy arrays and no module; else an nn.Module of role "asr" and torch tensors
+        self.numpy = self.backend == "onnx"
+        self.model: Any = None
+        if self.numpy:
+            self.device: Any = device_kind(device) if device == "auto" else device
+            self.dtype: Any = None
+            main = next(iter(graphs_of(self.info.kind)))
+            if "log_probs" not in contract(main, self.info.dims).output_names:
+                raise SpeechRTError(
+                    f"{model_dir}: a {self.info.kind} model is not a speech recogniser"
+                )
+        else:
+            import torch
+
+            from speechrt.device import resolve_device, resolve_precision
+            from speechrt.repo import load_component
+
+            self.device = resolve_device(device)
+            self.dtype = resolve_precision(precision)
+            # Runners start from float32 weights (cuda casts what it runs; onnx is float32).
+            load_dtype = self.dtype if self.backend == "eager" else torch.float32
+            try:
+                self.model, self.info = load_component(model_dir, self.device, load_dtype)
+            except (TypeError, ValueError) as e:
+                raise SpeechRTError(f"{model_dir}: corrupt model description ({e})") from None
+            if getattr(self.model, "role", None) != "asr":
+                raise SpeechRTError(
+                    f"{model_dir}: a {self.info.kind} model is not a speech recogniser"
+                )
+        self.n_classes = int(
+            contract(next(iter(graphs_of(self.info.kind))), self.info.dims).outputs[0].shape[-1]
+        )
         meta = self.info.meta
         try:
             self.labels: list[str] = [str(s) for s in meta["labels"]]
@@ -153,10 +195,9 @@ class ASR:
             raise SpeechRTError(f"{model_dir}: model.json lacks labels/features ({e})") from None
         if dither is not None:
             self.features = FeatureConfig.from_dict({**self.features.to_dict(), "dither": dither})
-        if len(self.labels) + 1 != self.model.dims.n_classes:
+        if len(self.labels) + 1 != self.n_classes:
             raise SpeechRTError(
-                f"{model_dir}: {len(self.labels)} labels + blank for "
-                f"{self.model.dims.n_classes} model outputs"
+                f"{model_dir}: {len(self.labels)} labels + blank for {self.n_classes} model outputs"
             )
         self.lm, self.beam_options = self._decoder(decoder, lm, beam_size, alpha, beta)
         self.decoder = "greedy" if self.lm is None else "beam"
@@ -168,11 +209,20 @@ class ASR:
         # every backend runs the model's main graph (eager calls the wrapper as-is)
         graph = next(iter(graphs_of(self.info.kind)))
         self.runner: Runner = make_runner(
-            graph, self.model, self.info, self.backend, self.device, precision, model_dir
+            graph,
+            self.model,
+            self.info,
+            self.backend,
+            self.device,
+            precision,
+            model_dir,
+            numpy=self.numpy,
         )
-        from speechrt.runtime.featurizer import make_featurizer
+        self.featurizer: Any = None  # torch backends: speechrt.runtime.featurizer
+        if not self.numpy:
+            from speechrt.runtime.featurizer import make_featurizer
 
-        self.featurizer = make_featurizer(self.features, self.backend, self.device)
+            self.featurizer = make_featurizer(self.features, self.backend, self.device)
 
     def runners(self) -> dict[str, Runner]:
         """{graph name: runner}: the one graph it runs (the /v2 component model shares it)."""
@@ -221,7 +271,7 @@ class ASR:
     @property
     def frame_duration(self) -> float:
         """Seconds per output (CTC) frame: the hop times the encoder's time stride."""
-        return self.features.frame_shift * self.model.time_stride
+        return self.features.frame_shift * math.prod(self.info.dims["strides"])
 
     # -- stages --------------------------------------------------------------------------------
 
@@ -267,9 +317,26 @@ class ASR:
             for j, (s, lo, hi) in enumerate(zip(starts, lows, highs, strict=True))
         ]
 
-    @torch.inference_mode()
-    def featurize(self, batch: list[Segment]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        """Windows -> features (B, F, T) incl. leading padding, valid frames (B,), samples each."""
+    def featurize(self, batch: list[Segment]) -> tuple[Any, Any, list[int]]:
+        """Windows -> features (B, F, T) incl. leading padding, valid frames (B,), samples each
+        (numpy arrays on onnx, else torch tensors on the device)."""
+        if self.numpy:
+            rngs = None
+            if self.features.dither > 0:  # per-window noise, as below
+                rngs = [np.random.default_rng(seg.seed) for seg in batch]
+            feats, lengths = batch_features_numpy([seg.audio for seg in batch], self.features, rngs)
+            if self.pad_leading:
+                feats = np.pad(feats, ((0, 0), (0, 0), (self.pad_leading, 0)))
+                lengths = lengths + self.pad_leading
+            return feats, lengths, [seg.audio.shape[0] for seg in batch]
+        import torch
+
+        with torch.inference_mode():
+            return self._featurize_torch(batch)
+
+    def _featurize_torch(self, batch: list[Segment]) -> tuple[Any, Any, list[int]]:
+        import torch
+
         gens = None
         if self.features.dither > 0:  # per-window noise: independent of batch-mates and order
             gens = [torch.Generator(device=self.device).manual_seed(seg.seed) for seg in batch]
@@ -280,43 +347,51 @@ class ASR:
             lengths = lengths + self.pad_leading
         return feats, lengths, [seg.audio.shape[0] for seg in batch]
 
-    @torch.inference_mode()
-    def acoustic(
-        self, feats: torch.Tensor, lengths: torch.Tensor, samples: list[int]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def acoustic(self, feats: Any, lengths: Any, samples: list[int]) -> tuple[Any, Any]:
         """features (B, F, T) -> log-probs (B, T', V) and frames to decode per window (B,)."""
-        out = self.runner.run({"features": feats.float(), "feature_lengths": lengths})
+        if self.numpy:
+            return self._acoustic(feats, lengths, samples)
+        import torch
+
+        with torch.inference_mode():
+            return self._acoustic(feats, lengths, samples)
+
+    def _acoustic(self, feats: Any, lengths: Any, samples: list[int]) -> tuple[Any, Any]:
+        from speechrt.runtime.stages import as_float32
+
+        out = self.runner.run({"features": as_float32(feats), "feature_lengths": lengths})
         log_probs, out_lengths = out["log_probs"], out["log_prob_lengths"]
         if self.decode_padding:
             padded = [self.features.padded_frames(n) + self.pad_leading for n in samples]
-            frames = [self._output_frames(n) for n in padded]
-            out_lengths = torch.tensor(frames, dtype=torch.long, device=self.device)
+            frames = np.array([self._output_frames(n) for n in padded], dtype=np.int64)
+            if self.numpy:
+                return log_probs, frames
+            import torch
+
+            out_lengths = torch.from_numpy(frames).to(self.device)
         return log_probs, out_lengths
 
     def _output_frames(self, n: int) -> int:
-        """Output frames for n input frames, cached (on the device, the ~6 integer ops per
-        sub-block would each be a kernel launch: ~7 ms of Jasper's 12 at batch 1 on an H100)."""
+        """Output frames for n input frames (output_frames), cached."""
         if n not in self._frames_cache:
-            self._frames_cache[n] = int(self.model.output_lengths(torch.tensor([n]))[0])
+            self._frames_cache[n] = output_frames(self.info.dims, n)
         return self._frames_cache[n]
 
-    def log_probs(self, batch: list[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_probs(self, batch: list[Segment]) -> tuple[Any, Any]:
         """Windows -> log-probs (B, T', V) float32 and frames to decode per window (B,)."""
         return self.acoustic(*self.featurize(batch))
 
-    def tokens(
-        self, log_probs: torch.Tensor, lengths: torch.Tensor
-    ) -> list[list[tuple[int, int, int]]]:
+    def tokens(self, log_probs: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""
         if self.lm is None or self.beam_options is None:
             return [collapse(ids, len(self.labels)) for ids in greedy_ids(log_probs, lengths)]
-        lp = log_probs.detach().float().cpu().numpy()  # (B, T', V)
+        lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V)
         return [
             beam_tokens(lp[i, : int(n)], self.labels, self.lm, self.beam_options)
-            for i, n in enumerate(lengths.cpu().tolist())
+            for i, n in enumerate(host(lengths).tolist())
         ]
 
-    def decode(self, batch: list[Segment], log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
+    def decode(self, batch: list[Segment], log_probs: Any, lengths: Any) -> None:
         """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
         offset = -self.pad_leading * self.features.frame_shift
         for seg, tokens in zip(batch, self.tokens(log_probs, lengths), strict=True):

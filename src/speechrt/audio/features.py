@@ -8,9 +8,11 @@
 Every item is computed on its own samples only (its STFT reflects at its own end), so an item's
 features never depend on its batch-mates; at batch size 1 this is exactly DLE's computation.
 
-`log_mel` computes one item and is the reference; `BatchLogMel` computes a padded batch in one
-pass of ~20 kernels whatever the batch size (no loop over items, no host sync), with the same
-meaning item by item (tests/test_featurizer.py asserts the tolerance).
+`log_mel` is DLE's computation in torch, one item at a time, and the reference;
+`log_mel_numpy` the same in numpy (float64 inside), for the onnx backend, which imports no torch:
+they agree to float32 rounding (tested). The dither noise is drawn by each one's own generator.
+`speechrt.runtime.featurizer.BatchLogMel` computes a padded batch in one pass (tested against
+`log_mel`). This module imports no torch at import time.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor, nn
+import numpy as np
 
 from speechrt.audio.mel import mel_filterbank
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -102,13 +106,76 @@ class FeatureConfig:
 
 @lru_cache(maxsize=8)
 def _mel_basis(cfg: FeatureConfig, device: torch.device) -> torch.Tensor:
+    import torch
+
     fb = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
     return torch.from_numpy(fb).to(device)  # (n_mels, n_fft // 2 + 1), never written to
 
 
 @lru_cache(maxsize=8)
 def _window(win_length: int, device: torch.device) -> torch.Tensor:
+    import torch
+
     return torch.hann_window(win_length, periodic=False, device=device)  # symmetric, as DLE
+
+
+def check_length(n: int, cfg: FeatureConfig) -> None:
+    if n < cfg.min_samples:
+        raise SpeechRTError(
+            f"audio too short: {n} samples at {cfg.sample_rate} Hz "
+            f"(need at least {cfg.min_samples}, {cfg.min_samples / cfg.sample_rate:.3f} s)"
+        )
+
+
+def log_mel_numpy(
+    audio: np.ndarray, cfg: FeatureConfig, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """log_mel in numpy: audio (N,) -> normalised log-mel (n_mels, 1 + N // hop) float32."""
+    n = audio.shape[-1]
+    check_length(n, cfg)
+    x = audio.astype(np.float64)
+    if cfg.dither > 0:
+        rng = rng if rng is not None else np.random.default_rng()
+        x = x + cfg.dither * rng.standard_normal(n)
+    if cfg.preemph:
+        x = np.concatenate((x[:1], x[1:] - cfg.preemph * x[:-1]))
+    # torch.stft(center=True, reflect): n_fft // 2 reflected samples each side; the window
+    # (symmetric Hann of win_length) sits centred in n_fft
+    half = cfg.n_fft // 2
+    x = np.pad(x, half, mode="reflect")
+    frames = 1 + n // cfg.hop_length
+    starts = np.arange(frames)[:, None] * cfg.hop_length
+    window = np.zeros(cfg.n_fft)
+    left = (cfg.n_fft - cfg.win_length) // 2
+    window[left : left + cfg.win_length] = np.hanning(cfg.win_length)
+    spec = np.fft.rfft(x[starts + np.arange(cfg.n_fft)[None, :]] * window, axis=1)
+    power = (spec.real**2 + spec.imag**2).T  # (n_fft // 2 + 1, frames)
+    basis = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
+    mel = np.log(basis.astype(np.float64) @ power + cfg.log_guard)
+    valid = cfg.valid_frames(n)
+    mean = mel[:, :valid].mean(axis=1, keepdims=True)
+    std = mel[:, :valid].std(axis=1, ddof=1, keepdims=True)  # unbiased, as DLE
+    mel = (mel - mean) / (std + cfg.std_eps)
+    mel[:, valid:] = 0.0
+    return mel.astype(np.float32)
+
+
+def batch_features_numpy(
+    audios: Sequence[np.ndarray],
+    cfg: FeatureConfig,
+    rngs: Sequence[np.random.Generator | None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """batch_features in numpy: (N_i,) waveforms -> (B, n_mels, T) float32, (B,) int64."""
+    if not audios:
+        raise SpeechRTError("no audio to featurise")
+    gens = list(rngs) if rngs is not None else [None] * len(audios)
+    mels = [log_mel_numpy(a, cfg, g) for a, g in zip(audios, gens, strict=True)]
+    t_max = max(cfg.padded_frames(a.shape[-1]) for a in audios)
+    feats = np.zeros((len(mels), cfg.n_mels, t_max), dtype=np.float32)
+    for i, m in enumerate(mels):
+        feats[i, :, : m.shape[1]] = m
+    lengths = np.array([cfg.valid_frames(a.shape[-1]) for a in audios], dtype=np.int64)
+    return feats, lengths
 
 
 def log_mel(
@@ -118,12 +185,10 @@ def log_mel(
 
     Frames from ceil(N / hop) on are zero (only the last one, when N is a multiple of hop).
     """
+    import torch
+
     n = audio.shape[-1]
-    if n < cfg.min_samples:
-        raise SpeechRTError(
-            f"audio too short: {n} samples at {cfg.sample_rate} Hz "
-            f"(need at least {cfg.min_samples}, {cfg.min_samples / cfg.sample_rate:.3f} s)"
-        )
+    check_length(n, cfg)
     x = audio.float()
     if cfg.dither > 0:
         noise = torch.randn(n, generator=generator, device=x.device)
@@ -160,6 +225,8 @@ def batch_features(
     The per-item reference for `BatchLogMel`: one `log_mel` per item.
     T = the largest padded_frames(N_i); frames past an item's own padded length are zero too.
     """
+    import torch
+
     if not audios:
         raise SpeechRTError("no audio to featurise")
     gens = list(generators) if generators is not None else [None] * len(audios)
@@ -170,68 +237,3 @@ def batch_features(
         feats[i, :, : m.shape[1]] = m
     lengths = torch.tensor([cfg.valid_frames(a.shape[-1]) for a in audios], dtype=torch.long)
     return feats, lengths.to(feats.device)
-
-
-class BatchLogMel(nn.Module):
-    """`log_mel` of a padded batch: every item on its own samples, all items in one pass.
-
-    forward(audio (B, N) float, lengths (B,) int64 >= cfg.min_samples, noise (B, N) | None)
-        -> features (B, n_mels, padded_frames(N)), valid frames (B,) int64
-
-    Samples of an item past its length are ignored (any finite values); its frames from
-    valid_frames(length) on are zero. `noise`: the item's dither noise (standard normal, as
-    `log_mel` draws it from the item's generator) in its first `length` samples; required when
-    cfg.dither > 0, ignored otherwise. The window and mel basis are buffers, so the module moves
-    to a device with `.to` and compiles as a whole.
-    """
-
-    def __init__(self, cfg: FeatureConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        fb = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
-        self.window: Tensor
-        self.mel_basis: Tensor
-        self.register_buffer("window", torch.hann_window(cfg.win_length, periodic=False), False)
-        self.register_buffer("mel_basis", torch.from_numpy(fb), False)  # (n_mels, n_fft // 2 + 1)
-
-    def forward(
-        self, audio: Tensor, lengths: Tensor, noise: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        cfg = self.cfg
-        B, N = audio.shape
-        x = audio.float()
-        n = lengths[:, None]  # (B, 1)
-        if cfg.dither > 0:
-            if noise is None:
-                raise SpeechRTError("dither is on: BatchLogMel needs each item's noise")
-            x = x + cfg.dither * noise
-        if cfg.preemph:  # sample t depends on t and t - 1 only: padding never leaks in
-            x = torch.cat((x[:, :1], x[:, 1:] - cfg.preemph * x[:, :-1]), dim=1)
-        # centre=True with reflect padding, each item reflected at its own end: pad samples
-        # x[pad], ..., x[1] before every row, and after item i's n samples x[n-2], ..., x[n-1-pad]
-        # (written over its padding; its frames past 1 + n // hop read what is left there).
-        pad = cfg.n_fft // 2
-        x = torch.cat((x[:, 1 : pad + 1].flip(1), x, x.new_zeros(B, pad)), dim=1)  # (B, N + 2 pad)
-        k = torch.arange(pad, device=x.device)[None, :]  # (1, pad)
-        tail = x.gather(1, n - 2 - k + pad)  # (B, pad): x[n - 2 - k], in padded coordinates
-        x = x.scatter(1, n + pad + k, tail)
-        spec = torch.stft(
-            x,
-            n_fft=cfg.n_fft,
-            hop_length=cfg.hop_length,
-            win_length=cfg.win_length,
-            window=self.window,
-            center=False,
-            return_complex=True,
-        )  # (B, n_fft // 2 + 1, 1 + N // hop)
-        power = spec.real.square() + spec.imag.square()
-        mel = torch.log(self.mel_basis @ power + cfg.log_guard)  # (B, n_mels, T)
-        T = mel.shape[2]
-        valid = (lengths + cfg.hop_length - 1) // cfg.hop_length  # (B,) = valid_frames
-        keep = (torch.arange(T, device=x.device)[None, :] < valid[:, None])[:, None, :]
-        count = valid[:, None, None].to(mel.dtype)  # (B, 1, 1)
-        mean = torch.where(keep, mel, 0.0).sum(dim=2, keepdim=True) / count
-        centred = torch.where(keep, mel - mean, 0.0)
-        std = (centred.square().sum(dim=2, keepdim=True) / (count - 1)).sqrt()  # unbiased
-        mel = centred / (std + cfg.std_eps)
-        return nn.functional.pad(mel, (0, cfg.padded_frames(N) - T)), valid

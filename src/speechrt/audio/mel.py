@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ def magnitude_spectrogram(audio: torch.Tensor, cfg: MelConfig) -> torch.Tensor:
 
     Periodic Hann window, reflect padding of n_fft / 2 ("center"), no epsilon in the magnitude.
     """
+    import torch
+
     window = torch.hann_window(cfg.win_length, periodic=True, device=audio.device)
     spec = torch.stft(
         audio.float(),
@@ -110,6 +115,8 @@ def magnitude_spectrogram(audio: torch.Tensor, cfg: MelConfig) -> torch.Tensor:
 
 def mel_spectrogram(audio: torch.Tensor, cfg: MelConfig = MelConfig()) -> torch.Tensor:
     """audio: (B, N) or (N,) float in [-1, 1] -> log mel (B, n_mels, N // hop + 1), natural log."""
+    import torch
+
     squeeze = audio.dim() == 1
     if squeeze:
         audio = audio[None]

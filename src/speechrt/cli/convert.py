@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from speechrt.registry import ARCHITECTURES
 
 
@@ -21,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from speechrt.convert.checkpoints import convert_checkpoint
 
     dtype = torch.float16 if args.dtype == "fp16" else None

@@ -6,10 +6,17 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from speechrt.runtime.export import DEFAULT_OPSET
+    from speechrt.runtime import DEFAULT_OPSET
 
     p.add_argument("model_dir", metavar="DIR", help="model directory (from `speechrt convert`)")
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default: 17)")
+    p.add_argument(
+        "--graph",
+        action="append",
+        dest="graphs",
+        metavar="NAME",
+        help="export only this graph (repeatable; default: every graph of the component)",
+    )
     p.add_argument(
         "--no-check",
         action="store_true",
@@ -20,7 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from speechrt.runtime.export import CHECKS, export_dir
 
-    paths, checks = export_dir(args.model_dir, args.opset, check=not args.no_check)
+    paths, checks = export_dir(
+        args.model_dir, args.opset, check=not args.no_check, graphs=args.graphs
+    )
     for path in paths:
         print(f"wrote {path}")
     if checks:

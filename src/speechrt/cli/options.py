@@ -28,7 +28,8 @@ def add_backend_option(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="eager (torch modules), cuda (fp16/bf16, length buckets, torch.compile, CUDA "
         "graphs), onnx (onnxruntime; needs `speechrt export` in each model dir), or auto "
-        "(default): cuda on a GPU, else onnx where every model dir is exported, else eager",
+        "(default): cuda on a GPU, else onnx where every model dir holds its ONNX graph (the "
+        "bundled models do), else eager",
     )
 
 

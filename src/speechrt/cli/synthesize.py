@@ -97,12 +97,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(outputs)} file(s) from {args.url}: {', '.join(map(str, outputs[:3]))}")
         return 0
 
+    backend = args.backend
+    if backend == "auto" and args.denoise > 0:
+        from speechrt.runtime import has_onnx
+
+        # auto picks by what the call needs: denoising on onnx needs the vocoder's denoiser
+        # graph, which the bundled voice does not ship; without it the voice runs eagerly
+        backend = "auto" if has_onnx(args.vocoder) else "eager"
     tts = TTS(
         args.acoustic,
         args.vocoder,
         device=args.device,
         precision=args.precision,
-        backend=args.backend,
+        backend=backend,
     )
     if args.file is None:
         audio = tts.synthesize(texts, options, batch_size=args.batch_size)

@@ -4,11 +4,16 @@ Each graph's wrapper (speechrt.runtime.graphs) is exported with the contract's i
 and dynamic axes, then run by onnxruntime on the CPU at batch sizes and lengths other than the
 example it was traced with, and compared with the eager wrapper: a graph that silently fixed a
 size to the example fails here, not in production.
+
+Weights are not copied into the graphs: where the model directory holds model.safetensors, each
+graph reads its weights from that file (speechrt.runtime.onnx_weights), so an exported directory
+holds every weight once and its graphs are a few hundred kB.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +24,12 @@ from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
 from speechrt.registry import contract, graphs_of
 from speechrt.registry import graph as registry_graph
-from speechrt.repo import ComponentInfo, load_component
+from speechrt.repo import WEIGHTS_FILE, ComponentInfo, load_component
+from speechrt.runtime import DEFAULT_OPSET
 from speechrt.runtime.eager import EagerRunner
 from speechrt.runtime.graphs import build_graph, example_feeds
+from speechrt.runtime.onnx_weights import link_weights
 
-DEFAULT_OPSET = 17
 EXAMPLE = (2, 11)  # (batch, length) traced
 CHECKS = ((1, 5), (3, 17), (2, 29))  # (batch, length) checked after export: 3 lengths, 2 batches
 
@@ -133,11 +139,15 @@ def max_output_error(c: Contract, a: dict[str, torch.Tensor], b: dict[str, torch
 
 
 def export_dir(
-    model_dir: str | Path, opset: int = DEFAULT_OPSET, check: bool = True
+    model_dir: str | Path,
+    opset: int = DEFAULT_OPSET,
+    check: bool = True,
+    graphs: Sequence[str] | None = None,
 ) -> tuple[list[Path], list[GraphCheck]]:
-    """Export every graph of the component in model_dir; returns the files and the checks."""
+    """Export the graphs (default: all) of the component in model_dir; returns the files and
+    the checks."""
     model, info = load_component(model_dir, "cpu", torch.float32)
-    return export_component(model, info, model_dir, opset, check)
+    return export_component(model, info, model_dir, opset, check, graphs)
 
 
 def export_component(
@@ -146,14 +156,25 @@ def export_component(
     out_dir: str | Path,
     opset: int = DEFAULT_OPSET,
     check: bool = True,
+    graphs: Sequence[str] | None = None,
 ) -> tuple[list[Path], list[GraphCheck]]:
-    """Export the graphs of a loaded (CPU, float32) component into out_dir."""
+    """Export the graphs (default: all) of a loaded (CPU, float32) component into out_dir;
+    they read their weights from out_dir/model.safetensors where it exists."""
+    files = graphs_of(info.kind)
+    unknown = set(graphs or ()) - set(files)
+    if unknown:
+        raise SpeechRTError(f"a {info.kind} has no graphs {sorted(unknown)}; it has {list(files)}")
+    weights = Path(out_dir) / WEIGHTS_FILE
     paths, checks = [], []
-    for graph, file in graphs_of(info.kind).items():
+    for graph, file in files.items():
+        if graphs is not None and graph not in graphs:
+            continue
         wrapper = build_graph(graph, model, info)
         c = contract(graph, info.dims)
         path = Path(out_dir) / file
         export_graph(graph, wrapper, c, path, opset)
+        if weights.is_file():
+            link_weights(path, weights)
         paths.append(path)
         if check:
             checks += check_graph(graph, wrapper, c, path)

@@ -14,12 +14,78 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from speechrt.audio.features import BatchLogMel, FeatureConfig
+from speechrt.audio.features import FeatureConfig
+from speechrt.audio.mel import mel_filterbank
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.cuda import compile_fn
+
+
+class BatchLogMel(nn.Module):
+    """`log_mel` of a padded batch: every item on its own samples, all items in one pass.
+
+    forward(audio (B, N) float, lengths (B,) int64 >= cfg.min_samples, noise (B, N) | None)
+        -> features (B, n_mels, padded_frames(N)), valid frames (B,) int64
+
+    Samples of an item past its length are ignored (any finite values); its frames from
+    valid_frames(length) on are zero. `noise`: the item's dither noise (standard normal, as
+    `log_mel` draws it from the item's generator) in its first `length` samples; required when
+    cfg.dither > 0, ignored otherwise. The window and mel basis are buffers, so the module moves
+    to a device with `.to` and compiles as a whole.
+    """
+
+    def __init__(self, cfg: FeatureConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        fb = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
+        self.window: Tensor
+        self.mel_basis: Tensor
+        self.register_buffer("window", torch.hann_window(cfg.win_length, periodic=False), False)
+        self.register_buffer("mel_basis", torch.from_numpy(fb), False)  # (n_mels, n_fft // 2 + 1)
+
+    def forward(
+        self, audio: Tensor, lengths: Tensor, noise: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        cfg = self.cfg
+        B, N = audio.shape
+        x = audio.float()
+        n = lengths[:, None]  # (B, 1)
+        if cfg.dither > 0:
+            if noise is None:
+                raise SpeechRTError("dither is on: BatchLogMel needs each item's noise")
+            x = x + cfg.dither * noise
+        if cfg.preemph:  # sample t depends on t and t - 1 only: padding never leaks in
+            x = torch.cat((x[:, :1], x[:, 1:] - cfg.preemph * x[:, :-1]), dim=1)
+        # centre=True with reflect padding, each item reflected at its own end: pad samples
+        # x[pad], ..., x[1] before every row, and after item i's n samples x[n-2], ..., x[n-1-pad]
+        # (written over its padding; its frames past 1 + n // hop read what is left there).
+        pad = cfg.n_fft // 2
+        x = torch.cat((x[:, 1 : pad + 1].flip(1), x, x.new_zeros(B, pad)), dim=1)  # (B, N + 2 pad)
+        k = torch.arange(pad, device=x.device)[None, :]  # (1, pad)
+        tail = x.gather(1, n - 2 - k + pad)  # (B, pad): x[n - 2 - k], in padded coordinates
+        x = x.scatter(1, n + pad + k, tail)
+        spec = torch.stft(
+            x,
+            n_fft=cfg.n_fft,
+            hop_length=cfg.hop_length,
+            win_length=cfg.win_length,
+            window=self.window,
+            center=False,
+            return_complex=True,
+        )  # (B, n_fft // 2 + 1, 1 + N // hop)
+        power = spec.real.square() + spec.imag.square()
+        mel = torch.log(self.mel_basis @ power + cfg.log_guard)  # (B, n_mels, T)
+        T = mel.shape[2]
+        valid = (lengths + cfg.hop_length - 1) // cfg.hop_length  # (B,) = valid_frames
+        keep = (torch.arange(T, device=x.device)[None, :] < valid[:, None])[:, None, :]
+        count = valid[:, None, None].to(mel.dtype)  # (B, 1, 1)
+        mean = torch.where(keep, mel, 0.0).sum(dim=2, keepdim=True) / count
+        centred = torch.where(keep, mel - mean, 0.0)
+        std = (centred.square().sum(dim=2, keepdim=True) / (count - 1)).sqrt()  # unbiased
+        mel = centred / (std + cfg.std_eps)
+        return nn.functional.pad(mel, (0, cfg.padded_frames(N) - T)), valid
 
 
 class Featurizer:

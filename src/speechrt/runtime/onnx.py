@@ -57,7 +57,9 @@ class OnnxRunner:
         self.contract = contract
         self.path = Path(path)
         if not self.path.is_file():
-            raise SpeechRTError(f"{self.path}: no such file (run `speechrt export` first)")
+            raise SpeechRTError(
+                f"{self.path}: no such file (run `speechrt export` first, or use the eager backend)"
+            )
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
@@ -68,7 +70,10 @@ class OnnxRunner:
         try:
             self.session = ort.InferenceSession(model, options, providers=self.providers)
         except Exception as e:  # onnxruntime raises its own exception types
-            raise SpeechRTError(f"{self.path}: onnxruntime cannot load it ({e})") from None
+            raise SpeechRTError(
+                f"{self.path}: onnxruntime cannot load it ({e}); if it was exported from other "
+                "weights than the model.safetensors beside it, re-export it (speechrt export)"
+            ) from None
         names = [i.name for i in self.session.get_inputs()]
         outs = [o.name for o in self.session.get_outputs()]
         if names != contract.input_names or outs[: len(contract.output_names)] != (

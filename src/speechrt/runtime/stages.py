@@ -1,8 +1,11 @@
 """Pipeline stages on top of runners: (ids, options) -> mel -> audio -> denoised audio.
 
-A stage turns what a pipeline has (padded tensors, lengths, SynthesisOptions, per-item seeds) into
-a graph's named inputs, runs its runner and returns torch tensors on the pipeline's device. The
-onnx runner works on numpy; `TorchOnnx` adapts it (one host copy in, one out, per stage).
+A stage turns what a pipeline has (padded arrays, lengths, SynthesisOptions, per-item seeds) into
+a graph's named inputs, runs its runner and returns what the runner returns. The plain stages
+(acoustic, vocoder, denoiser) work on torch tensors for the eager and cuda runners and on numpy
+arrays for the onnx runner, so a voice on onnxruntime never imports torch. An architecture's own
+stage (a decoder loop, noise per item; speechrt.runtime.graphs.OWN_STAGES) works on torch
+tensors: on the onnx backend `TorchOnnx` adapts its runners (one host copy in, one out).
 """
 
 from __future__ import annotations
@@ -10,18 +13,38 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor, nn
+import numpy as np
 
-from speechrt.device import PRECISIONS
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.registry import contract, graphs_of
 from speechrt.repo import ComponentInfo
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor, nn
+
+# An array is a torch Tensor (eager, cuda) or a numpy array (onnx); these helpers make the one
+# the stage is handed, on its device.
+
+
+def full_like_batch(like: Any, value: float | int, integer: bool = False) -> Any:
+    """(B,) filled with `value` (float32, or int64), where `like` (B, ...) lives."""
+    B = like.shape[0]
+    if isinstance(like, np.ndarray):
+        return np.full((B,), value, dtype=np.int64 if integer else np.float32)
+    import torch
+
+    dtype = torch.long if integer else torch.float32
+    return torch.full((B,), value, dtype=dtype, device=like.device)
+
+
+def as_float32(x: Any) -> Any:
+    return x.astype(np.float32, copy=False) if isinstance(x, np.ndarray) else x.float()
 
 
 class TorchOnnx:
@@ -35,6 +58,8 @@ class TorchOnnx:
         self.device = device
 
     def run(self, feeds: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        import torch
+
         arrays = {k: v.detach().cpu().numpy() for k, v in feeds.items()}
         out = self.runner.run(arrays)
         return {k: torch.from_numpy(v).to(self.device) for k, v in out.items()}
@@ -42,18 +67,19 @@ class TorchOnnx:
 
 def make_runner(
     graph: str,
-    model: nn.Module,
+    model: nn.Module | None,
     info: ComponentInfo,
     backend: str,
-    device: torch.device,
+    device: torch.device | str,
     precision: str = "fp32",
     model_dir: str | Path | None = None,
     buckets: Buckets | None = None,
     compile_mode: str | None = "reduce-overhead",
+    numpy: bool = False,
 ) -> Runner:
-    """A runner for `graph` of a loaded component (float32; eager keeps the model's own dtype)."""
-    from speechrt.runtime.graphs import build_graph
-
+    """A runner for `graph` of a loaded component (float32; eager keeps the model's own dtype).
+    On the onnx backend `model` may be None; `numpy` keeps the onnx runner on numpy arrays,
+    else it is adapted to torch tensors on `device`."""
     c = contract(graph, info.dims)
     if backend == "onnx":
         from speechrt.runtime.onnx import OnnxRunner
@@ -63,41 +89,60 @@ def make_runner(
         if model_dir is None:
             raise SpeechRTError("the onnx backend needs the model directory")
         path = Path(model_dir) / graphs_of(info.kind)[graph]
-        return TorchOnnx(OnnxRunner(path, c, device=device.type), device)
+        kind = device if isinstance(device, str) else device.type
+        runner = OnnxRunner(path, c, device=kind)
+        if numpy:
+            return runner
+        import torch
+
+        return TorchOnnx(runner, torch.device(device))
+    from speechrt.runtime.graphs import build_graph
+
+    if model is None:
+        raise SpeechRTError(f"the {backend} backend needs the loaded model")
     wrapper = build_graph(graph, model, info)
     if backend == "eager":
         from speechrt.runtime.eager import EagerRunner
 
         return EagerRunner(wrapper, c)
     if backend == "cuda":
+        import torch
+
+        from speechrt.device import PRECISIONS
         from speechrt.runtime.cuda import cuda_runner
 
         dtype = PRECISIONS[precision]
         return cuda_runner(
-            graph, wrapper, c, device=device, dtype=dtype, buckets=buckets, mode=compile_mode
+            graph,
+            wrapper,
+            c,
+            device=torch.device(device),
+            dtype=dtype,
+            buckets=buckets,
+            mode=compile_mode,
         )
     raise SpeechRTError(f"unknown backend {backend!r}")
 
 
 def acoustic_feeds(
-    names: list[str], ids: Tensor, lengths: Tensor, options: SynthesisOptions, seeds: Tensor
-) -> dict[str, Tensor]:
-    """The acoustic graph's inputs from a padded id batch and the call's options."""
-    B = ids.shape[0]
+    names: list[str], ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
+) -> dict[str, Any]:
+    """The acoustic graph's inputs from a padded id batch and the call's options (arrays of
+    the ids' kind, on their device)."""
     every = {
         "ids": lambda: ids,
         "lengths": lambda: lengths,
-        "pace": lambda: torch.full((B,), options.pace),
-        "pitch_shift": lambda: torch.full((B,), options.pitch_shift),
-        "pitch_scale": lambda: torch.full(
-            (B,), 0.0 if options.pitch_flatten else options.pitch_scale
+        "pace": lambda: full_like_batch(ids, options.pace),
+        "pitch_shift": lambda: full_like_batch(ids, options.pitch_shift),
+        "pitch_scale": lambda: full_like_batch(
+            ids, 0.0 if options.pitch_flatten else options.pitch_scale
         ),
-        "speaker": lambda: torch.full((B,), options.speaker, dtype=torch.long),
+        "speaker": lambda: full_like_batch(ids, options.speaker, integer=True),
     }
     missing = [n for n in names if n not in every]
     if missing:
         raise SpeechRTError(f"no pipeline value for acoustic inputs {missing}")
-    return {n: every[n]().to(ids.device) for n in names}
+    return {n: every[n]() for n in names}
 
 
 class AcousticStage:
@@ -108,8 +153,8 @@ class AcousticStage:
         self.n_speakers = n_speakers
 
     def __call__(
-        self, ids: Tensor, lengths: Tensor, options: SynthesisOptions, seeds: Tensor
-    ) -> tuple[Tensor, Tensor]:
+        self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
+    ) -> tuple[Any, Any]:
         if options.speaker >= self.n_speakers:
             raise SpeechRTError(f"speaker id {options.speaker} out of range [0, {self.n_speakers})")
         names = self.runner.contract.input_names
@@ -129,17 +174,17 @@ CPU_CHUNK_FRAMES = 512
 
 
 def vocode_in_chunks(
-    vocode: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
-    mel: Tensor,
-    mel_lengths: Tensor,
+    vocode: Callable[[Any, Any], tuple[Any, Any]],
+    mel: Any,
+    mel_lengths: Any,
     chunk_frames: int | None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Any, Any]:
     """vocode(mel (B, n_mels, t), lengths (B,)) -> (audio (B, t * hop), lengths), over chunks.
 
     A mel longer than chunk_frames (+ CHUNK_CONTEXT) runs as chunks of chunk_frames frames, each
     with CHUNK_CONTEXT frames of real context either side, and their audio is joined: peak memory
     follows the chunk, not the utterance, and the audio equals one call's within float rounding
-    (tested). chunk_frames None: one call."""
+    (tested). chunk_frames None: one call. Torch tensors or numpy arrays."""
     T, c = mel.shape[-1], chunk_frames
     if c is None or c + CHUNK_CONTEXT >= T:
         return vocode(mel, mel_lengths)
@@ -148,10 +193,17 @@ def vocode_in_chunks(
         b = min(a + c, T)
         s, e = max(0, a - CHUNK_CONTEXT), min(T, b + CHUNK_CONTEXT)
         # an item that ends before this chunk gets 1 frame here; its audio is cut below
-        audio, _ = vocode(mel[:, :, s:e], (mel_lengths - s).clamp(1, e - s))
+        audio, _ = vocode(mel[:, :, s:e], (mel_lengths - s).clip(1, e - s))
         hop = audio.shape[1] // (e - s)  # audio samples per mel frame
         pieces.append(audio[:, (a - s) * hop : (b - s) * hop])
-    audio = torch.cat(pieces, 1)  # (B, T * hop)
+    if isinstance(mel, np.ndarray):
+        audio = np.concatenate(pieces, 1)  # (B, T * hop)
+        audio_lengths = mel_lengths * hop
+        keep = np.arange(audio.shape[1])[None, :] < audio_lengths[:, None]
+        return audio * keep, audio_lengths
+    import torch
+
+    audio = torch.cat(pieces, 1)
     audio_lengths = mel_lengths.to(audio.device) * hop
     keep = torch.arange(audio.shape[1], device=audio.device)[None, :] < audio_lengths[:, None]
     return audio * keep, audio_lengths
@@ -165,12 +217,12 @@ class VocoderStage:
         self.runner, self.chunk_frames = runner, chunk_frames
 
     def __call__(
-        self, mel: Tensor, mel_lengths: Tensor, options: SynthesisOptions, seeds: Tensor
-    ) -> tuple[Tensor, Tensor]:
+        self, mel: Any, mel_lengths: Any, options: SynthesisOptions, seeds: Any
+    ) -> tuple[Any, Any]:
         return vocode_in_chunks(self.vocode, mel, mel_lengths, self.chunk_frames)
 
-    def vocode(self, mel: Tensor, mel_lengths: Tensor) -> tuple[Tensor, Tensor]:
-        out = self.runner.run({"mel": mel.float(), "mel_lengths": mel_lengths})
+    def vocode(self, mel: Any, mel_lengths: Any) -> tuple[Any, Any]:
+        out = self.runner.run({"mel": as_float32(mel), "mel_lengths": mel_lengths})
         return out["audio"], out["audio_lengths"]
 
     def runners(self) -> list[Runner]:
@@ -183,12 +235,11 @@ class DenoiserStage:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
-    def __call__(self, audio: Tensor, audio_lengths: Tensor, strength: float) -> Tensor:
-        B = audio.shape[0]
+    def __call__(self, audio: Any, audio_lengths: Any, strength: float) -> Any:
         feeds = {
-            "audio": audio.float(),
+            "audio": as_float32(audio),
             "audio_lengths": audio_lengths,
-            "strength": torch.full((B,), float(strength), device=audio.device),
+            "strength": full_like_batch(audio, float(strength)),
         }
         return self.runner.run(feeds)["denoised"]
 
@@ -211,21 +262,34 @@ class StageParts:
     compile_mode: str | None
 
 
+def numpy_stages(backend: str, kinds: list[str]) -> bool:
+    """Whether a voice of these component kinds runs on numpy arrays: on the onnx backend when
+    the plain stages serve every component (no architecture's own stage, which works in torch)."""
+    from speechrt.runtime.graphs import OWN_STAGES
+
+    mains = [next(iter(graphs_of(kind))) for kind in kinds]
+    return backend == "onnx" and not any(g in OWN_STAGES for g in mains)
+
+
 class TTSStages:
-    """The acoustic, vocoder and (built on first use) denoiser stages of one voice."""
+    """The acoustic, vocoder and (built on first use) denoiser stages of one voice; `numpy`
+    (onnx backend only, see numpy_stages): they take and return numpy arrays, and the loaded
+    modules may be None."""
 
     def __init__(
         self,
         backend: str,
-        device: torch.device,
+        device: torch.device | str,
         precision: str,
-        acoustic: tuple[nn.Module, ComponentInfo, str | Path],
-        vocoder: tuple[nn.Module, ComponentInfo, str | Path],
+        acoustic: tuple[nn.Module | None, ComponentInfo, str | Path],
+        vocoder: tuple[nn.Module | None, ComponentInfo, str | Path],
         buckets: Buckets | None = None,
         compile_mode: str | None = "reduce-overhead",
+        numpy: bool = False,
     ) -> None:
         self.backend, self.device, self.precision = backend, device, precision
         self.buckets, self.compile_mode = buckets, compile_mode
+        self.numpy = numpy
         self._vocoder = vocoder
         # an architecture's own stage (Tacotron 2's decoder loop, WaveGlow's noise), else the
         # plain one: one run of the component's graph per call
@@ -234,13 +298,14 @@ class TTSStages:
             self._runner(next(iter(graphs_of(a_info.kind))), *acoustic),
             int(a_info.dims.get("n_speakers", 1)),
         )
-        chunk = CPU_CHUNK_FRAMES if device.type == "cpu" else None
+        device_type = device if isinstance(device, str) else device.type
+        chunk = CPU_CHUNK_FRAMES if device_type == "cpu" else None
         self.vocoder: Any = self._stage(*vocoder) or VocoderStage(
             self._runner(next(iter(graphs_of(v_info.kind))), *vocoder), chunk
         )
         self._denoiser: DenoiserStage | None = None
 
-    def _stage(self, model: nn.Module, info: ComponentInfo, model_dir: str | Path) -> Any:
+    def _stage(self, model: nn.Module | None, info: ComponentInfo, model_dir: str | Path) -> Any:
         """The architecture's own stage, where its graph module defines one (else None)."""
         from speechrt.runtime.graphs import stage_builder
 
@@ -248,6 +313,8 @@ class TTSStages:
         build = stage_builder(graphs[0])
         if build is None:
             return None
+        if model is None or isinstance(self.device, str):
+            raise SpeechRTError(f"{model_dir}: a {info.kind} stage needs its loaded model")
         parts = StageParts(
             model,
             info,
@@ -266,7 +333,7 @@ class TTSStages:
         return {r.contract.name: r for r in found}
 
     def _runner(
-        self, graph: str, model: nn.Module, info: ComponentInfo, model_dir: str | Path
+        self, graph: str, model: nn.Module | None, info: ComponentInfo, model_dir: str | Path
     ) -> Runner:
         return make_runner(
             graph,
@@ -278,6 +345,7 @@ class TTSStages:
             model_dir,
             self.buckets,
             self.compile_mode,
+            self.numpy,
         )
 
     @property

@@ -153,11 +153,13 @@ class Server:
             set_batch_invariant(True)  # before anything runs: MKL reads its setting once
         tts_pipe = asr_pipe = None
         if acoustic is not None:
+            from speechrt.text.numbers import warm_up
             from speechrt.tts import TTS
 
             tts_pipe = TTS(
                 acoustic, vocoder, device=str(dev), precision=precision, backend=backends["tts"]
             )
+            warm_up()  # the number rules' first use would otherwise stall a request for seconds
         if asr is not None:
             from speechrt.asr import ASR
 

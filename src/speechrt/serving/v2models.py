@@ -210,6 +210,11 @@ def component_runners(tts: Any, asr: Any) -> list[Component]:
         parts.append((asr.model, asr.info, asr, getattr(asr, "model_dir", None)))
     out = []
     for module, info, owner, model_dir in parts:
+        if module is None and model_dir is not None:
+            # a numpy pipeline (onnx) loads no module; the graph wrapper's sizes need one
+            from speechrt.repo import load_component
+
+            module, _ = load_component(model_dir)
         backend = getattr(owner, "backend", "eager")
         precision = getattr(owner, "precision", "fp32")
         buckets = getattr(getattr(owner, "stages", None), "buckets", None)
@@ -223,6 +228,12 @@ def component_runners(tts: Any, asr: Any) -> list[Component]:
                 )
             except SpeechRTError as e:
                 raise SpeechRTError(f"component {name!r} on the {backend} backend: {e}") from None
+            if getattr(owner, "numpy", False) and runner.backend == "onnx":
+                from speechrt.runtime.onnx import OnnxRunner
+                from speechrt.runtime.stages import TorchOnnx
+
+                if isinstance(runner, OnnxRunner):  # the pipeline's own, on numpy arrays
+                    runner = TorchOnnx(runner, torch.device("cpu"))
             # the onnx runner has no torch graph to say which output axes follow from the inputs
             # (e.g. HiFi-GAN's samples = frames * hop): ask the wrapper, where the registry says
             # it derives some (building the denoiser's would run the vocoder for nothing).

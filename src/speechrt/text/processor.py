@@ -30,7 +30,7 @@ from typing import Any
 from speechrt.errors import SpeechRTError
 from speechrt.text.cleaners import CLEANERS, collapse_whitespace, resolve_cleaners
 from speechrt.text.cmudict import CMUDict, load_dictionary, word_to_arpabet
-from speechrt.text.numbers import CURRENCY_RE, expand_currency, warm_up
+from speechrt.text.numbers import CURRENCY_RE, expand_currency
 from speechrt.text.symbols import ARPABET_PREFIX, get_symbols, is_speech_symbol
 
 FRONTENDS = ("fastpitch", "tacotron2")
@@ -83,7 +83,7 @@ class TextProcessor:
         self._ids = {s: i for i, s in enumerate(self.symbols)}
         self._dropped = frozenset("_~") if frontend == "tacotron2" else frozenset()
         self._clean_token = lru_cache(maxsize=_TOKEN_CACHE_SIZE)(self._clean)
-        warm_up()  # the number rules' first use otherwise stalls a request for seconds
+        # inflect (seconds to import) loads on the first number met; a server warms it up first
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any], **kwargs: Any) -> TextProcessor:

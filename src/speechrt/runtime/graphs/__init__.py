@@ -16,11 +16,17 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from types import ModuleType
-
-from torch import Tensor, nn
+from typing import TYPE_CHECKING
 
 from speechrt.registry import graph as registry_graph
 from speechrt.repo import ComponentInfo
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+# The main graphs whose module defines `stage(parts)`: known without importing the module (and
+# torch), so the onnx backend can tell that the plain numpy stages serve the other components.
+OWN_STAGES = frozenset({"tacotron2.encoder", "waveglow"})
 
 
 def _module(graph: str) -> tuple[ModuleType, str]:
@@ -36,7 +42,9 @@ def _function(graph: str, what: str) -> Callable:
 def stage_builder(graph: str) -> Callable | None:
     """The `stage(parts)` function of `graph`'s module (speechrt.runtime.stages.StageParts ->
     the component's pipeline stage), or None where the plain stage serves."""
-    return getattr(_module(graph)[0], "stage", None)
+    if graph not in OWN_STAGES:
+        return None
+    return _module(graph)[0].stage
 
 
 def build_graph(graph: str, model: nn.Module, info: ComponentInfo | None) -> nn.Module:

@@ -1,0 +1,240 @@
+"""The CPU path users get by default: the bundled ONNX graphs on onnxruntime, no torch imported.
+
+- `speechrt --help`, `synthesize` and `transcribe` import neither torch nor inflect (inflect only
+  for text holding a number);
+- the shipped graphs read the bundled safetensors (no weights twice) and are what re-exporting
+  the weights writes;
+- the onnx and eager defaults agree: mel, audio, transcripts;
+- the numpy front ends (ASR features, resampler, output lengths) equal the torch/scipy ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+from speechrt.registry import contract, graphs_of
+
+pytestmark = pytest.mark.skipif(
+    None in (default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER), default_model(ASR_MODEL)),
+    reason="no default models bundled",
+)
+
+BUNDLED = [VOICE_ACOUSTIC, VOICE_VOCODER, ASR_MODEL]
+HEAVY = ("torch", "inflect", "scipy")
+
+# Runs the CLI in a fresh interpreter and prints which heavy modules it imported.
+DRIVER = """
+import sys
+from speechrt.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("IMPORTED", ",".join(m for m in {heavy} if m in sys.modules), file=sys.stderr)
+"""
+
+
+def imported_by(*argv: str, cwd: Path) -> list[str]:
+    """The heavy modules `speechrt ARGV...` imports (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER.format(heavy=HEAVY), *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    line = [ln for ln in done.stderr.splitlines() if ln.startswith("IMPORTED")][-1]
+    return [m for m in line.split(" ", 1)[1].split(",") if m]
+
+
+def test_the_cli_on_a_cpu_imports_no_torch(tmp_path: Path) -> None:
+    assert imported_by("--help", cwd=tmp_path) == []
+    assert imported_by("synthesize", "Hello world.", "-o", "hello.wav", cwd=tmp_path) == []
+    assert (tmp_path / "hello.wav").stat().st_size > 10_000
+    speech = ("synthesize", "Speech recognition works on this machine.", "-o", "speech.wav")
+    assert imported_by(*speech, cwd=tmp_path) == []
+    assert imported_by("transcribe", "speech.wav", cwd=tmp_path) == []
+    # a number is read by inflect, imported then and only then
+    assert imported_by("synthesize", "I have 3 cats.", "-o", "n.wav", cwd=tmp_path) == ["inflect"]
+
+
+def test_auto_picks_onnx_on_a_cpu_for_the_bundled_models() -> None:
+    from speechrt.runtime import has_onnx, resolve_backend
+
+    dirs = [default_model(name) for name in BUNDLED]
+    assert all(has_onnx(d, main_only=True) for d in dirs)
+    assert resolve_backend("auto", "cpu", dirs, main_only=True) == "onnx"
+    # the vocoder's denoiser graph is not shipped: a server, which exposes every graph, runs
+    # the bundled voice eagerly
+    assert not has_onnx(default_model(VOICE_VOCODER))
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_shipped_graphs_read_the_bundled_weights(name: str) -> None:
+    """The graph's weights are external references into model.safetensors (float16, widened
+    by a Cast); what stays inside is a few constants the exporter folded (< 1 kB)."""
+    import onnx
+    from onnx import numpy_helper
+
+    d = default_model(name)
+    path = d / next(iter(graphs_of(_kind(d)).values()))
+    model = onnx.load(str(path), load_external_data=False)
+    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    locations = {e.value for t in external for e in t.external_data if e.key == "location"}
+    assert locations == {"model.safetensors"} and len(external) > 50
+    inline = [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    assert sum(numpy_helper.to_array(t).nbytes for t in inline) < 1000
+    assert path.stat().st_size < 1_000_000
+
+
+def _kind(model_dir: Path) -> str:
+    from speechrt.repo import read_info
+
+    return read_info(model_dir).kind
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_reexporting_the_bundled_weights_gives_the_shipped_graph(name: str, tmp_path: Path) -> None:
+    """`speechrt export DIR --graph MAIN` on a copy of the bundled weights writes a graph whose
+    outputs equal the shipped one's to 1e-5 (so the shipped files can be regenerated)."""
+    from speechrt.runtime.export import export_dir
+    from speechrt.runtime.graphs import build_graph, example_feeds
+    from speechrt.runtime.onnx import OnnxRunner
+
+    d = default_model(name)
+    for f in ("model.json", "model.safetensors"):
+        shutil.copy(d / f, tmp_path / f)
+    kind = _kind(d)
+    main_graph, file = next(iter(graphs_of(kind).items()))
+    export_dir(tmp_path, check=False, graphs=[main_graph])
+    from speechrt.repo import load_component
+
+    model, info = load_component(d)
+    feeds = example_feeds(main_graph, build_graph(main_graph, model, info), 2, 23, seed=1)
+    arrays = {k: v.numpy() for k, v in feeds.items()}
+    c = contract(main_graph, info.dims)
+    shipped = OnnxRunner(d / file, c, device="cpu").run(arrays)
+    fresh = OnnxRunner(tmp_path / file, c, device="cpu").run(arrays)
+    for out in c.output_names:
+        np.testing.assert_allclose(fresh[out], shipped[out], rtol=0, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def voices():
+    from speechrt.tts import TTS
+
+    return TTS(device="cpu"), TTS(device="cpu", backend="eager")
+
+
+def test_onnx_and_eager_voices_agree(voices) -> None:
+    """Same ids: mel within 1e-3 (float32 graphs, other kernels), audio SNR >= 40 dB."""
+    from speechrt.options import SynthesisOptions
+
+    onnx_tts, eager_tts = voices
+    assert onnx_tts.backend == "onnx" and onnx_tts.numpy and eager_tts.backend == "eager"
+    options = SynthesisOptions()
+    pieces = onnx_tts.text_to_pieces(["The quick brown fox jumps over the lazy dog."], [0])
+    ids, lengths, seeds = onnx_tts.batch_to_tensors(pieces)
+    mel, mel_lengths = onnx_tts.ids_to_mel(ids, lengths, options, seeds)
+    with torch.inference_mode():
+        ref, ref_lengths = eager_tts.ids_to_mel(
+            torch.from_numpy(ids), torch.from_numpy(lengths), options, torch.from_numpy(seeds)
+        )
+    assert mel_lengths.tolist() == ref_lengths.tolist()
+    assert np.abs(mel - ref.numpy()).max() <= 1e-3
+    audio = onnx_tts.synthesize(["The quick brown fox jumps over the lazy dog."])[0]
+    ref_audio = eager_tts.synthesize(["The quick brown fox jumps over the lazy dog."])[0]
+    assert audio.shape == ref_audio.shape
+    snr = 10 * np.log10(np.sum(ref_audio**2) / np.sum((audio - ref_audio) ** 2))
+    assert snr >= 40, snr
+
+
+def test_onnx_and_eager_recognisers_agree(voices) -> None:
+    """Same probabilities within 1e-3 and the same transcripts, on the bundled voice's speech."""
+    from speechrt.asr import ASR
+    from speechrt.audio.io import resample
+
+    texts = ["Speech recognition works on this machine.", "Please call Stella."]
+    tts = voices[0]
+    audios = [resample(a, tts.sampling_rate, 16000) for a in tts.synthesize(texts)]
+    # without dither (each backend draws its own noise): probabilities within 1e-3
+    onnx_asr, eager_asr = ASR(device="cpu", dither=0), ASR(device="cpu", backend="eager", dither=0)
+    assert onnx_asr.backend == "onnx" and onnx_asr.numpy and eager_asr.backend == "eager"
+    segs = [s for i, a in enumerate(audios) for s in onnx_asr.segments(i, a)]
+    lp, n = onnx_asr.log_probs(segs)
+    ref_lp, ref_n = eager_asr.log_probs(segs)
+    assert n.tolist() == ref_n.tolist()
+    assert np.abs(np.exp(lp) - np.exp(ref_lp.numpy())).max() <= 1e-3
+    # as users get them (the model's dither on)
+    onnx_asr, eager_asr = ASR(device="cpu"), ASR(device="cpu", backend="eager")
+    got = [t.text for t in onnx_asr.transcribe(audios)]
+    assert got == [t.text for t in eager_asr.transcribe(audios)]
+
+
+def test_numpy_features_equal_torch_features() -> None:
+    """log_mel_numpy against DLE's torch computation: within 2e-4 on unit-scale features
+    (torch's float32 STFT), over lengths on and off the hop grid."""
+    from speechrt.audio.features import (
+        FeatureConfig,
+        batch_features,
+        batch_features_numpy,
+    )
+
+    cfg = FeatureConfig()
+    rng = np.random.default_rng(0)
+    audios = [(0.1 * rng.standard_normal(n)).astype(np.float32) for n in (321, 16000, 48123)]
+    feats, lengths = batch_features_numpy(audios, cfg)
+    ref, ref_lengths = batch_features([torch.from_numpy(a) for a in audios], cfg)
+    assert lengths.tolist() == ref_lengths.tolist() and feats.shape == tuple(ref.shape)
+    assert np.abs(feats - ref.numpy()).max() <= 2e-4
+
+
+@pytest.mark.parametrize(("orig", "target"), [(22050, 16000), (8000, 16000), (48000, 16000)])
+def test_numpy_resampler_equals_scipy(orig: int, target: int) -> None:
+    from math import gcd
+
+    from scipy.signal import resample_poly as scipy_resample_poly
+
+    from speechrt.audio.io import resample
+
+    x = np.random.default_rng(orig).standard_normal(orig // 3 + 7).astype(np.float32)
+    g = gcd(orig, target)
+    ref = scipy_resample_poly(x.astype(np.float64), target // g, orig // g).astype(np.float32)
+    got = resample(x, orig, target)
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= 1e-6
+
+
+def test_output_frames_equal_the_modules() -> None:
+    from speechrt.asr.pipeline import output_frames
+    from speechrt.repo import load_component
+
+    model, info = load_component(default_model(ASR_MODEL))
+    n = torch.arange(1, 400)
+    ref = model.output_lengths(n).tolist()
+    assert [output_frames(info.dims, int(k)) for k in n] == ref
+
+
+def test_own_stages_are_known_without_importing_the_graph_modules() -> None:
+    """OWN_STAGES names exactly the main graphs whose module defines `stage`."""
+    import importlib
+
+    from speechrt.registry import ARCHITECTURES, graph
+    from speechrt.runtime.graphs import OWN_STAGES
+
+    mains = {a.graphs[0][0].name for a in ARCHITECTURES.values()}
+    with_stage = {
+        g
+        for g in mains
+        if hasattr(importlib.import_module(graph(g).wrapper.partition(":")[0]), "stage")
+    }
+    assert with_stage == set(OWN_STAGES)
