@@ -36,14 +36,7 @@ SLOPE = 0.1
 
 PRESETS: dict[str, dict[str, Any]] = {
     "hifigan-small": dict(HIFIGAN_PRESETS["hifigan-v2"]),  # 0.93 M parameters
-    "hifigan-tiny": dict(  # tests
-        upsample_rates=(8, 8, 4),
-        upsample_kernel_sizes=(16, 16, 8),
-        upsample_initial_channel=16,
-        resblock="1",
-        resblock_kernel_sizes=(3,),
-        resblock_dilation_sizes=((1, 3, 5),),
-    ),
+    "hifigan-tiny": dict(HIFIGAN_PRESETS["tiny"]),  # tests
 }
 
 
