@@ -442,3 +442,38 @@ def test_repository_and_python_models_import_no_torch(
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert (tmp_path / "r" / "tts" / "config.pbtxt").is_file()
+
+
+def test_float16_weights_and_external_data(
+    dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """float16 weights (read through a Cast) go into the repository as float16; a graph past
+    protobuf's limit (here: any) keeps them in model.onnx.data beside it. Both load alone."""
+    import dataclasses
+
+    import torch
+
+    from runtime_models import MEL, hifigan
+    from speechrt.repo import ComponentInfo, save_component
+    from speechrt.triton import repo as triton_repo
+
+    model = hifigan()
+    src = tmp_path / "hifigan16"
+    info = ComponentInfo("hifigan", dataclasses.asdict(model.dims), MEL)
+    save_component(src, info, model.state_dict(), dtype=torch.float16)
+    assert main(["export", str(src), "--graph", "hifigan", "--no-check"]) == 0
+    ref = ort.InferenceSession(str(src / "model.onnx"))
+    feeds = random_feeds(ref)
+    for limit, files in ((triton_repo.PROTOBUF_LIMIT, ["model.onnx"]), (0, None)):
+        monkeypatch.setattr(triton_repo, "PROTOBUF_LIMIT", limit)
+        out = tmp_path / f"repo{limit}"
+        write_repository(out, [src])
+        alone = tmp_path / f"alone{limit}"
+        shutil.copytree(out / "hifigan" / "1", alone)
+        listed = sorted(p.name for p in alone.iterdir())
+        assert listed == (files or ["model.onnx", "model.onnx.data"])
+        graph = onnx.load(str(alone / "model.onnx"))
+        assert onnx.TensorProto.FLOAT16 in {i.data_type for i in graph.graph.initializer}
+        got = ort.InferenceSession(str(alone / "model.onnx"))
+        for a, b in zip(got.run(None, feeds), ref.run(None, feeds), strict=True):
+            np.testing.assert_array_equal(a, b)
