@@ -426,6 +426,7 @@ def test_cli_errors_are_one_line(
     assert main(["export", str(source), "--triton-repo", str(tmp_path / "r"), *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "r").exists()
 
 
 def test_repository_and_python_models_import_no_torch(
@@ -477,3 +478,16 @@ def test_float16_weights_and_external_data(
         got = ort.InferenceSession(str(alone / "model.onnx"))
         for a, b in zip(got.run(None, feeds), ref.run(None, feeds), strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_voice_needs_one_mel_config(dirs: dict[str, Path], tmp_path: Path, capsys) -> None:
+    vocoder = tmp_path / "hifigan"
+    shutil.copytree(dirs["hifigan"], vocoder)
+    info = json.loads((vocoder / "model.json").read_text())
+    info["mel"]["sampling_rate"] = 16000
+    (vocoder / "model.json").write_text(json.dumps(info))
+    args = ["export", str(dirs["fastpitch"]), str(vocoder), "--triton-repo", str(tmp_path / "r")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "mel configs" in err and "sampling_rate" in err, err
+    assert not (tmp_path / "r").exists()  # checked before anything is written

@@ -105,8 +105,15 @@ def write_repository(
     if out.exists() and not out.is_dir():
         raise SpeechRTError(f"{out}: not a directory")
     components = [_component(Path(d)) for d in model_dirs]
-    written: dict[str, Path] = {}
+    for comp in components:  # every check before anything is written
+        main_file = graphs_of(comp.info.kind)[comp.main.name]
+        if not (comp.model_dir / main_file).is_file():
+            raise SpeechRTError(
+                f"{comp.model_dir}: no {main_file} (run `speechrt export {comp.model_dir}` first)"
+            )
     notes: list[str] = []
+    ensemble_configs = ensembles(components, options, notes)
+    written: dict[str, Path] = {}
 
     def claim(name: str, source: Path) -> Path:
         if name in written:
@@ -121,12 +128,7 @@ def write_repository(
         files = graphs_of(comp.info.kind)
         for name, graph in comp.names.items():
             src = comp.model_dir / files[graph]
-            if not src.is_file():
-                if graph == comp.main.name:
-                    raise SpeechRTError(
-                        f"{comp.model_dir}: no {files[graph]} (run `speechrt export "
-                        f"{comp.model_dir}` first)"
-                    )
+            if not src.is_file():  # a denoiser not exported
                 notes.append(f"{name}: not exported in {comp.model_dir}, left out")
                 continue
             c = contract(graph, comp.info.dims)
@@ -141,7 +143,7 @@ def write_repository(
             for name, config in asr_configs(comp, options).items():
                 _python_model(claim(name, comp.model_dir), config)
 
-    for name, config in ensembles(components, options, notes).items():
+    for name, config in ensemble_configs.items():
         dest = claim(name, out)
         (dest / "config.pbtxt").write_text(to_pbtxt(config))
     return list(written.values()), notes
