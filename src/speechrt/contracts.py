@@ -154,6 +154,25 @@ def tensor(
     return TensorSpec(name, dtype, tuple(shape), doc, pad, default, counts, bounds)
 
 
+# numpy dtype name -> KServe v2 / Triton datatype (Triton's config writes TYPE_ + it, STRING for
+# BYTES) ("object": an array of bytes objects)
+DATATYPES = {
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "float32": "FP32",
+    "float64": "FP64",
+    "bfloat16": "BF16",
+    "object": "BYTES",
+}
+
 F32, I64, BOOL = "float32", "int64", "bool"
 B = "batch"  # the batch axis of every tensor
 PACE, SHIFT = (0.1, 10.0), (-2000.0, 2000.0)  # SynthesisOptions' ranges

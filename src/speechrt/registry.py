@@ -81,6 +81,23 @@ def graphs_of(kind: str) -> dict[str, str]:
     return {g.name: file for g, file in ARCHITECTURES[kind].graphs}
 
 
+def component_names(kind: str) -> dict[str, str]:
+    """{served model name: graph name} for a component kind, shared by the KServe v2 models
+    and the Triton repository: `<kind>` for a main graph not named `<kind>.<part>`
+    (fastpitch, hifigan, quartznet, ...), `<kind>.<part>` for every other graph
+    (hifigan.denoiser, tacotron2.encoder, ...)."""
+    graphs = list(graphs_of(kind))
+    names = {}
+    for i, graph in enumerate(graphs):
+        if graph.startswith(kind + "."):
+            names[graph] = graph
+        elif i == 0:
+            names[kind] = graph
+        else:
+            names[f"{kind}.{graph}"] = graph
+    return names
+
+
 def load(path: str) -> Any:
     """Import "module:attribute" (or a bare module path) and return it."""
     module, _, attribute = path.partition(":")

@@ -1,4 +1,5 @@
-"""`speechrt export DIR [--opset N]`: write DIR/model.onnx (and the component's other graphs)."""
+"""`speechrt export DIR... [--opset N]`: write each DIR/model.onnx (and the component's other
+graphs); with `--triton-repo OUT`, build a Triton model repository from exported DIRs instead."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import argparse
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from speechrt.runtime import DEFAULT_OPSET
 
-    p.add_argument("model_dir", metavar="DIR", help="model directory (from `speechrt convert`)")
+    p.add_argument(
+        "model_dirs", nargs="+", metavar="DIR", help="model directory (from `speechrt convert`)"
+    )
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default: 17)")
     p.add_argument(
         "--graph",
@@ -22,21 +25,69 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip running onnxruntime against eager at other sizes after export",
     )
+    g = p.add_argument_group("Triton model repository (docs/triton.md)")
+    g.add_argument(
+        "--triton-repo",
+        metavar="OUT",
+        help="instead of exporting, write a Triton model repository to OUT from the DIRs' "
+        "exported graphs: a config.pbtxt per graph, python models for the text front end, ASR "
+        "features and CTC, and the tts / asr ensembles",
+    )
+    g.add_argument(
+        "--max-batch-size", type=int, default=8, help="every model's max_batch_size (default: 8)"
+    )
+    g.add_argument(
+        "--max-queue-delay-ms",
+        type=float,
+        default=5.0,
+        help="dynamic batching's longest wait for batch-mates (default: 5)",
+    )
+    g.add_argument(
+        "--buckets",
+        default="",
+        metavar="SPEC",
+        help="length buckets the python models pad to, e.g. 'symbols=32,64,128;"
+        "feature_frames=200,400' (default: speechrt's)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.triton_repo:
+        return triton_repo(args)
     from speechrt.runtime.export import CHECKS, export_dir
 
-    paths, checks = export_dir(
-        args.model_dir, args.opset, check=not args.no_check, graphs=args.graphs
-    )
-    for path in paths:
-        print(f"wrote {path}")
-    if checks:
-        worst = max(c.max_abs_error for c in checks)
-        sizes = ", ".join(f"{b}x{n}" for b, n in CHECKS)
-        print(
-            f"onnxruntime matches eager at batch x length {sizes}: "
-            f"max error {worst:.3g} (absolute; relative to outputs above 1)"
+    for model_dir in args.model_dirs:
+        paths, checks = export_dir(
+            model_dir, args.opset, check=not args.no_check, graphs=args.graphs
         )
+        for path in paths:
+            print(f"wrote {path}")
+        if checks:
+            worst = max(c.max_abs_error for c in checks)
+            sizes = ", ".join(f"{b}x{n}" for b, n in CHECKS)
+            print(
+                f"onnxruntime matches eager at batch x length {sizes}: "
+                f"max error {worst:.3g} (absolute; relative to outputs above 1)"
+            )
+    return 0
+
+
+def triton_repo(args: argparse.Namespace) -> int:
+    from speechrt.errors import SpeechRTError
+    from speechrt.runtime.buckets import Buckets
+    from speechrt.triton.repo import RepoOptions, write_repository
+
+    if args.graphs:
+        raise SpeechRTError("--graph and --triton-repo do not go together")
+    try:
+        buckets = Buckets.parse(args.buckets)
+    except ValueError as e:
+        raise SpeechRTError(str(e)) from None
+    options = RepoOptions(args.max_batch_size, round(args.max_queue_delay_ms * 1000), buckets)
+    written, notes = write_repository(args.triton_repo, args.model_dirs, options)
+    for path in written:
+        print(f"wrote {path}")
+    for note in notes:
+        print(f"note: {note}")
+    print(f"run: tritonserver --model-repository {args.triton_repo}")
     return 0

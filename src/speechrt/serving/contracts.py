@@ -18,26 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from speechrt.contracts import DATATYPES as KSERVE_DATATYPES
 from speechrt.contracts import Contract, TensorSpec
-from speechrt.registry import graphs_of
-
-# numpy dtype name -> KServe v2 / Triton datatype ("object": an array of bytes objects)
-KSERVE_DATATYPES = {
-    "bool": "BOOL",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-    "bfloat16": "BF16",
-    "object": "BYTES",
-}
+from speechrt.registry import component_names as component_names
 
 
 def tensor_metadata(t: TensorSpec) -> dict[str, Any]:
@@ -77,20 +60,6 @@ def datatype_of(arr: np.ndarray) -> str:
         if dtype == arr.dtype.newbyteorder("<"):
             return datatype
     raise TypeError(f"no KServe datatype for {arr.dtype}")
-
-
-def component_names(kind: str) -> dict[str, str]:
-    """{v2 model name: graph name} for a component kind (see the module docstring)."""
-    graphs = list(graphs_of(kind))
-    names = {}
-    for i, graph in enumerate(graphs):
-        if graph.startswith(kind + "."):
-            names[graph] = graph
-        elif i == 0:
-            names[kind] = graph
-        else:
-            names[f"{kind}.{graph}"] = graph
-    return names
 
 
 def _t(name: str, dtype: str, *shape: str, doc: str = "", counts: str | None = None):
