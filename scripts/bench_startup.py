@@ -7,7 +7,8 @@ Times, as a user sees them (a fresh process each run, in a scratch directory):
     speechrt --help
     speechrt synthesize "Hello world." -o hello.wav
     speechrt transcribe speech.wav          (3 s of the bundled voice, written first)
-    speechrt serve --port P                 (start to /v2/health/ready answering 200)
+    speechrt serve [--backend eager]        (start to /v2/health/ready answering 200; the
+                                            two take turns, so a busy machine slows them alike)
 and (unless --startup-only), in one process, the bundled voice's steady-state synthesis of a
 ~7 s sentence on the onnx and eager backends (median of N after a warm-up), and its two graphs
 under onnxruntime session options (graph optimisation level, intra-op threads, spinning; the
@@ -81,11 +82,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve_ready(cwd: str) -> float:
-    """Seconds from starting `speechrt serve` (the bundled models) until /v2/health/ready
-    answers 200, polled every 10 ms; the server is then stopped."""
+SERVE = {"serve": [], "serve --backend eager": ["--backend", "eager"]}  # name -> extra args
+
+
+def serve_ready(cwd: str, extra: list[str]) -> float:
+    """Seconds from starting `speechrt serve EXTRA` (the bundled models) until
+    /v2/health/ready answers 200, polled every 10 ms; the server is then stopped."""
     port = free_port()
-    argv = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(port)]
+    argv = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(port), *extra]
     start = time.perf_counter()
     server = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -204,9 +208,14 @@ def main() -> None:
             wall(argv, scratch)  # warm: page cache, bytecode
             times = [wall(argv, scratch) for _ in range(args.runs)]
             results[name] = {"median_s": statistics.median(times), "runs_s": times}
-        serve_ready(scratch)  # warm
-        times = [serve_ready(scratch) for _ in range(args.runs)]
-        results["serve"] = {"median_s": statistics.median(times), "runs_s": times}
+        served: dict[str, list[float]] = {name: [] for name in SERVE}
+        for extra in SERVE.values():
+            serve_ready(scratch, extra)  # warm
+        for _ in range(args.runs):
+            for name, extra in SERVE.items():
+                served[name].append(serve_ready(scratch, extra))
+        for name, times in served.items():
+            results[name] = {"median_s": statistics.median(times), "runs_s": times}
     stamp = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
@@ -221,7 +230,7 @@ def main() -> None:
     print(f"speech.wav: {speech_seconds:.2f} s")
     print(f"{'command':<40} {'median':>8}  runs")
     for name, r in results.items():
-        label = "speechrt " + " ".join(COMMANDS.get(name, ["serve (to ready)"]))
+        label = "speechrt " + (" ".join(COMMANDS[name]) if name in COMMANDS else name + " (ready)")
         runs = " ".join(f"{t:.2f}" for t in r["runs_s"])
         print(f"{label:<40} {r['median_s']:>7.2f}s  {runs}")
     for backend, r in steady.items():
