@@ -133,6 +133,10 @@ def test_serve_on_a_cpu_imports_no_torch(tmp_path: Path) -> None:
             assert httpx.get(f"{url}/v2/models/{model}/config").json()["backend"] == "onnx"
         r = httpx.get(f"{url}/v2/models/hifigan.denoiser")
         assert r.status_code == 404 and "--graph denoiser" in r.text, r.text
+        index = {m["name"]: m for m in httpx.post(f"{url}/v2/repository/index").json()}
+        assert index["hifigan.denoiser"]["state"] == "UNAVAILABLE"
+        assert "--graph denoiser" in index["hifigan.denoiser"]["reason"]
+        assert index["hifigan"]["state"] == "READY"
         body = {"model": "tts-1", "input": "Hello.", "voice": "0", "denoise": 0.01}
         r = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)
         assert r.status_code == 400, r.text
@@ -140,7 +144,11 @@ def test_serve_on_a_cpu_imports_no_torch(tmp_path: Path) -> None:
         assert "--graph denoiser" in message and "--backend eager" in message
     finally:
         server.terminate()
-        server.wait(60)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
     output = log.read_text()
     assert "serving tts [onnx], asr [onnx], fastpitch [onnx], hifigan [onnx]" in output
     imported = [ln for ln in output.splitlines() if ln.startswith("IMPORTED")]
