@@ -1,16 +1,19 @@
 """Start-up of the CLI on this machine: wall time of whole commands, median of N after a warm run.
 
-    python scripts/bench_startup.py [--runs 5] [--steady-runs 15] [--out docs/bench/startup.json]
+    python scripts/bench_startup.py [--runs 5] [--steady-runs 15] [--startup-only]
+                                    [--out docs/bench/startup.json]
 
 Times, as a user sees them (a fresh process each run, in a scratch directory):
     speechrt --help
     speechrt synthesize "Hello world." -o hello.wav
     speechrt transcribe speech.wav          (3 s of the bundled voice, written first)
-and, in one process, the bundled voice's steady-state synthesis of a ~7 s sentence on the onnx
-and eager backends (median of N after a warm-up), and its two graphs under onnxruntime session
-options (graph optimisation level, intra-op threads, spinning; the options of each round run in
-turn, so a busy machine slows them alike). Prints tables stamped with the CPU model, core count,
-commit and versions; --out writes the same as JSON.
+    speechrt serve [--backend eager]        (start to /v2/health/ready answering 200; the
+                                            two take turns, so a busy machine slows them alike)
+and (unless --startup-only), in one process, the bundled voice's steady-state synthesis of a
+~7 s sentence on the onnx and eager backends (median of N after a warm-up), and its two graphs
+under onnxruntime session options (graph optimisation level, intra-op threads, spinning; the
+options of each round run in turn, so a busy machine slows them alike). Prints tables stamped
+with the CPU model, core count, commit and versions; --out writes the same as JSON.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ import argparse
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 SPEECH = "Speech recognition works well on this small machine."  # about 3 s
@@ -68,6 +74,40 @@ def wall(argv: list[str], cwd: str) -> float:
     if done.returncode != 0:
         raise SystemExit(f"speechrt {' '.join(argv)} failed:\n{done.stderr}")
     return seconds
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+SERVE = {"serve": [], "serve --backend eager": ["--backend", "eager"]}  # name -> extra args
+
+
+def serve_ready(cwd: str, extra: list[str]) -> float:
+    """Seconds from starting `speechrt serve EXTRA` (the bundled models) until
+    /v2/health/ready answers 200, polled every 10 ms; the server is then stopped."""
+    port = free_port()
+    argv = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(port), *extra]
+    start = time.perf_counter()
+    server = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while True:
+            if server.poll() is not None:
+                _, err = server.communicate()
+                raise SystemExit(f"speechrt serve failed:\n{err.decode()}")
+            try:
+                url = f"http://127.0.0.1:{port}/v2/health/ready"
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    if r.status == 200:
+                        return time.perf_counter() - start
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.01)
+    finally:
+        server.terminate()
+        server.wait()
 
 
 def steady_state(runs: int) -> dict[str, dict[str, float]]:
@@ -151,6 +191,7 @@ def main() -> None:
     p.add_argument(
         "--steady-runs", type=int, default=15, help="rounds of the steady-state comparisons"
     )
+    p.add_argument("--startup-only", action="store_true", help="only the commands' start-up times")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -167,6 +208,14 @@ def main() -> None:
             wall(argv, scratch)  # warm: page cache, bytecode
             times = [wall(argv, scratch) for _ in range(args.runs)]
             results[name] = {"median_s": statistics.median(times), "runs_s": times}
+        served: dict[str, list[float]] = {name: [] for name in SERVE}
+        for extra in SERVE.values():
+            serve_ready(scratch, extra)  # warm
+        for _ in range(args.runs):
+            for name, extra in SERVE.items():
+                served[name].append(serve_ready(scratch, extra))
+        for name, times in served.items():
+            results[name] = {"median_s": statistics.median(times), "runs_s": times}
     stamp = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
@@ -175,13 +224,13 @@ def main() -> None:
         "command": " ".join(["python", *sys.argv]),
         "speech_wav_seconds": speech_seconds,
     }
-    steady = steady_state(args.steady_runs)
-    sweep = session_sweep(args.steady_runs)
+    steady = {} if args.startup_only else steady_state(args.steady_runs)
+    sweep = {} if args.startup_only else session_sweep(args.steady_runs)
     print(f"{stamp['cpu']}, {stamp['cores']} cores, commit {stamp['commit']}")
     print(f"speech.wav: {speech_seconds:.2f} s")
     print(f"{'command':<40} {'median':>8}  runs")
     for name, r in results.items():
-        label = "speechrt " + " ".join(COMMANDS[name])
+        label = "speechrt " + (" ".join(COMMANDS[name]) if name in COMMANDS else name + " (ready)")
         runs = " ".join(f"{t:.2f}" for t in r["runs_s"])
         print(f"{label:<40} {r['median_s']:>7.2f}s  {runs}")
     for backend, r in steady.items():
@@ -189,7 +238,8 @@ def main() -> None:
             f"steady state, {backend:<5}: {r['seconds'] * 1000:.0f} ms for "
             f"{r['audio_seconds']:.1f} s of audio (RTF {r['rtf']:.1f})"
         )
-    print(f"{'onnxruntime session':<34} {'FastPitch':>10} {'HiFi-GAN':>10}")
+    if sweep:
+        print(f"{'onnxruntime session':<34} {'FastPitch':>10} {'HiFi-GAN':>10}")
     for name, ms in sweep.items():
         acoustic, vocoder = ms.values()
         print(f"{name:<34} {acoustic:>8.0f}ms {vocoder:>8.0f}ms")

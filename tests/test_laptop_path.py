@@ -1,7 +1,8 @@
 """The CPU path users get by default: the bundled ONNX graphs on onnxruntime, no torch imported.
 
-- `speechrt --help`, `synthesize` and `transcribe` import neither torch nor inflect (inflect only
-  for text holding a number);
+- `speechrt --help`, `synthesize`, `transcribe` and `serve` import neither torch nor inflect
+  (inflect only for text holding a number); the server serves every route on onnxruntime, and
+  says how to get the denoiser, whose graph the bundled voice does not ship;
 - the shipped graphs read the bundled safetensors (no weights twice) and are what re-exporting
   the weights writes;
 - the onnx and eager defaults agree: mel, audio, transcripts;
@@ -10,9 +11,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +34,12 @@ pytestmark = pytest.mark.skipif(
 BUNDLED = [VOICE_ACOUSTIC, VOICE_VOCODER, ASR_MODEL]
 HEAVY = ("torch", "inflect", "scipy")
 
-# Runs the CLI in a fresh interpreter and prints which heavy modules it imported.
+# Runs the CLI in a fresh interpreter and prints which heavy modules it imported. uvicorn
+# raises the SIGTERM that stopped a server again once it has shut down: exit cleanly on it.
 DRIVER = """
-import sys
+import signal, sys
 from speechrt.cli import main
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 try:
     main(sys.argv[1:])
 except SystemExit:
@@ -67,14 +73,95 @@ def test_the_cli_on_a_cpu_imports_no_torch(tmp_path: Path) -> None:
     assert imported_by("synthesize", "I have 3 cats.", "-o", "n.wav", cwd=tmp_path) == ["inflect"]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, server: subprocess.Popen, log: Path) -> None:
+    """Poll /v2/health/ready until it answers 200 (the server failing or hanging fails)."""
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert server.poll() is None, log.read_text()
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"not ready after 120 s:\n{log.read_text()}")
+
+
+def test_serve_on_a_cpu_imports_no_torch(tmp_path: Path) -> None:
+    """`speechrt serve` on the defaults, in a fresh interpreter: speech, a transcription and
+    /v2 metadata on onnxruntime; what the server process imported is printed when SIGTERM has
+    stopped it. The denoiser, whose ONNX graph is not bundled, is not served: asking for it
+    gets a 4xx naming the two fixes."""
+    import httpx
+
+    port = free_port()
+    url, log = f"http://127.0.0.1:{port}", tmp_path / "server.log"
+    argv = ["serve", "--port", str(port)]
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-c", DRIVER.format(heavy=HEAVY), *argv],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_ready(url, server, log)
+        text = "Speech recognition works on this machine."
+        r = httpx.post(
+            f"{url}/v1/audio/speech",
+            json={"model": "tts-1", "input": text, "voice": "0"},
+            timeout=60,
+        )
+        assert r.status_code == 200 and len(r.content) > 10_000, r.text
+        wav = r.content
+        files, data = {"file": ("speech.wav", wav, "audio/wav")}, {"model": "whisper-1"}
+        r = httpx.post(f"{url}/v1/audio/transcriptions", data=data, files=files, timeout=60)
+        assert r.status_code == 200 and r.json()["text"].strip(), r.text
+        for model in ("fastpitch", "hifigan", "quartznet"):
+            meta = httpx.get(f"{url}/v2/models/{model}").json()
+            assert meta["platform"] == "onnxruntime_onnx", meta
+        for model in ("tts", "asr"):
+            assert httpx.get(f"{url}/v2/models/{model}/config").json()["backend"] == "onnx"
+        r = httpx.get(f"{url}/v2/models/hifigan.denoiser")
+        assert r.status_code == 404 and "--graph denoiser" in r.text, r.text
+        index = {m["name"]: m for m in httpx.post(f"{url}/v2/repository/index").json()}
+        assert index["hifigan.denoiser"]["state"] == "UNAVAILABLE"
+        assert "--graph denoiser" in index["hifigan.denoiser"]["reason"]
+        assert index["hifigan"]["state"] == "READY"
+        body = {"model": "tts-1", "input": "Hello.", "voice": "0", "denoise": 0.01}
+        r = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)
+        assert r.status_code == 400, r.text
+        message = r.json()["error"]["message"]
+        assert "--graph denoiser" in message and "--backend eager" in message
+    finally:
+        server.terminate()
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    output = log.read_text()
+    assert "serving tts [onnx], asr [onnx], fastpitch [onnx], hifigan [onnx]" in output
+    imported = [ln for ln in output.splitlines() if ln.startswith("IMPORTED")]
+    assert imported == ["IMPORTED "], output
+
+
 def test_auto_picks_onnx_on_a_cpu_for_the_bundled_models() -> None:
     from speechrt.runtime import has_onnx, resolve_backend
 
     dirs = [default_model(name) for name in BUNDLED]
     assert all(has_onnx(d, main_only=True) for d in dirs)
     assert resolve_backend("auto", "cpu", dirs, main_only=True) == "onnx"
-    # the vocoder's denoiser graph is not shipped: a server, which exposes every graph, runs
-    # the bundled voice eagerly
+    # the vocoder's denoiser graph is not shipped: denoising needs the eager backend
     assert not has_onnx(default_model(VOICE_VOCODER))
 
 
@@ -156,6 +243,21 @@ def test_onnx_and_eager_voices_agree(voices) -> None:
     assert audio.shape == ref_audio.shape
     snr = 10 * np.log10(np.sum(ref_audio**2) / np.sum((audio - ref_audio) ** 2))
     assert snr >= 40, snr
+
+
+def test_denoising_on_onnx_without_the_graph_says_how(voices) -> None:
+    """The bundled voice on onnx cannot denoise (no denoiser.onnx): a clear error, not a
+    fallback; eager denoises."""
+    from speechrt.errors import SpeechRTError
+    from speechrt.options import SynthesisOptions
+
+    onnx_tts, eager_tts = voices
+    assert "--graph denoiser" in (onnx_tts.denoiser_missing or "")
+    assert "denoiser" not in onnx_tts.runners()
+    with pytest.raises(SpeechRTError, match="--backend eager"):
+        onnx_tts.synthesize(["Hello."], SynthesisOptions(denoise=0.01))
+    assert eager_tts.denoiser_missing is None
+    assert len(eager_tts.synthesize(["Hello."], SynthesisOptions(denoise=0.01))[0]) > 0
 
 
 def test_onnx_and_eager_recognisers_agree(voices) -> None:

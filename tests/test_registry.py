@@ -62,6 +62,37 @@ def test_every_preset_builds_and_tiny_is_tiny() -> None:
         assert sizes["tiny"] * 10 < min(n for name, n in sizes.items() if name != "tiny"), kind
 
 
+def test_derived_sizes_are_the_graphs_output_sizes() -> None:
+    """The output axes the registry derives from input sizes (plain arithmetic: what a server
+    on onnxruntime uses) are the sizes the graph gives, for every graph that derives some."""
+    checked = set()
+    for kind, entry in ARCHITECTURES.items():
+        for graph, _ in entry.graphs:
+            if graph.derived_sizes is None:
+                continue
+            dims = registry.preset(kind, "tiny")
+            wrapper = build_graph(graph.name, build_model(kind, dims).eval(), None)
+            feeds = example_feeds(graph.name, wrapper, 2, 23, seed=0)
+            c = registry.contract(graph.name, dims)
+            sizes = {
+                a: feeds[t.name].shape[i] for t in c.inputs for i, a in t.dynamic_axes().items()
+            }
+            derive = registry.derived_sizes(graph.name, dataclasses.asdict(dims))
+            assert derive is not None
+            derived = derive(sizes)
+            with torch.inference_mode():
+                outs = wrapper(**feeds)
+            got = {
+                a: value.shape[i]
+                for t, value in zip(c.outputs, outs, strict=True)
+                for i, a in t.dynamic_axes().items()
+                if a in derived
+            }
+            assert got == {a: n for a, n in derived.items() if a in got} and got, kind
+            checked.add(graph.name)
+    assert checked == {"hifigan", "waveglow", "jasper"}
+
+
 def test_unknown_kind_graph_and_preset_are_clear_errors() -> None:
     with pytest.raises(SpeechRTError, match="unknown model kind 'nonesuch'; known: fastpitch"):
         registry.model_class("nonesuch")

@@ -139,8 +139,8 @@ def test_auto_resolves_per_pipeline_and_components_share_runners(exported, tiny_
     stages = server.tts.tts.stages
 
     def session(name: str) -> object:
-        # the pipelines run onnx on numpy; the component models see the same runner from torch
-        return server.engines[name].adapter.runner.runner
+        # the pipelines run onnx on numpy arrays; so do the component models, on the same runner
+        return server.engines[name].adapter.runner
 
     assert session("quartznet") is server.asr.asr.runner
     assert session("fastpitch") is stages.acoustic.runner
@@ -159,7 +159,7 @@ def refused(capsys, *args: str) -> str:
 def test_backends_that_cannot_serve_are_refused(capsys, exported, tiny_voice, tiny_asr):
     voice = ("--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1]))
     err = refused(capsys, *voice, "--device", "cpu", "--backend", "onnx")
-    assert "lacks some of its ONNX graphs" in err and "speechrt export" in err
+    assert "lacks its main ONNX graph" in err and "speechrt export" in err
     err = refused(capsys, "--asr", str(tiny_asr), "--device", "cpu", "--backend", "onnx")
     assert str(tiny_asr) in err
     if not torch.cuda.is_available():
@@ -172,3 +172,5 @@ def test_backends_that_cannot_serve_are_refused(capsys, exported, tiny_voice, ti
         )
         assert "--batch-invariant needs the eager backend" in err and "got onnx" in err
     assert not batch_invariant()  # refused before it was turned on
+    err = refused(capsys, *onnx_voice, "--device", "cpu", "--threads", "1")
+    assert "--threads" in err and "fastpitch" in err and "--backend eager" in err

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import speechrt.arch
@@ -62,6 +63,15 @@ def contract(graph_name: str, dims: Any) -> Contract:
     the model.json "dims" dict."""
     g = graph(graph_name)
     return g.contract(dims if g.dims is None else as_dims(g.dims, dims))
+
+
+def derived_sizes(graph_name: str, dims: Any) -> Callable[[dict[str, int]], dict[str, int]] | None:
+    """{input axis: size} -> the output axes that follow from them, for a model of the graph
+    with these dims (Dims or the model.json dict); None where no output axis follows."""
+    g = graph(graph_name)
+    if g.derived_sizes is None:
+        return None
+    return partial(g.derived_sizes, dims if g.dims is None else as_dims(g.dims, dims))
 
 
 def preset(kind: str, name: str = "default", **overrides: Any) -> Any:

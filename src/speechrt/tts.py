@@ -142,6 +142,11 @@ class TTS:
         return self.stages.runners()
 
     @property
+    def denoiser_missing(self) -> str | None:
+        """Why this voice cannot denoise (options.denoise > 0), or None when it can."""
+        return self.stages.denoiser_missing
+
+    @property
     def sampling_rate(self) -> int:
         return self.mel.sampling_rate
 

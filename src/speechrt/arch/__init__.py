@@ -30,7 +30,10 @@ class Graph:
     exporter: str = "torchscript"  # which torch.onnx exporter writes it (runtime.export)
     float32: bool = False  # the cuda runner keeps it in float32 whatever the precision
     channels_last: bool = False  # the cuda runner runs its 1-D convolutions channels-last
-    derived_sizes: bool = False  # its wrapper's derived_sizes(sizes) gives output axes (onnx)
+    # (dims, {input axis: size}) -> {output axis: size} for the output axes that follow from
+    # the inputs' sizes (HiFi-GAN's samples = frames * hop); None: none do. Plain arithmetic on
+    # the dims, so a server on onnxruntime knows them without building the torch wrapper.
+    derived_sizes: Callable[[Any, dict[str, int]], dict[str, int]] | None = None
 
 
 @dataclass(frozen=True)

@@ -112,13 +112,18 @@ def contract(d: HiFiGANDims) -> Contract:
     )
 
 
+def derived_sizes(d: HiFiGANDims, sizes: dict[str, int]) -> dict[str, int]:
+    """The output's sample axis for an input of sizes["frames"] frames."""
+    return {"samples": sizes["frames"] * d.hop_length}
+
+
 HIFIGAN = Graph(
     "hifigan",
     contract,
     "speechrt.runtime.graphs.hifigan:",
     HiFiGANDims,
     channels_last=True,
-    derived_sizes=True,
+    derived_sizes=derived_sizes,
 )
 ARCHITECTURES = (
     Architecture(

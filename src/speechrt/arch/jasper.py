@@ -109,6 +109,21 @@ def contract(d: JasperDims) -> Contract:
     )
 
 
+def output_frames(d: JasperDims, n: int) -> int:
+    """Output frames for n input frames: every sub-block's strided conv ('same' padding
+    (kernel // 2) * dilation) in turn, as models.jasper.Jasper.output_lengths computes it in
+    torch (tested equal)."""
+    for k, s, dil, r in zip(d.kernels, d.strides, d.dilations, d.repeats, strict=True):
+        for _ in range(r):
+            n = (n + 2 * (k // 2) * dil - dil * (k - 1) - 1) // s + 1
+    return n
+
+
+def derived_sizes(d: JasperDims, sizes: dict[str, int]) -> dict[str, int]:
+    """Output frames for sizes["feature_frames"] input frames (the encoder's strides)."""
+    return {"output_frames": output_frames(d, sizes["feature_frames"])}
+
+
 # one graph for both: QuartzNet is Jasper with separable convolutions
 JASPER = Graph(
     "jasper",
@@ -116,7 +131,7 @@ JASPER = Graph(
     "speechrt.runtime.graphs.jasper:",
     JasperDims,
     channels_last=True,
-    derived_sizes=True,
+    derived_sizes=derived_sizes,
 )
 ARCHITECTURES = (
     Architecture(

@@ -62,8 +62,18 @@ def contract(d: WaveGlowDims) -> Contract:
 
 # Not channels-last: its couplings split and join channels, which channels-last memory turns
 # into copies (H200, 7.7 s, batch 1: 20 ms NCHW, 24-37 ms).
+def derived_sizes(d: WaveGlowDims, sizes: dict[str, int]) -> dict[str, int]:
+    """The latent's groups and the output's samples for sizes["frames"] mel frames."""
+    samples = sizes["frames"] * d.hop_length
+    return {"groups": samples // d.n_group, "samples": samples}
+
+
 WAVEGLOW = Graph(
-    "waveglow", contract, "speechrt.runtime.graphs.waveglow:", WaveGlowDims, derived_sizes=True
+    "waveglow",
+    contract,
+    "speechrt.runtime.graphs.waveglow:",
+    WaveGlowDims,
+    derived_sizes=derived_sizes,
 )
 ARCHITECTURES = (
     Architecture(

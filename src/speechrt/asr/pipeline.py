@@ -92,15 +92,12 @@ def as_waveform(audio: np.ndarray, name: str = "audio") -> np.ndarray:
 
 
 def output_frames(dims: dict[str, Any], n: int) -> int:
-    """Output frames of a Jasper/QuartzNet for n input frames: every sub-block's strided conv
-    ('same' padding (kernel // 2) * dilation) in turn, as models.jasper.Jasper.output_lengths
-    computes it in torch (tested equal)."""
-    for k, s, d, r in zip(
-        dims["kernels"], dims["strides"], dims["dilations"], dims["repeats"], strict=True
-    ):
-        for _ in range(r):
-            n = (n + 2 * (k // 2) * d - d * (k - 1) - 1) // s + 1
-    return n
+    """Output frames of a Jasper/QuartzNet (model.json dims) for n input frames."""
+    from speechrt.arch import as_dims
+    from speechrt.arch.jasper import JasperDims
+    from speechrt.arch.jasper import output_frames as frames_of
+
+    return frames_of(as_dims(JasperDims, dims), n)
 
 
 def _window_seed(seed: int, window: int) -> int:

@@ -24,7 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocoder", help="vocoder model directory (HiFi-GAN, ...)")
     p.add_argument("--asr", help="speech recognition model directory (QuartzNet, Jasper)")
     add_runtime_options(p)
-    p.add_argument("--threads", type=int, help="CPU threads per operator (default: torch's choice)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads per operator of the eager and cuda backends (default: torch's choice; "
+        "the onnx backend uses one per core)",
+    )
     p.add_argument(
         "--batch-invariant",
         action="store_true",
@@ -156,6 +161,12 @@ def run(args: argparse.Namespace) -> int:
         decoding=decoding,
     )
     if args.threads is not None:  # after load: --batch-invariant must set MKL up first
+        on_onnx = sorted(n for n, m in server.v2.items() if m.backend == "onnx")
+        if on_onnx:
+            raise SpeechRTError(
+                f"--threads sets torch's thread pool, which {', '.join(on_onnx)} on the onnx "
+                "backend do not use; leave it out, or serve with --backend eager"
+            )
         import torch
 
         torch.set_num_threads(args.threads)  # the device thread's operators use this pool

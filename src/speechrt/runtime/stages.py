@@ -328,9 +328,29 @@ class TTSStages:
         return build(parts)
 
     def runners(self) -> dict[str, Runner]:
-        """{graph name: runner} of every runner the stages hold (the denoiser's built now)."""
-        found = [*self.acoustic.runners(), *self.vocoder.runners(), *self.denoiser.runners()]
+        """{graph name: runner} of every runner the stages hold (the denoiser's built now, where
+        the voice can denoise: see denoiser_missing)."""
+        found = [*self.acoustic.runners(), *self.vocoder.runners()]
+        if self.denoiser_missing is None:
+            found += self.denoiser.runners()
         return {r.contract.name: r for r in found}
+
+    @property
+    def denoiser_missing(self) -> str | None:
+        """Why this voice cannot denoise, or None when it can: on the onnx backend the denoiser
+        runs from its own ONNX graph, which a vocoder directory may not hold (the bundled voice
+        does not ship it)."""
+        if self.backend != "onnx":
+            return None
+        _, info, model_dir = self._vocoder
+        file = graphs_of(info.kind)["denoiser"]
+        if (Path(model_dir) / file).is_file():
+            return None
+        return (
+            f"the voice runs on the onnx backend and {model_dir} holds no denoiser graph "
+            f"({file}); export it (speechrt export {model_dir} --graph denoiser) or use the "
+            "eager backend (--backend eager)"
+        )
 
     def _runner(
         self, graph: str, model: nn.Module | None, info: ComponentInfo, model_dir: str | Path
@@ -351,5 +371,7 @@ class TTSStages:
     @property
     def denoiser(self) -> DenoiserStage:
         if self._denoiser is None:
+            if self.denoiser_missing is not None:
+                raise SpeechRTError(f"cannot denoise: {self.denoiser_missing}")
             self._denoiser = DenoiserStage(self._runner("denoiser", *self._vocoder))
         return self._denoiser

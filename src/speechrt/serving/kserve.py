@@ -34,6 +34,8 @@ def server_of(request: Request) -> Server:
 
 def model_of(request: Request, name: str, version: str | None = None) -> ContractModel:
     srv = server_of(request)
+    if name in srv.unserved:
+        raise ApiError(404, f"model {name!r} is not served: {srv.unserved[name]}")
     if name not in srv.v2:
         raise ApiError(404, f"unknown model {name!r}; models: {', '.join(srv.v2)}")
     if version not in (None, "", VERSION):
@@ -111,8 +113,9 @@ async def model_config(name: str, request: Request, version: str | None = None) 
 
 @router.post("/repository/index")
 async def repository_index(request: Request) -> list[dict[str, str]]:
-    """Triton's model repository index: every served model, version "1", READY or UNAVAILABLE.
-    The optional body {"ready": true} lists only the models ready now."""
+    """Triton's model repository index: every served model, version "1", READY or UNAVAILABLE,
+    then each component graph the server does not serve, UNAVAILABLE with the reason. The
+    optional body {"ready": true} lists only the models ready now."""
     body = await request.body()
     try:
         query = json.loads(body) if body.strip() else {}
@@ -127,6 +130,11 @@ async def repository_index(request: Request) -> list[dict[str, str]]:
         if ready or not query.get("ready", False):
             state = "READY" if ready else "UNAVAILABLE"
             out.append({"name": name, "version": VERSION, "state": state, "reason": ""})
+    if not query.get("ready", False):
+        out += [
+            {"name": name, "version": VERSION, "state": "UNAVAILABLE", "reason": why}
+            for name, why in srv.unserved.items()
+        ]
     return out
 
 

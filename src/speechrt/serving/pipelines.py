@@ -87,6 +87,9 @@ class TTSService:
             if len(text) > self.limits.max_text_chars:
                 limit = self.limits.max_text_chars
                 raise SpeechRTError(f"input text has {len(text)} characters; the limit is {limit}")
+        missing = getattr(self.tts, "denoiser_missing", None)
+        if options.denoise > 0 and missing is not None:
+            raise SpeechRTError(f"this server cannot denoise: {missing}")
         # The text front end is plain Python without torch: run it off the event loop.
         pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
         self._check_pieces(pieces, len(texts))

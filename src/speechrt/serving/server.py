@@ -53,6 +53,7 @@ class Server:
         self.worker = DeviceWorker()
         self.engines: dict[str, Engine[Any, Any]] = {}
         self.v2: dict[str, ContractModel] = {}
+        self.unserved: dict[str, str] = {}  # component graph -> why it is not served
         self.tts: TTSService | None = None
         self.asr: ASRService | None = None
         self.ready = False
@@ -88,7 +89,8 @@ class Server:
         return engine
 
     def _add_components(self, tts: Any, asr: Any) -> None:
-        for name, runner, derived_sizes, info in component_runners(tts, asr):
+        components, self.unserved = component_runners(tts, asr)
+        for name, runner, derived_sizes, info in components:
             engine = self._engine(name, ComponentAdapter(runner, derived_sizes))
             model = ComponentModel(name, runner.contract, engine, runner.backend)
             model.timeout = self.config.limits.request_timeout_s
@@ -116,36 +118,48 @@ class Server:
 
         `backend` (auto, eager, cuda, onnx) is resolved per pipeline as the CLI's synthesize
         does (speechrt.runtime.resolve_backend: auto -> cuda on a GPU, else onnx when the
-        pipeline's model dirs hold all their ONNX files, else eager); every component graph
-        runs on its pipeline's backend. A backend that cannot serve a graph fails here.
+        pipeline's model dirs hold their main ONNX graphs, else eager); every component graph
+        runs on its pipeline's backend. On onnx a graph without its ONNX file (a vocoder's
+        denoiser) is not served (`unserved` says why) and a voice asked to denoise refuses the
+        request; any other graph a backend cannot serve fails here. With every pipeline on
+        onnx, torch is never imported.
         `batch_invariant` turns on speechrt.device.set_batch_invariant before anything runs;
         it needs the eager backend on the CPU in fp32. `decoding`: the recogniser's decoder
         keywords (speechrt.asr.ASR: decoder, lm, beam_size, alpha, beta).
         """
-        from speechrt.device import resolve_device
-        from speechrt.runtime import has_onnx, resolve_backend
+        from speechrt.runtime import device_kind, has_onnx, resolve_backend
 
         if backend not in BACKENDS:
             raise SpeechRTError(f"unknown backend {backend!r}; choose {', '.join(BACKENDS)}")
         if (acoustic is None) != (vocoder is None):
             raise SpeechRTError("a voice needs both --acoustic DIR and --vocoder DIR")
-        dev = resolve_device(device)
+        kind = device_kind(device)
         given = {"tts": [acoustic, vocoder], "asr": [asr]}
         dirs = {name: [d for d in ds if d is not None] for name, ds in given.items()}
-        backends = {name: resolve_backend(backend, dev.type, ds) for name, ds in dirs.items() if ds}
+        backends = {
+            name: resolve_backend(backend, kind, ds, main_only=True)
+            for name, ds in dirs.items()
+            if ds
+        }
         for name, resolved in backends.items():
             for d in dirs[name] if resolved == "onnx" else ():
-                if (Path(d) / "model.json").is_file() and not has_onnx(d):
+                if (Path(d) / "model.json").is_file() and not has_onnx(d, main_only=True):
                     raise SpeechRTError(
-                        f"--backend onnx: {d} lacks some of its ONNX graphs "
+                        f"--backend onnx: {d} lacks its main ONNX graph "
                         "(run `speechrt export DIR` on it first)"
                     )
+        if set(backends.values()) <= {"onnx"}:
+            dev = kind if device == "auto" else device  # torch is not asked (nor imported)
+        else:
+            from speechrt.device import resolve_device
+
+            dev = str(resolve_device(device))
         if batch_invariant:
             used = sorted(set(backends.values()))
-            if used != ["eager"] or dev.type != "cpu" or precision != "fp32":
+            if used != ["eager"] or kind != "cpu" or precision != "fp32":
                 raise SpeechRTError(
                     "--batch-invariant needs the eager backend on the CPU in fp32 "
-                    f"(got {'/'.join(used) or 'none'} on {dev.type} in {precision}); "
+                    f"(got {'/'.join(used) or 'none'} on {kind} in {precision}); "
                     "use --backend eager --device cpu --precision fp32"
                 )
             from speechrt.device import set_batch_invariant
@@ -157,15 +171,19 @@ class Server:
             from speechrt.tts import TTS
 
             tts_pipe = TTS(
-                acoustic, vocoder, device=str(dev), precision=precision, backend=backends["tts"]
+                acoustic, vocoder, device=dev, precision=precision, backend=backends["tts"]
             )
-            warm_up()  # the number rules' first use would otherwise stall a request for seconds
+            if not tts_pipe.numpy:
+                # the number rules' first use would otherwise stall a request for seconds; a
+                # voice on numpy stages (the CPU's default) starts in about a second instead,
+                # and pays for inflect's import on the first text holding a number
+                warm_up()
         if asr is not None:
             from speechrt.asr import ASR
 
             asr_pipe = ASR(
                 asr,
-                device=str(dev),
+                device=dev,
                 precision=precision,
                 backend=backends["asr"],
                 **(decoding or {}),
@@ -198,6 +216,8 @@ class Server:
         self.ready = True
         # e.g. "serving tts [onnx], asr [onnx], fastpitch [onnx], ...": each model's backend
         log.info("serving %s", ", ".join(f"{n} [{m.backend}]" for n, m in self.v2.items()))
+        for name, why in self.unserved.items():
+            log.warning("not serving %s: %s", name, why)
 
     async def stop(self) -> None:
         """Refuse new work, let every queued and running batch finish, stop the device thread."""

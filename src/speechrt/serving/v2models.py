@@ -20,15 +20,15 @@ import asyncio
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import torch
 
 from speechrt.contracts import Contract, TensorSpec
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
-from speechrt.registry import graph as registry_graph
+from speechrt.registry import derived_sizes, graphs_of
 from speechrt.runtime.base import Runner
 from speechrt.serving.contracts import ASR, KSERVE_DATATYPES, TTS, component_names, model_metadata
 from speechrt.serving.engine import Engine
@@ -188,16 +188,16 @@ class Component(NamedTuple):
     info: Any
 
 
-def component_runners(tts: Any, asr: Any) -> list[Component]:
+def component_runners(tts: Any, asr: Any) -> tuple[list[Component], dict[str, str]]:
     """Every graph of the loaded components of a voice (speechrt.tts.TTS) and an ASR model
     (speechrt.asr.ASR), each on its pipeline's backend, running the pipeline's own runners
     (`runners()`): one onnxruntime session, one compiled copy per graph, whatever the route, and
     everything runs on the server's one device thread. Stand-ins without components give none.
 
-    A graph the backend cannot run (e.g. no ONNX file for the onnx backend) raises SpeechRTError
-    here, at startup, naming the component.
+    Also {v2 name: why it is not served} for the graphs the onnx backend has no ONNX file for
+    (a vocoder's denoiser: the bundled voice ships only its main graphs). Any other graph the
+    backend cannot run raises SpeechRTError here, at startup, naming the component.
     """
-    from speechrt.runtime.graphs import build_graph
     from speechrt.runtime.stages import make_runner
 
     parts = []
@@ -208,13 +208,8 @@ def component_runners(tts: Any, asr: Any) -> list[Component]:
         ]
     if asr is not None and hasattr(asr, "info"):
         parts.append((asr.model, asr.info, asr, getattr(asr, "model_dir", None)))
-    out = []
+    out, unserved = [], {}
     for module, info, owner, model_dir in parts:
-        if module is None and model_dir is not None:
-            # a numpy pipeline (onnx) loads no module; the graph wrapper's sizes need one
-            from speechrt.repo import load_component
-
-            module, _ = load_component(model_dir)
         backend = getattr(owner, "backend", "eager")
         precision = getattr(owner, "precision", "fp32")
         buckets = getattr(getattr(owner, "stages", None), "buckets", None)
@@ -222,26 +217,36 @@ def component_runners(tts: Any, asr: Any) -> list[Component]:
         # into its loop) gets its own
         shared = owner.runners()
         for name, graph in component_names(info.kind).items():
+            file = Path(model_dir or ".") / graphs_of(info.kind)[graph]
+            if backend == "onnx" and model_dir is not None and not file.is_file():
+                unserved[name] = (
+                    f"the onnx backend runs it from {file}, which does not exist; "
+                    f"export it (speechrt export {model_dir} --graph {graph}) or serve with "
+                    "--backend eager"
+                )
+                continue
             try:
                 runner = shared.get(graph) or make_runner(
                     graph, module, info, backend, owner.device, precision, model_dir, buckets
                 )
             except SpeechRTError as e:
                 raise SpeechRTError(f"component {name!r} on the {backend} backend: {e}") from None
-            if getattr(owner, "numpy", False) and runner.backend == "onnx":
-                from speechrt.runtime.onnx import OnnxRunner
-                from speechrt.runtime.stages import TorchOnnx
+            out.append(Component(name, runner, derived_sizes(graph, info.dims), info))
+    return out, unserved
 
-                if isinstance(runner, OnnxRunner):  # the pipeline's own, on numpy arrays
-                    runner = TorchOnnx(runner, torch.device("cpu"))
-            # the onnx runner has no torch graph to say which output axes follow from the inputs
-            # (e.g. HiFi-GAN's samples = frames * hop): ask the wrapper, where the registry says
-            # it derives some (building the denoiser's would run the vocoder for nothing).
-            shapes = getattr(runner, "graph", None)
-            if shapes is None and registry_graph(graph).derived_sizes:
-                shapes = build_graph(graph, module, info)
-            out.append(Component(name, runner, getattr(shapes, "derived_sizes", None), info))
-    return out
+
+def run_arrays(runner: Runner, feeds: Arrays) -> Arrays:
+    """numpy arrays in and out, whatever the runner takes: an OnnxRunner (what a pipeline on
+    numpy stages holds) runs them as they are; the torch runners (eager, cuda, onnx seen from
+    torch) get tensors, and their outputs come back to the host."""
+    from speechrt.runtime.onnx import OnnxRunner
+
+    if isinstance(runner, OnnxRunner):
+        return runner.run(feeds)
+    import torch
+
+    out = runner.run({k: torch.from_numpy(v) for k, v in feeds.items()})
+    return {k: v.detach().cpu().numpy() for k, v in out.items()}
 
 
 class ComponentAdapter:
@@ -273,10 +278,8 @@ class ComponentAdapter:
         free = self._free_axes(items[0])
         if len(items) > 1 and None in free.values():  # no way to crop: run each alone
             return [out for item in items for out in self.run_batch([item])]
-        feeds = {
-            n: torch.from_numpy(np.concatenate([it[n] for it in items])) for n in c.input_names
-        }
-        outs = {k: v.detach().cpu().numpy() for k, v in self.runner.run(feeds).items()}
+        feeds = {n: np.concatenate([it[n] for it in items]) for n in c.input_names}
+        outs = run_arrays(self.runner, feeds)
         results, start = [], 0
         for item in items:
             rows = slice(start, start + len(item[c.input_names[0]]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from speechrt.arch.hifigan import derived_sizes
 from speechrt.models.hifigan import HiFiGAN
 
 
@@ -21,8 +22,7 @@ class HiFiGANGraph(nn.Module):
         return audio, mel_lengths * self.hop
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
-        """The output's sample axis for an input of sizes["frames"] frames."""
-        return {"samples": sizes["frames"] * self.hop}
+        return derived_sizes(self.model.dims, sizes)
 
 
 def build(model: HiFiGAN, info: object = None) -> HiFiGANGraph:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from speechrt.arch.jasper import derived_sizes
 from speechrt.models.jasper import Jasper
 
 
@@ -23,9 +24,7 @@ class JasperGraph(nn.Module):
         return self.model(features.to(w.dtype), feature_lengths)
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
-        """Output frames for sizes["feature_frames"] input frames (the encoder's strides)."""
-        frames = torch.tensor([sizes["feature_frames"]])
-        return {"output_frames": int(self.model.output_lengths(frames)[0])}
+        return derived_sizes(self.model.dims, sizes)
 
 
 def build(model: Jasper, info: object = None) -> JasperGraph:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from speechrt.arch.waveglow import derived_sizes
 from speechrt.models.waveglow import WaveGlow
 from speechrt.options import SynthesisOptions
 
@@ -60,11 +61,7 @@ class WaveGlowGraph(nn.Module):
         return audio.permute(0, 2, 1).reshape(b, -1), mel_lengths * d.hop_length
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
-        """Axes that follow from the number of mel frames."""
-        return {
-            "groups": sizes["frames"] * self.hop // self.n_group,
-            "samples": sizes["frames"] * self.hop,
-        }
+        return derived_sizes(self.model.dims, sizes)
 
     def fused(self) -> WaveGlowGemm:
         """The same function as matrix products over (B, L, C) activations (the cuda runner's)."""
@@ -163,10 +160,7 @@ class WaveGlowGemm(nn.Module):
         return audio.reshape(b, -1), mel_lengths * d.hop_length
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
-        return {
-            "groups": sizes["frames"] * self.dims.hop_length // self.dims.n_group,
-            "samples": sizes["frames"] * self.dims.hop_length,
-        }
+        return derived_sizes(self.dims, sizes)
 
 
 def build(model: WaveGlow, info: object = None) -> WaveGlowGraph:
