@@ -1,5 +1,7 @@
 """Reading and writing audio: WAV/FLAC/OGG through soundfile, raw 16-bit PCM, resampling.
 
+MP3 and Ogg/Opus are written by speechrt.audio.codecs (whole files through encode_audio).
+
 Resampling is scipy's `resample_poly` (Kaiser-windowed FIR, beta 5, 10 zero crossings per side
 at the lower rate) written in numpy: importing scipy.signal takes about a second.
 """
@@ -16,7 +18,7 @@ import numpy as np
 
 from speechrt.errors import SpeechRTError
 
-FORMATS = ("wav", "flac", "pcm")
+FORMATS = ("wav", "flac", "pcm", "mp3", "opus")
 
 
 def resample(audio: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
@@ -82,7 +84,8 @@ def to_int16(audio: np.ndarray) -> np.ndarray:
 def encode_audio(
     audio: np.ndarray, sampling_rate: int, fmt: str = "wav", sample_format: str = "int16"
 ) -> bytes:
-    """audio: (N,) float in [-1, 1] -> bytes of a WAV, FLAC or raw little-endian PCM file.
+    """audio: (N,) float in [-1, 1] -> bytes of a WAV, FLAC, raw little-endian PCM, MP3 or
+    Ogg/Opus file (Opus at 48 kHz: speechrt.audio.codecs.output_rate).
 
     sample_format "int16" (default) or "float32" (WAV and raw PCM only: exact model output).
     """
@@ -90,8 +93,12 @@ def encode_audio(
         raise SpeechRTError(f"unknown audio format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if sample_format not in ("int16", "float32"):
         raise SpeechRTError(f"unknown sample format {sample_format!r}; use int16 or float32")
-    if sample_format == "float32" and fmt == "flac":
-        raise SpeechRTError("FLAC holds integer samples only; use int16 or WAV")
+    if sample_format == "float32" and fmt not in ("wav", "pcm"):
+        raise SpeechRTError(f"float32 samples are for WAV and PCM only, not {fmt}")
+    if fmt in ("mp3", "opus"):
+        from speechrt.audio.codecs import encode_lossy
+
+        return encode_lossy(audio, sampling_rate, fmt)
     if fmt == "pcm":
         data = audio.astype("<f4") if sample_format == "float32" else to_int16(audio)
         return data.tobytes()
@@ -112,7 +119,8 @@ def write_audio(
     fmt: str | None = None,
     sample_format: str = "int16",
 ) -> None:
-    """Write (N,) float audio; format from `fmt`, else the suffix (.wav/.flac/.pcm/.raw)."""
+    """Write (N,) float audio; format from `fmt`, else the suffix (.wav/.flac/.pcm/.raw/.mp3/
+    .opus)."""
     path = Path(path)
     if fmt is None:
         suffix = path.suffix.lower().lstrip(".")

@@ -25,7 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_runtime_options(p)
     p.add_argument("--batch-size", type=int, default=8, help="sentences per batch (default: 8)")
     p.add_argument(
-        "--format", choices=("wav", "flac", "pcm"), help="output format (default: suffix)"
+        "--format",
+        choices=("wav", "flac", "pcm", "mp3", "opus"),  # speechrt.audio.io.FORMATS
+        help="output format (default: the suffix; opus is written at 48 kHz)",
     )
     p.add_argument(
         "--sample-format",

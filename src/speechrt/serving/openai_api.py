@@ -1,12 +1,15 @@
 """The OpenAI audio API: /v1/audio/speech, /v1/audio/transcriptions, /v1/models.
 
-Differences from OpenAI, by design: audio formats are wav, flac and pcm (16-bit, at the voice's
-own sampling rate, given in the X-Sample-Rate header; OpenAI's pcm is 24 kHz); `voice` names a
-speaker only as "N" or "speaker-N" (any other name is the model's speaker 0); an extra `seed`
-field (default 0) picks the noise of stochastic models, so the same request gives the same bytes;
-pitch_shift, pitch_scale, pitch_flatten and denoise are the other SynthesisOptions.
-`stream_format: "audio"` streams wav (a header with unknown length, then PCM) or pcm, one
-sentence at a time as each is ready; the stream's bytes equal the non-streamed response's.
+Differences from OpenAI, by design: audio formats are mp3 (the default, as OpenAI's), opus, flac,
+wav and pcm, not aac (speechrt.audio.codecs says why); wav, flac, pcm and mp3 carry the voice's
+own sampling rate, opus 48 kHz, given in the X-Sample-Rate header (OpenAI's pcm is 24 kHz);
+`voice` names a speaker only as "N" or "speaker-N" (any other name is the model's speaker 0); an
+extra `seed` field (default 0) picks the noise of stochastic models, so the same request gives
+the same bytes; pitch_shift, pitch_scale, pitch_flatten and denoise are the other
+SynthesisOptions. `stream_format: "audio"` streams mp3, opus, wav (a header with unknown length,
+then PCM) or pcm, one sentence at a time as each is ready; a streamed wav or pcm's bytes equal
+the non-streamed response's, a streamed mp3 or opus decodes to the same audio (an mp3 stream
+starts with LAME's encoder delay).
 Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `language`,
 `prompt` and `temperature` are accepted and ignored (English models; CTC decoding as the server
 was started: greedy, or beam search with the recogniser's word LM).
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import struct
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -26,7 +28,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, ConfigDict
 from starlette.datastructures import UploadFile
 
-from speechrt.audio.io import encode_audio, to_int16
+from speechrt.audio import codecs
+from speechrt.audio.io import encode_audio
 from speechrt.options import SynthesisOptions
 from speechrt.serving import transcripts
 from speechrt.serving.errors import ApiError
@@ -37,8 +40,6 @@ if TYPE_CHECKING:
 
 router = APIRouter(prefix="/v1")
 
-AUDIO_FORMATS = {"wav": "audio/wav", "flac": "audio/flac", "pcm": "audio/pcm"}
-OPENAI_ONLY_FORMATS = ("mp3", "opus", "aac")
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 STARTED = int(time.time())
 
@@ -68,7 +69,7 @@ class SpeechRequest(BaseModel):
     model: str
     input: str
     voice: str | VoiceRef
-    response_format: str = "wav"
+    response_format: str = "mp3"  # OpenAI's default
     speed: float = 1.0
     stream_format: str | None = None
     # speechrt extensions: SynthesisOptions fields (speed is `pace`, voice is `speaker`)
@@ -85,32 +86,17 @@ def speaker_of(voice: str | VoiceRef) -> int:
     return int(m.group(1)) if m else 0
 
 
-def wav_stream_header(sampling_rate: int) -> bytes:
-    """A 16-bit mono WAV header whose RIFF and data sizes say "unknown" (0xFFFFFFFF)."""
-    unknown = 0xFFFFFFFF
-    fmt = struct.pack("<HHIIHH", 1, 1, sampling_rate, sampling_rate * 2, 2, 16)
-    return (
-        b"RIFF"
-        + struct.pack("<I", unknown)
-        + b"WAVEfmt "
-        + struct.pack("<I", 16)
-        + fmt
-        + b"data"
-        + struct.pack("<I", unknown)
-    )
-
-
 @router.post("/audio/speech")
 async def speech(body: SpeechRequest, request: Request) -> Response:
     srv = server_of(request)
     _pipeline(srv, body.model, "tts")
     assert srv.tts is not None
     fmt = body.response_format
-    if fmt not in AUDIO_FORMATS:
-        why = " (not implemented here)" if fmt in OPENAI_ONLY_FORMATS else ""
+    if fmt not in codecs.FORMATS:
+        why = " (no AAC encoder here)" if fmt == "aac" else ""
         raise ApiError(
             400,
-            f"response_format {fmt!r} is not supported{why}; use wav, flac or pcm",
+            f"response_format {fmt!r} is not supported{why}; use {', '.join(codecs.FORMATS)}",
             "unsupported_format",
             "response_format",
         )
@@ -121,8 +107,13 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         raise ApiError(
             400, "only stream_format 'audio' is supported", "unsupported_stream", "stream_format"
         )
-    if body.stream_format == "audio" and fmt == "flac":
-        raise ApiError(400, "streaming supports wav and pcm", "unsupported_format", "stream_format")
+    if body.stream_format == "audio" and fmt not in codecs.STREAMED:
+        raise ApiError(
+            400,
+            f"streaming supports {', '.join(codecs.STREAMED)}",
+            "unsupported_format",
+            "stream_format",
+        )
     options = SynthesisOptions(
         pace=body.speed,
         speaker=speaker_of(body.voice),
@@ -133,13 +124,13 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         denoise=body.denoise,
     )
     sr = srv.tts.sampling_rate
-    headers = {"X-Sample-Rate": str(sr)}
+    headers = {"X-Sample-Rate": str(codecs.output_rate(fmt, sr))}
     if body.stream_format == "audio":
         return await _stream(srv, body, options, headers)
     async with srv.metrics.track("tts"):
         (audio,) = await srv.tts.synthesize([body.input], options, [body.seed])
     data = await asyncio.to_thread(encode_audio, audio, sr, fmt)
-    return Response(data, media_type=AUDIO_FORMATS[fmt], headers=headers)
+    return Response(data, media_type=codecs.MEDIA_TYPES[fmt], headers=headers)
 
 
 async def _stream(
@@ -153,13 +144,18 @@ async def _stream(
         srv.metrics.record_request("tts", time.perf_counter() - t0, failure_reason(e))
         raise
 
+    encoder = codecs.StreamEncoder(body.response_format, srv.tts.sampling_rate)
+
     async def audio_bytes() -> AsyncIterator[bytes]:
         failure: str | None = "CANCELED"
         try:
-            if body.response_format == "wav":
-                yield wav_stream_header(srv.tts.sampling_rate)  # type: ignore[union-attr]
             async for audio in chunks:
-                yield to_int16(audio).tobytes()
+                data = await asyncio.to_thread(encoder.push, audio)
+                if data:
+                    yield data
+            tail = await asyncio.to_thread(encoder.finish)
+            if tail:
+                yield tail
             failure = None
         except Exception:
             failure = "BACKEND"
@@ -167,7 +163,7 @@ async def _stream(
         finally:
             srv.metrics.record_request("tts", time.perf_counter() - t0, failure)
 
-    media = AUDIO_FORMATS[body.response_format]
+    media = codecs.MEDIA_TYPES[body.response_format]
     return StreamingResponse(audio_bytes(), media_type=media, headers=headers)
 
 

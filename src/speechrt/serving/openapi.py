@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
+from speechrt.audio import codecs
 from speechrt.serving import transcripts
 from speechrt.serving.contracts import NUMPY_DTYPES
 from speechrt.serving.metrics import VERSION
@@ -222,7 +223,7 @@ _V2_MODEL = "/v2/models/{name}"
 ROUTES: dict[tuple[str, str], tuple[int, Content, tuple[int, ...]]] = {
     ("post", "/v1/audio/speech"): (
         200,
-        {"audio/wav": "binary", "audio/flac": "binary", "audio/pcm": "binary"},
+        {media: "binary" for media in codecs.MEDIA_TYPES.values()},
         INFERENCE,
     ),
     ("post", "/v1/audio/transcriptions"): (
