@@ -81,7 +81,10 @@ class TTS:
         from speechrt.runtime import device_kind, resolve_backend
         from speechrt.text import TextProcessor
 
+        bundled = acoustic is None and vocoder is None
         acoustic, vocoder = voice_dirs(acoustic, vocoder)
+        # the voice's name: its acoustic model's directory name, "default" for the bundled one
+        self.name = "default" if bundled else Path(acoustic).name
         self.precision = precision
         dirs = [acoustic, vocoder]
         self.backend = resolve_backend(backend, device_kind(device), dirs, main_only=True)
@@ -144,6 +147,11 @@ class TTS:
     @property
     def sampling_rate(self) -> int:
         return self.mel.sampling_rate
+
+    @property
+    def n_speakers(self) -> int:
+        """Speaker ids 0 .. n_speakers - 1 (SynthesisOptions.speaker) of a multi-speaker model."""
+        return int(self.acoustic_info.dims.get("n_speakers", 1))
 
     # -- stages --------------------------------------------------------------------------------
 

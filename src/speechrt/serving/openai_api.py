@@ -3,7 +3,8 @@
 Differences from OpenAI, by design: audio formats are mp3 (the default, as OpenAI's), opus, flac,
 wav and pcm, not aac (speechrt.audio.codecs says why); wav, flac, pcm and mp3 carry the voice's
 own sampling rate, opus 48 kHz, given in the X-Sample-Rate header (OpenAI's pcm is 24 kHz);
-`voice` names a speaker only as "N" or "speaker-N" (any other name is the model's speaker 0); an
+`voice` names a speaker from GET /v1/audio/voices: the voice's name, "N", "speaker-N", or an
+OpenAI voice name (alloy, ...: the voice's first speaker); any other is a 400. An
 extra `seed` field (default 0) picks the noise of stochastic models, so the same request gives
 the same bytes; pitch_shift, pitch_scale, pitch_flatten and denoise are the other
 SynthesisOptions. `stream_format: "audio"` streams mp3, opus, wav (a header with unknown length,
@@ -18,7 +19,6 @@ was started: greedy, or beam search with the recogniser's word LM).
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -80,10 +80,43 @@ class SpeechRequest(BaseModel):
     denoise: float = 0.0
 
 
-def speaker_of(voice: str | VoiceRef) -> int:
-    name = voice.id if isinstance(voice, VoiceRef) else voice
-    m = re.fullmatch(r"(?:speaker[-_]?)?(\d{1,6})", name.strip().lower())
-    return int(m.group(1)) if m else 0
+# OpenAI's voice names: each is the voice's first speaker, so OpenAI clients work unchanged
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer",
+    "verse", "marin", "cedar",
+)  # fmt: skip
+
+
+def voices_of(name: str, n_speakers: int) -> list[dict[str, Any]]:
+    """The speakers of a voice called `name`: {id, speaker, aliases} each. A single-speaker
+    voice's id is its name; a multi-speaker one's are "<name>-<N>". Every speaker also answers
+    to "N" and "speaker-N", and speaker 0 to the voice's name and OpenAI's voice names."""
+    out = []
+    for n in range(n_speakers):
+        ident = name if n_speakers == 1 else f"{name}-{n}"
+        aliases = [str(n), f"speaker-{n}"]
+        if n == 0:
+            aliases += ([name] if n_speakers > 1 else []) + list(OPENAI_VOICES)
+        out.append({"id": ident, "speaker": n, "aliases": aliases})
+    return out
+
+
+def speaker_of(voice: str | VoiceRef, name: str, n_speakers: int) -> int:
+    """A request's `voice` (a voice id or alias, any case) -> its speaker id; else a 400 that
+    names the voices on offer."""
+    wanted = (voice.id if isinstance(voice, VoiceRef) else voice).strip().lower()
+    entries = voices_of(name, n_speakers)
+    for v in entries:
+        if wanted in (v["id"].lower(), *v["aliases"]):
+            return int(v["speaker"])
+    ids = ", ".join(v["id"] for v in entries)
+    raise ApiError(
+        400,
+        f"voice {wanted[:60]!r} not found; this server's voices: {ids} (or a speaker number; "
+        f"OpenAI's names are {entries[0]['id']})",
+        "voice_not_found",
+        "voice",
+    )
 
 
 @router.post("/audio/speech")
@@ -116,7 +149,7 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         )
     options = SynthesisOptions(
         pace=body.speed,
-        speaker=speaker_of(body.voice),
+        speaker=speaker_of(body.voice, srv.tts.tts.name, srv.tts.tts.n_speakers),
         seed=body.seed,
         pitch_shift=body.pitch_shift,
         pitch_scale=body.pitch_scale,
@@ -233,6 +266,15 @@ async def _transcribe(srv: Server, form: Any) -> Response:
     if fmt == "srt":
         return PlainTextResponse(transcripts.srt(result))
     return PlainTextResponse(transcripts.vtt(result), media_type="text/vtt")
+
+
+@router.get("/audio/voices")
+async def voices(request: Request) -> dict[str, Any]:
+    """The loaded voice's speakers, the names `voice` accepts (Kokoro-FastAPI's route)."""
+    tts = server_of(request).tts
+    if tts is None:
+        raise ApiError(404, "this server has no speech synthesis model", "model_not_found")
+    return {"object": "list", "voices": voices_of(tts.tts.name, tts.tts.n_speakers)}
 
 
 def _model_entry(name: str) -> dict[str, Any]:

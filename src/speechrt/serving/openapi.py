@@ -182,6 +182,19 @@ class RepositoryModel(BaseModel):
     reason: str
 
 
+class Voice(BaseModel):
+    """One speaker of the loaded voice: `voice` takes its id or any of its aliases."""
+
+    id: str
+    speaker: int
+    aliases: list[str]
+
+
+class VoiceList(BaseModel):
+    object: Literal["list"]
+    voices: list[Voice]
+
+
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     models: list[str]
@@ -192,6 +205,7 @@ MODELS: list[type[BaseModel]] = [
     KServeError,
     OpenAIModel,
     OpenAIModelList,
+    VoiceList,
     Transcription,
     TranscriptionForm,
     InferRequest,
@@ -231,6 +245,7 @@ ROUTES: dict[tuple[str, str], tuple[int, Content, tuple[int, ...]]] = {
         {"application/json": "Transcription", "text/plain": "string", "text/vtt": "string"},
         (*INFERENCE, 415),
     ),
+    ("get", "/v1/audio/voices"): (200, {"application/json": "VoiceList"}, (404,)),
     ("get", "/v1/models"): (200, {"application/json": "OpenAIModelList"}, ()),
     ("get", "/v1/models/{model}"): (200, {"application/json": "OpenAIModel"}, (404,)),
     ("get", "/v2"): (200, {"application/json": "ServerMetadata"}, ()),
