@@ -6,12 +6,12 @@ import soundfile as sf
 import torch
 
 from speechrt.audio import io as audio_io
+from speechrt.audio.codecs import write_audio
 from speechrt.audio.io import (
     StreamResampler,
     encode_audio,
     read_audio,
     resample,
-    write_audio,
 )
 from speechrt.audio.mel import MelConfig, mel_filterbank, mel_spectrogram
 from speechrt.errors import SpeechRTError

@@ -14,11 +14,12 @@ runtime that otherwise needs numpy and onnxruntime.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from speechrt.audio.io import StreamResampler, to_int16
+from speechrt.audio.io import StreamResampler, encode_audio, to_int16
 from speechrt.errors import SpeechRTError
 
 MEDIA_TYPES = {
@@ -175,3 +176,36 @@ def encode_lossy(audio: np.ndarray, sampling_rate: int, fmt: str) -> bytes:
     enc.push(audio)
     enc.finish()
     return enc.whole()
+
+
+def encode(
+    audio: np.ndarray, sampling_rate: int, fmt: str = "wav", sample_format: str = "int16"
+) -> bytes:
+    """audio (N,) float in [-1, 1] -> a whole `fmt` file (Opus at output_rate: 48 kHz).
+    sample_format "float32": WAV and raw PCM only (speechrt.audio.io.encode_audio)."""
+    check_format(fmt)
+    if fmt not in LOSSY:
+        return encode_audio(audio, sampling_rate, fmt, sample_format)
+    if sample_format != "int16":
+        raise SpeechRTError(f"{fmt} is encoded from the audio itself: use sample format int16")
+    return encode_lossy(audio, sampling_rate, fmt)
+
+
+def write_audio(
+    path: str | Path,
+    audio: np.ndarray,
+    sampling_rate: int,
+    fmt: str | None = None,
+    sample_format: str = "int16",
+) -> None:
+    """Write (N,) float audio; format from `fmt`, else the suffix (.wav/.flac/.pcm/.raw/.mp3/
+    .opus)."""
+    path = Path(path)
+    if fmt is None:
+        suffix = path.suffix.lower().lstrip(".")
+        fmt = {"raw": "pcm"}.get(suffix, suffix) if suffix else "wav"
+    data = encode(audio, sampling_rate, fmt, sample_format)
+    try:
+        path.write_bytes(data)
+    except OSError as e:
+        raise SpeechRTError(f"cannot write {path}: {e.strerror or e}") from None

@@ -1,6 +1,6 @@
 """Reading and writing audio: WAV/FLAC/OGG through soundfile, raw 16-bit PCM, resampling.
 
-MP3 and Ogg/Opus are written by speechrt.audio.codecs (whole files through encode_audio).
+speechrt.audio.codecs writes these and MP3 and Ogg/Opus (its encode and write_audio).
 
 Resampling is scipy's `resample_poly` (Kaiser-windowed FIR, beta 5, 10 zero crossings per side
 at the lower rate) written in numpy: importing scipy.signal takes about a second.
@@ -18,7 +18,7 @@ import numpy as np
 
 from speechrt.errors import SpeechRTError
 
-FORMATS = ("wav", "flac", "pcm", "mp3", "opus")
+FORMATS = ("wav", "flac", "pcm")  # lossless; speechrt.audio.codecs.FORMATS adds mp3, opus
 
 
 def resample(audio: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
@@ -84,8 +84,7 @@ def to_int16(audio: np.ndarray) -> np.ndarray:
 def encode_audio(
     audio: np.ndarray, sampling_rate: int, fmt: str = "wav", sample_format: str = "int16"
 ) -> bytes:
-    """audio: (N,) float in [-1, 1] -> bytes of a WAV, FLAC, raw little-endian PCM, MP3 or
-    Ogg/Opus file (Opus at 48 kHz: speechrt.audio.codecs.output_rate).
+    """audio: (N,) float in [-1, 1] -> bytes of a WAV, FLAC or raw little-endian PCM file.
 
     sample_format "int16" (default) or "float32" (WAV and raw PCM only: exact model output).
     """
@@ -93,12 +92,8 @@ def encode_audio(
         raise SpeechRTError(f"unknown audio format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if sample_format not in ("int16", "float32"):
         raise SpeechRTError(f"unknown sample format {sample_format!r}; use int16 or float32")
-    if sample_format == "float32" and fmt not in ("wav", "pcm"):
-        raise SpeechRTError(f"float32 samples are for WAV and PCM only, not {fmt}")
-    if fmt in ("mp3", "opus"):
-        from speechrt.audio.codecs import encode_lossy
-
-        return encode_lossy(audio, sampling_rate, fmt)
+    if sample_format == "float32" and fmt == "flac":
+        raise SpeechRTError("FLAC holds integer samples only; use int16 or WAV")
     if fmt == "pcm":
         data = audio.astype("<f4") if sample_format == "float32" else to_int16(audio)
         return data.tobytes()
@@ -110,26 +105,6 @@ def encode_audio(
     else:
         sf.write(buf, to_int16(audio), sampling_rate, format=fmt.upper(), subtype="PCM_16")
     return buf.getvalue()
-
-
-def write_audio(
-    path: str | Path,
-    audio: np.ndarray,
-    sampling_rate: int,
-    fmt: str | None = None,
-    sample_format: str = "int16",
-) -> None:
-    """Write (N,) float audio; format from `fmt`, else the suffix (.wav/.flac/.pcm/.raw/.mp3/
-    .opus)."""
-    path = Path(path)
-    if fmt is None:
-        suffix = path.suffix.lower().lstrip(".")
-        fmt = {"raw": "pcm"}.get(suffix, suffix) if suffix else "wav"
-    data = encode_audio(audio, sampling_rate, fmt, sample_format)
-    try:
-        path.write_bytes(data)
-    except OSError as e:
-        raise SpeechRTError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 # Decoding limits: what a file may claim before a single sample is decoded.

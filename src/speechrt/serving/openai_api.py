@@ -1,4 +1,6 @@
-"""The OpenAI audio API: /v1/audio/speech, /v1/audio/transcriptions, /v1/models.
+"""The OpenAI audio API: /v1/audio/speech, /v1/audio/transcriptions, /v1/models; and
+/v1/audio/voices (the names `voice` takes) and /v1/audio/speech/captioned (speech with its
+words' times, as JSON: {audio (base64), format, sample_rate, words: [{word, start, end}]}).
 
 Differences from OpenAI, by design: audio formats are mp3 (the default, as OpenAI's), opus, flac,
 wav and pcm, not aac (speechrt.audio.codecs says why); wav, flac, pcm and mp3 carry the voice's
@@ -19,6 +21,7 @@ was started: greedy, or beam search with the recogniser's word LM).
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -29,7 +32,6 @@ from pydantic import BaseModel, ConfigDict
 from starlette.datastructures import UploadFile
 
 from speechrt.audio import codecs
-from speechrt.audio.io import encode_audio
 from speechrt.options import SynthesisOptions
 from speechrt.serving import transcripts
 from speechrt.serving.errors import ApiError
@@ -119,9 +121,8 @@ def speaker_of(voice: str | VoiceRef, name: str, n_speakers: int) -> int:
     )
 
 
-@router.post("/audio/speech")
-async def speech(body: SpeechRequest, request: Request) -> Response:
-    srv = server_of(request)
+def _checked(body: SpeechRequest, srv: Server) -> SynthesisOptions:
+    """The request's SynthesisOptions, once its model, format, speed and voice are checked."""
     _pipeline(srv, body.model, "tts")
     assert srv.tts is not None
     fmt = body.response_format
@@ -147,7 +148,7 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
             "unsupported_format",
             "stream_format",
         )
-    options = SynthesisOptions(
+    return SynthesisOptions(
         pace=body.speed,
         speaker=speaker_of(body.voice, srv.tts.tts.name, srv.tts.tts.n_speakers),
         seed=body.seed,
@@ -156,14 +157,47 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         pitch_flatten=body.pitch_flatten,
         denoise=body.denoise,
     )
+
+
+@router.post("/audio/speech")
+async def speech(body: SpeechRequest, request: Request) -> Response:
+    srv = server_of(request)
+    options = _checked(body, srv)
+    assert srv.tts is not None
+    fmt = body.response_format
     sr = srv.tts.sampling_rate
     headers = {"X-Sample-Rate": str(codecs.output_rate(fmt, sr))}
     if body.stream_format == "audio":
         return await _stream(srv, body, options, headers)
     async with srv.metrics.track("tts"):
         (audio,) = await srv.tts.synthesize([body.input], options, [body.seed])
-    data = await asyncio.to_thread(encode_audio, audio, sr, fmt)
+    data = await asyncio.to_thread(codecs.encode, audio, sr, fmt)
     return Response(data, media_type=codecs.MEDIA_TYPES[fmt], headers=headers)
+
+
+@router.post("/audio/speech/captioned")
+async def captioned_speech(body: SpeechRequest, request: Request) -> JSONResponse:
+    """The speech of /audio/speech (same body; not streamed) with each word's start and end:
+    {audio: base64 of the file, format, sample_rate, words: [{word, start, end}]}."""
+    srv = server_of(request)
+    options = _checked(body, srv)
+    assert srv.tts is not None
+    if body.stream_format is not None:
+        raise ApiError(
+            400, "captioned speech is not streamed", "unsupported_stream", "stream_format"
+        )
+    fmt, sr = body.response_format, srv.tts.sampling_rate
+    async with srv.metrics.track("tts"):
+        audio, words = await srv.tts.synthesize_with_words(body.input, options, body.seed)
+    data = await asyncio.to_thread(codecs.encode, audio, sr, fmt)
+    return JSONResponse(
+        {
+            "audio": base64.b64encode(data).decode("ascii"),
+            "format": fmt,
+            "sample_rate": codecs.output_rate(fmt, sr),
+            "words": words,
+        }
+    )
 
 
 async def _stream(

@@ -195,6 +195,21 @@ class VoiceList(BaseModel):
     voices: list[Voice]
 
 
+class CaptionedWord(BaseModel):
+    word: str
+    start: float  # seconds from the start of the audio
+    end: float
+
+
+class CaptionedSpeech(BaseModel):
+    """/v1/audio/speech/captioned: the audio file, base64, and its words' times."""
+
+    audio: str
+    format: str
+    sample_rate: int
+    words: list[CaptionedWord]
+
+
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     models: list[str]
@@ -206,6 +221,7 @@ MODELS: list[type[BaseModel]] = [
     OpenAIModel,
     OpenAIModelList,
     VoiceList,
+    CaptionedSpeech,
     Transcription,
     TranscriptionForm,
     InferRequest,
@@ -244,6 +260,11 @@ ROUTES: dict[tuple[str, str], tuple[int, Content, tuple[int, ...]]] = {
         200,
         {"application/json": "Transcription", "text/plain": "string", "text/vtt": "string"},
         (*INFERENCE, 415),
+    ),
+    ("post", "/v1/audio/speech/captioned"): (
+        200,
+        {"application/json": "CaptionedSpeech"},
+        INFERENCE,
     ),
     ("get", "/v1/audio/voices"): (200, {"application/json": "VoiceList"}, (404,)),
     ("get", "/v1/models"): (200, {"application/json": "OpenAIModelList"}, ()),
