@@ -74,7 +74,8 @@ def test_cli_writes_word_times_as_json_srt_and_vtt(tiny_voice, tmp_path):
         text = path.read_text()
         assert text.startswith("WEBVTT" if fmt == "vtt" else "1\n")
         assert len(re.findall(r"\d\d:\d\d:\d\d[,.]\d{3} --> ", text)) == len(WORDS)
-    assert main(["synthesize", THREE, "--timestamps", str(tmp_path / "w.txt"), *voice]) == 2
+    bad = ["synthesize", THREE, "-o", str(tmp_path / "b.wav"), "--timestamps", "w.txt", *voice]
+    assert main(bad) == 2 and not (tmp_path / "b.wav").exists()  # nothing written
     assert main(["synthesize", "--file", str(tmp_path / "w.json"), "--timestamps", "x.srt"]) == 2
 
 

@@ -40,15 +40,21 @@ def to_json(words: Words) -> str:
     return json.dumps({"words": words}, indent=1) + "\n"
 
 
-def write_captions(path: str | Path, words: Words) -> None:
-    """Write `words` in the format of the path's suffix: .json, .srt or .vtt."""
-    path = Path(path)
-    fmt = path.suffix.lower().lstrip(".")
-    writers = {"json": to_json, "srt": to_srt, "vtt": to_vtt}
-    if fmt not in writers:
+def caption_format(path: str | Path) -> str:
+    """The caption format a path's suffix names, or SpeechRTError."""
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in CAPTION_FORMATS:
         raise SpeechRTError(
             f"{path}: captions are written as {', '.join('.' + f for f in CAPTION_FORMATS)}"
         )
+    return fmt
+
+
+def write_captions(path: str | Path, words: Words) -> None:
+    """Write `words` in the format of the path's suffix: .json, .srt or .vtt."""
+    path = Path(path)
+    writers = {"json": to_json, "srt": to_srt, "vtt": to_vtt}
+    fmt = caption_format(path)
     try:
         path.write_text(writers[fmt](words), encoding="utf-8")
     except OSError as e:

@@ -78,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
         raise SpeechRTError(f"text is longer than {MAX_CLI_CHARS} characters")
     if args.timestamps is not None and (args.text is None or args.url is not None):
         raise SpeechRTError("--timestamps works with TEXT on local models (not --file or --url)")
+    if args.timestamps is not None:
+        from speechrt.captions import caption_format
+
+        caption_format(args.timestamps)  # a bad suffix fails before any synthesis
     texts = [args.text] if args.text is not None else read_phrases(args.file)
     options = SynthesisOptions(
         pace=args.pace,
