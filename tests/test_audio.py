@@ -6,12 +6,12 @@ import soundfile as sf
 import torch
 
 from speechrt.audio import io as audio_io
+from speechrt.audio.codecs import write_audio
 from speechrt.audio.io import (
     StreamResampler,
     encode_audio,
     read_audio,
     resample,
-    write_audio,
 )
 from speechrt.audio.mel import MelConfig, mel_filterbank, mel_spectrogram
 from speechrt.errors import SpeechRTError
@@ -94,8 +94,10 @@ def test_write_audio_by_suffix(tmp_path):
     audio = np.zeros(100, dtype=np.float32)
     write_audio(tmp_path / "a.flac", audio, 22050)
     assert sf.info(str(tmp_path / "a.flac")).format == "FLAC"
+    write_audio(tmp_path / "a.mp3", audio, 22050)
+    assert sf.info(str(tmp_path / "a.mp3")).format == "MP3"
     with pytest.raises(SpeechRTError, match="unknown audio format"):
-        write_audio(tmp_path / "a.mp3", audio, 22050)
+        write_audio(tmp_path / "a.aac", audio, 22050)
     with pytest.raises(SpeechRTError, match="cannot write"):
         write_audio(tmp_path / "no" / "dir" / "a.wav", audio, 22050)
 

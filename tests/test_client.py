@@ -31,7 +31,7 @@ def test_sync_client(speech_server, tmp_path):
         wav = c.synthesize(TEXT)
         direct = httpx.post(
             f"{speech_server}/v1/audio/speech",
-            json={"model": "tts", "voice": "0", "input": TEXT},
+            json={"model": "tts", "voice": "0", "input": TEXT, "response_format": "wav"},
             timeout=60,
         )
         assert wav == direct.content

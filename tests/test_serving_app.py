@@ -22,6 +22,7 @@ class SlowTTS:
     With a `gate`, the first batch waits for it (`entered` is set once it does)."""
 
     sampling_rate = 1000
+    name, n_speakers = "slow", 1
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.gate = gate

@@ -57,7 +57,13 @@ def test_sigterm_drains_in_flight_requests(start_server, tiny_voice):
     )
 
     def post(seed: int) -> httpx.Response:
-        body = {"model": "tts", "voice": "0", "input": SENTENCES, "seed": seed}
+        body = {
+            "model": "tts",
+            "voice": "0",
+            "input": SENTENCES,
+            "seed": seed,
+            "response_format": "wav",
+        }
         return httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
 
     with ThreadPoolExecutor(REQUESTS) as pool:
@@ -83,7 +89,13 @@ def test_requests_past_the_graceful_timeout_get_a_json_503(start_server):
     requests = 6
 
     def post(seed: int) -> httpx.Response:
-        body = {"model": "tts", "voice": "0", "input": SENTENCES, "seed": seed}
+        body = {
+            "model": "tts",
+            "voice": "0",
+            "input": SENTENCES,
+            "seed": seed,
+            "response_format": "wav",
+        }
         return httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
 
     with ThreadPoolExecutor(requests) as pool:

@@ -277,7 +277,7 @@ def synthesize_files(
     local pipeline does; the format comes from `fmt` or each path's suffix."""
     import asyncio
 
-    from speechrt.audio.io import FORMATS
+    from speechrt.audio.codecs import FORMATS
 
     def format_of(path: Path) -> str:
         suffix = path.suffix.lower().lstrip(".")

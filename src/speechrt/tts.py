@@ -34,6 +34,9 @@ MAX_PIECE_SYMBOLS = 400
 PAUSE_SECONDS = 0.2  # silence inserted between the pieces of one text
 
 
+Span = tuple[str, int, int]  # (word, start, end): ids[start:end] speak the word
+
+
 @dataclass
 class Piece:
     """One sentence-sized unit of work: item `item` of the request, piece `index` within it."""
@@ -42,6 +45,55 @@ class Piece:
     index: int
     ids: list[int]
     seed: int
+    # (word, start, end): ids[start:end] speak the word (TextProcessor.word_spans); with words=True
+    words: list[Span] | None = None
+
+
+@dataclass
+class TimedAudio:
+    """A piece's audio (S,) float32 and the mel frames (L,) int64 spent on each of its symbols."""
+
+    audio: np.ndarray
+    frames: np.ndarray
+
+
+def piece_words(ids: list[int], pieces: list[list[int]], spans: list[Span]) -> list[list[Span]]:
+    """Each piece's share of `spans` (word spans over `ids`), its positions piece-relative.
+    pieces: cut from ids in order (TextProcessor.encode_pieces: cut at spaces, which are
+    dropped, and pieces without speech left out)."""
+    out, at = [], 0
+    for piece in pieces:
+        while ids[at : at + len(piece)] != piece:  # skip cut spaces and dropped pieces
+            at += 1
+            if at >= len(ids):
+                raise SpeechRTError("a piece's ids are not within its sentence's ids")
+        end = at + len(piece)
+        out.append(
+            [(w, max(a, at) - at, min(b, end) - at) for w, a, b in spans if a < end and b > at]
+        )
+        at = end
+    return out
+
+
+def word_times(
+    pieces: Sequence[Piece], timed: Sequence[TimedAudio], hop: int, sampling_rate: int
+) -> list[dict[str, Any]]:
+    """[{word, start, end}] in seconds over one text's audio: its pieces in order, joined by
+    PAUSE_SECONDS of silence (as synthesize joins them); a word spans its symbols' frames."""
+    out: list[dict[str, Any]] = []
+    at = 0  # samples
+    pause = int(PAUSE_SECONDS * sampling_rate)
+    for j, (p, t) in enumerate(zip(pieces, timed, strict=True)):
+        at += pause if j else 0
+        bounds = np.concatenate(([0], np.cumsum(t.frames))) * hop  # samples from the piece start
+        for word, a, b in p.words or []:
+            start, end = (
+                (at + int(bounds[a])) / sampling_rate,
+                (at + int(bounds[b])) / sampling_rate,
+            )
+            out.append({"word": word, "start": round(start, 3), "end": round(end, 3)})
+        at += len(t.audio)
+    return out
 
 
 def check_role(model_dir: str | Path, info: ComponentInfo, role: str) -> None:
@@ -81,7 +133,10 @@ class TTS:
         from speechrt.runtime import device_kind, resolve_backend
         from speechrt.text import TextProcessor
 
+        bundled = acoustic is None and vocoder is None
         acoustic, vocoder = voice_dirs(acoustic, vocoder)
+        # the voice's name: its acoustic model's directory name, "default" for the bundled one
+        self.name = "default" if bundled else Path(acoustic).name
         self.precision = precision
         dirs = [acoustic, vocoder]
         self.backend = resolve_backend(backend, device_kind(device), dirs, main_only=True)
@@ -150,27 +205,38 @@ class TTS:
     def sampling_rate(self) -> int:
         return self.mel.sampling_rate
 
+    @property
+    def n_speakers(self) -> int:
+        """Speaker ids 0 .. n_speakers - 1 (SynthesisOptions.speaker) of a multi-speaker model."""
+        return int(self.acoustic_info.dims.get("n_speakers", 1))
+
     # -- stages --------------------------------------------------------------------------------
 
-    def text_to_pieces(self, texts: Sequence[str], seeds: Sequence[int]) -> list[Piece]:
+    def text_to_pieces(
+        self, texts: Sequence[str], seeds: Sequence[int], words: bool = False
+    ) -> list[Piece]:
         """Split each text into sentence pieces and encode them to symbol ids: every piece has
-        at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text."""
+        at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text.
+        `words`: each piece also gets its words' spans (Piece.words)."""
         from speechrt.text import split_sentences
 
         pieces = []
         for item, (text, seed) in enumerate(zip(texts, seeds, strict=True)):
             if not isinstance(text, str) or not text.strip():
                 raise SpeechRTError(f"text {item + 1} is empty")
-            parts = split_sentences(text, MAX_PIECE_CHARS)
-            encoded = [
-                ids
-                for p in parts
-                if self.text.has_speech(p)
-                for ids in self.text.encode_pieces(p, MAX_PIECE_SYMBOLS)
-            ]
+            parts = [p for p in split_sentences(text, MAX_PIECE_CHARS) if self.text.has_speech(p)]
+            encoded, spans = [], []
+            for p in parts:
+                cut = self.text.encode_pieces(p, MAX_PIECE_SYMBOLS)
+                encoded += cut
+                if words:
+                    spans += piece_words(self.text.text_to_ids(p), cut, self.text.word_spans(p))
             if not encoded:
                 raise SpeechRTError(f"text {item + 1} has nothing to speak: {text[:40]!r}")
-            pieces += [Piece(item, j, ids, piece_seed(seed, j)) for j, ids in enumerate(encoded)]
+            pieces += [
+                Piece(item, j, ids, piece_seed(seed, j), spans[j] if words else None)
+                for j, ids in enumerate(encoded)
+            ]
         return pieces
 
     # Stage functions, each timed separately by the benchmark; tensors stay on the device.
@@ -227,11 +293,42 @@ class TTS:
         with torch.inference_mode():
             return self._ids_to_audio(batch, options)
 
-    def _ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
+    @property
+    def has_durations(self) -> bool:
+        """Whether the acoustic model says how many frames each symbol gets (FastPitch)."""
+        from speechrt.runtime.stages import AcousticStage
+
+        stage = self.stages.acoustic
+        return (
+            isinstance(stage, AcousticStage) and "durations" in stage.runner.contract.output_names
+        )
+
+    def ids_to_timed_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[TimedAudio]:
+        """ids_to_audio, with the mel frames each symbol got (the acoustic model's durations,
+        rounded as its length regulator rounds them: floor(d / pace + 0.5))."""
+        if not self.has_durations:
+            raise SpeechRTError(
+                f"word times need an acoustic model that outputs durations (FastPitch); "
+                f"{self.acoustic_info.kind} does not"
+            )
+        if self.numpy:
+            return self._ids_to_audio(batch, options, timed=True)
+        import torch
+
+        with torch.inference_mode():
+            return self._ids_to_audio(batch, options, timed=True)
+
+    def _ids_to_audio(
+        self, batch: list[Piece], options: SynthesisOptions, timed: bool = False
+    ) -> list[Any]:
         ids, lengths, seeds = self.batch_to_tensors(batch)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaxDecoderStepsWarning)
-            mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
+            if timed:
+                out = self.stages.acoustic.outputs(ids, lengths, options, seeds)
+                mel, mel_lengths, durations = out["mel"], out["mel_lengths"], out["durations"]
+            else:
+                mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
         for w in caught:
             if isinstance(w.message, MaxDecoderStepsWarning) and 0 <= w.message.item < len(batch):
                 p = batch[w.message.item]
@@ -248,7 +345,37 @@ class TTS:
         audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
         if options.denoise > 0:
             audio = self.denoise(audio, audio_lengths, options.denoise)
-        return self.to_numpy(audio, audio_lengths)
+        waves = self.to_numpy(audio, audio_lengths)
+        if not timed:
+            return waves
+        d = durations if isinstance(durations, np.ndarray) else durations.float().cpu().numpy()
+        pace = np.float32(options.pace)
+        frames = np.floor(d.astype(np.float32) / pace + np.float32(0.5)).astype(np.int64)  # (B, L)
+        n_frames = np.asarray(mel_lengths.tolist())
+        out = []
+        for i, (wave, piece) in enumerate(zip(waves, batch, strict=True)):
+            mine = frames[i, : len(piece.ids)]
+            if int(mine.sum()) != int(n_frames[i]):  # the regulator rounded otherwise
+                raise SpeechRTError(
+                    f"durations give {int(mine.sum())} frames, the mel has {int(n_frames[i])}"
+                )
+            out.append(TimedAudio(wave, mine))
+        return out
+
+    def synthesize_with_words(
+        self, text: str, options: SynthesisOptions | None = None, batch_size: int = 8
+    ) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """text -> (waveform as synthesize([text]) gives it, [{word, start, end}] in seconds):
+        the words as the text front end spells them, timed by the acoustic model's durations."""
+        options = options or SynthesisOptions()
+        pieces = self.text_to_pieces([text], [options.seed], words=True)
+        timed: list[TimedAudio] = []
+        for start in range(0, len(pieces), batch_size):
+            timed += self.ids_to_timed_audio(pieces[start : start + batch_size], options)
+        pause = np.zeros(int(PAUSE_SECONDS * self.sampling_rate), dtype=np.float32)
+        parts = [x for j, t in enumerate(timed) for x in ((pause, t.audio) if j else (t.audio,))]
+        words = word_times(pieces, timed, self.mel.hop_length, self.sampling_rate)
+        return np.concatenate(parts), words
 
     def synthesize(
         self,

@@ -1,5 +1,7 @@
 """Reading and writing audio: WAV/FLAC/OGG through soundfile, raw 16-bit PCM, resampling.
 
+speechrt.audio.codecs writes these and MP3 and Ogg/Opus (its encode and write_audio).
+
 Resampling is scipy's `resample_poly` (Kaiser-windowed FIR, beta 5, 10 zero crossings per side
 at the lower rate) written in numpy: importing scipy.signal takes about a second.
 """
@@ -16,7 +18,7 @@ import numpy as np
 
 from speechrt.errors import SpeechRTError
 
-FORMATS = ("wav", "flac", "pcm")
+FORMATS = ("wav", "flac", "pcm")  # lossless; speechrt.audio.codecs.FORMATS adds mp3, opus
 
 
 def resample(audio: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
@@ -103,25 +105,6 @@ def encode_audio(
     else:
         sf.write(buf, to_int16(audio), sampling_rate, format=fmt.upper(), subtype="PCM_16")
     return buf.getvalue()
-
-
-def write_audio(
-    path: str | Path,
-    audio: np.ndarray,
-    sampling_rate: int,
-    fmt: str | None = None,
-    sample_format: str = "int16",
-) -> None:
-    """Write (N,) float audio; format from `fmt`, else the suffix (.wav/.flac/.pcm/.raw)."""
-    path = Path(path)
-    if fmt is None:
-        suffix = path.suffix.lower().lstrip(".")
-        fmt = {"raw": "pcm"}.get(suffix, suffix) if suffix else "wav"
-    data = encode_audio(audio, sampling_rate, fmt, sample_format)
-    try:
-        path.write_bytes(data)
-    except OSError as e:
-        raise SpeechRTError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 # Decoding limits: what a file may claim before a single sample is decoded.

@@ -19,13 +19,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--file", help="UTF-8 text file: one phrase per line, written as 1.wav ... N.wav"
     )
     p.add_argument("--out-dir", help="directory for --file outputs (default: current directory)")
+    p.add_argument(
+        "--timestamps",
+        metavar="WORDS.json|.srt|.vtt",
+        help="also write each word's start and end (TEXT only; FastPitch voices)",
+    )
     p.add_argument("--url", help="use a running `speechrt serve` at URL instead of local models")
     p.add_argument("--acoustic", help="acoustic model directory (FastPitch, ...)")
     p.add_argument("--vocoder", help="vocoder model directory (HiFi-GAN, ...)")
     add_runtime_options(p)
     p.add_argument("--batch-size", type=int, default=8, help="sentences per batch (default: 8)")
     p.add_argument(
-        "--format", choices=("wav", "flac", "pcm"), help="output format (default: suffix)"
+        "--format",
+        choices=("wav", "flac", "pcm", "mp3", "opus"),  # speechrt.audio.codecs.FORMATS
+        help="output format (default: the suffix; opus is written at 48 kHz)",
     )
     p.add_argument(
         "--sample-format",
@@ -61,7 +68,7 @@ def read_phrases(path: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from speechrt.audio.io import write_audio
+    from speechrt.audio.codecs import write_audio
     from speechrt.options import SynthesisOptions
     from speechrt.tts import TTS
 
@@ -69,6 +76,12 @@ def run(args: argparse.Namespace) -> int:
         raise SpeechRTError("give either TEXT or --file PHRASES")
     if args.text is not None and len(args.text) > MAX_CLI_CHARS:
         raise SpeechRTError(f"text is longer than {MAX_CLI_CHARS} characters")
+    if args.timestamps is not None and (args.text is None or args.url is not None):
+        raise SpeechRTError("--timestamps works with TEXT on local models (not --file or --url)")
+    if args.timestamps is not None:
+        from speechrt.captions import caption_format
+
+        caption_format(args.timestamps)  # a bad suffix fails before any synthesis
     texts = [args.text] if args.text is not None else read_phrases(args.file)
     options = SynthesisOptions(
         pace=args.pace,
@@ -111,7 +124,13 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         backend=backend,
     )
-    if args.file is None:
+    if args.timestamps is not None:
+        from speechrt.captions import write_captions
+
+        wave, words = tts.synthesize_with_words(texts[0], options, batch_size=args.batch_size)
+        write_captions(args.timestamps, words)
+        audio = [wave]
+    elif args.file is None:
         audio = tts.synthesize(texts, options, batch_size=args.batch_size)
     else:
         from tqdm import tqdm

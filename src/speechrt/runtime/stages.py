@@ -155,11 +155,17 @@ class AcousticStage:
     def __call__(
         self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
     ) -> tuple[Any, Any]:
+        out = self.outputs(ids, lengths, options, seeds)
+        return out["mel"], out["mel_lengths"]
+
+    def outputs(
+        self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
+    ) -> dict[str, Any]:
+        """Every output of the graph by name (FastPitch's durations (B, L) among them)."""
         if options.speaker >= self.n_speakers:
             raise SpeechRTError(f"speaker id {options.speaker} out of range [0, {self.n_speakers})")
         names = self.runner.contract.input_names
-        out = self.runner.run(acoustic_feeds(names, ids, lengths, options, seeds))
-        return out["mel"], out["mel_lengths"]
+        return self.runner.run(acoustic_feeds(names, ids, lengths, options, seeds))
 
     def runners(self) -> list[Runner]:
         return [self.runner]

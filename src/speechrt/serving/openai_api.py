@@ -1,12 +1,18 @@
-"""The OpenAI audio API: /v1/audio/speech, /v1/audio/transcriptions, /v1/models.
+"""The OpenAI audio API: /v1/audio/speech, /v1/audio/transcriptions, /v1/models; and
+/v1/audio/voices (the names `voice` takes) and /v1/audio/speech/captioned (speech with its
+words' times, as JSON: {audio (base64), format, sample_rate, words: [{word, start, end}]}).
 
-Differences from OpenAI, by design: audio formats are wav, flac and pcm (16-bit, at the voice's
-own sampling rate, given in the X-Sample-Rate header; OpenAI's pcm is 24 kHz); `voice` names a
-speaker only as "N" or "speaker-N" (any other name is the model's speaker 0); an extra `seed`
-field (default 0) picks the noise of stochastic models, so the same request gives the same bytes;
-pitch_shift, pitch_scale, pitch_flatten and denoise are the other SynthesisOptions.
-`stream_format: "audio"` streams wav (a header with unknown length, then PCM) or pcm, one
-sentence at a time as each is ready; the stream's bytes equal the non-streamed response's.
+Differences from OpenAI, by design: audio formats are mp3 (the default, as OpenAI's), opus, flac,
+wav and pcm, not aac (speechrt.audio.codecs says why); wav, flac, pcm and mp3 carry the voice's
+own sampling rate, opus 48 kHz, given in the X-Sample-Rate header (OpenAI's pcm is 24 kHz);
+`voice` names a speaker from GET /v1/audio/voices: the voice's name, "N", "speaker-N", or an
+OpenAI voice name (alloy, ...: the voice's first speaker); any other is a 400. An
+extra `seed` field (default 0) picks the noise of stochastic models, so the same request gives
+the same bytes; pitch_shift, pitch_scale, pitch_flatten and denoise are the other
+SynthesisOptions. `stream_format: "audio"` streams mp3, opus, wav (a header with unknown length,
+then PCM) or pcm, one sentence at a time as each is ready; a streamed wav or pcm's bytes equal
+the non-streamed response's, a streamed mp3 or opus decodes to the same audio (an mp3 stream
+starts with LAME's encoder delay).
 Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `language`,
 `prompt` and `temperature` are accepted and ignored (English models; CTC decoding as the server
 was started: greedy, or beam search with the recogniser's word LM).
@@ -15,8 +21,7 @@ was started: greedy, or beam search with the recogniser's word LM).
 from __future__ import annotations
 
 import asyncio
-import re
-import struct
+import base64
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -26,7 +31,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, ConfigDict
 from starlette.datastructures import UploadFile
 
-from speechrt.audio.io import encode_audio, to_int16
+from speechrt.audio import codecs
 from speechrt.options import SynthesisOptions
 from speechrt.serving import transcripts
 from speechrt.serving.errors import ApiError
@@ -37,8 +42,6 @@ if TYPE_CHECKING:
 
 router = APIRouter(prefix="/v1")
 
-AUDIO_FORMATS = {"wav": "audio/wav", "flac": "audio/flac", "pcm": "audio/pcm"}
-OPENAI_ONLY_FORMATS = ("mp3", "opus", "aac")
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 STARTED = int(time.time())
 
@@ -68,7 +71,7 @@ class SpeechRequest(BaseModel):
     model: str
     input: str
     voice: str | VoiceRef
-    response_format: str = "wav"
+    response_format: str = "mp3"  # OpenAI's default
     speed: float = 1.0
     stream_format: str | None = None
     # speechrt extensions: SynthesisOptions fields (speed is `pace`, voice is `speaker`)
@@ -79,38 +82,55 @@ class SpeechRequest(BaseModel):
     denoise: float = 0.0
 
 
-def speaker_of(voice: str | VoiceRef) -> int:
-    name = voice.id if isinstance(voice, VoiceRef) else voice
-    m = re.fullmatch(r"(?:speaker[-_]?)?(\d{1,6})", name.strip().lower())
-    return int(m.group(1)) if m else 0
+# OpenAI's voice names: each is the voice's first speaker, so OpenAI clients work unchanged
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer",
+    "verse", "marin", "cedar",
+)  # fmt: skip
 
 
-def wav_stream_header(sampling_rate: int) -> bytes:
-    """A 16-bit mono WAV header whose RIFF and data sizes say "unknown" (0xFFFFFFFF)."""
-    unknown = 0xFFFFFFFF
-    fmt = struct.pack("<HHIIHH", 1, 1, sampling_rate, sampling_rate * 2, 2, 16)
-    return (
-        b"RIFF"
-        + struct.pack("<I", unknown)
-        + b"WAVEfmt "
-        + struct.pack("<I", 16)
-        + fmt
-        + b"data"
-        + struct.pack("<I", unknown)
+def voices_of(name: str, n_speakers: int) -> list[dict[str, Any]]:
+    """The speakers of a voice called `name`: {id, speaker, aliases} each. A single-speaker
+    voice's id is its name; a multi-speaker one's are "<name>-<N>". Every speaker also answers
+    to "N" and "speaker-N", and speaker 0 to the voice's name and OpenAI's voice names."""
+    out = []
+    for n in range(n_speakers):
+        ident = name if n_speakers == 1 else f"{name}-{n}"
+        aliases = [str(n), f"speaker-{n}"]
+        if n == 0:
+            aliases += ([name] if n_speakers > 1 else []) + list(OPENAI_VOICES)
+        out.append({"id": ident, "speaker": n, "aliases": aliases})
+    return out
+
+
+def speaker_of(voice: str | VoiceRef, name: str, n_speakers: int) -> int:
+    """A request's `voice` (a voice id or alias, any case) -> its speaker id; else a 400 that
+    names the voices on offer."""
+    wanted = (voice.id if isinstance(voice, VoiceRef) else voice).strip().lower()
+    entries = voices_of(name, n_speakers)
+    for v in entries:
+        if wanted in (v["id"].lower(), *v["aliases"]):
+            return int(v["speaker"])
+    ids = ", ".join(v["id"] for v in entries)
+    raise ApiError(
+        400,
+        f"voice {wanted[:60]!r} not found; this server's voices: {ids} (or a speaker number; "
+        f"OpenAI's names are {entries[0]['id']})",
+        "voice_not_found",
+        "voice",
     )
 
 
-@router.post("/audio/speech")
-async def speech(body: SpeechRequest, request: Request) -> Response:
-    srv = server_of(request)
+def _checked(body: SpeechRequest, srv: Server) -> SynthesisOptions:
+    """The request's SynthesisOptions, once its model, format, speed and voice are checked."""
     _pipeline(srv, body.model, "tts")
     assert srv.tts is not None
     fmt = body.response_format
-    if fmt not in AUDIO_FORMATS:
-        why = " (not implemented here)" if fmt in OPENAI_ONLY_FORMATS else ""
+    if fmt not in codecs.FORMATS:
+        why = " (no AAC encoder here)" if fmt == "aac" else ""
         raise ApiError(
             400,
-            f"response_format {fmt!r} is not supported{why}; use wav, flac or pcm",
+            f"response_format {fmt!r} is not supported{why}; use {', '.join(codecs.FORMATS)}",
             "unsupported_format",
             "response_format",
         )
@@ -121,25 +141,63 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         raise ApiError(
             400, "only stream_format 'audio' is supported", "unsupported_stream", "stream_format"
         )
-    if body.stream_format == "audio" and fmt == "flac":
-        raise ApiError(400, "streaming supports wav and pcm", "unsupported_format", "stream_format")
-    options = SynthesisOptions(
+    if body.stream_format == "audio" and fmt not in codecs.STREAMED:
+        raise ApiError(
+            400,
+            f"streaming supports {', '.join(codecs.STREAMED)}",
+            "unsupported_format",
+            "stream_format",
+        )
+    return SynthesisOptions(
         pace=body.speed,
-        speaker=speaker_of(body.voice),
+        speaker=speaker_of(body.voice, srv.tts.tts.name, srv.tts.tts.n_speakers),
         seed=body.seed,
         pitch_shift=body.pitch_shift,
         pitch_scale=body.pitch_scale,
         pitch_flatten=body.pitch_flatten,
         denoise=body.denoise,
     )
+
+
+@router.post("/audio/speech")
+async def speech(body: SpeechRequest, request: Request) -> Response:
+    srv = server_of(request)
+    options = _checked(body, srv)
+    assert srv.tts is not None
+    fmt = body.response_format
     sr = srv.tts.sampling_rate
-    headers = {"X-Sample-Rate": str(sr)}
+    headers = {"X-Sample-Rate": str(codecs.output_rate(fmt, sr))}
     if body.stream_format == "audio":
         return await _stream(srv, body, options, headers)
     async with srv.metrics.track("tts"):
         (audio,) = await srv.tts.synthesize([body.input], options, [body.seed])
-    data = await asyncio.to_thread(encode_audio, audio, sr, fmt)
-    return Response(data, media_type=AUDIO_FORMATS[fmt], headers=headers)
+    data = await asyncio.to_thread(codecs.encode, audio, sr, fmt)
+    return Response(data, media_type=codecs.MEDIA_TYPES[fmt], headers=headers)
+
+
+@router.post("/audio/speech/captioned")
+async def captioned_speech(body: SpeechRequest, request: Request) -> JSONResponse:
+    """The speech of /audio/speech (same body; not streamed) with each word's start and end:
+    {audio: base64 of the file, format, sample_rate, words: [{word, start, end}]}."""
+    srv = server_of(request)
+    options = _checked(body, srv)
+    assert srv.tts is not None
+    if body.stream_format is not None:
+        raise ApiError(
+            400, "captioned speech is not streamed", "unsupported_stream", "stream_format"
+        )
+    fmt, sr = body.response_format, srv.tts.sampling_rate
+    async with srv.metrics.track("tts"):
+        audio, words = await srv.tts.synthesize_with_words(body.input, options, body.seed)
+    data = await asyncio.to_thread(codecs.encode, audio, sr, fmt)
+    return JSONResponse(
+        {
+            "audio": base64.b64encode(data).decode("ascii"),
+            "format": fmt,
+            "sample_rate": codecs.output_rate(fmt, sr),
+            "words": words,
+        }
+    )
 
 
 async def _stream(
@@ -153,13 +211,18 @@ async def _stream(
         srv.metrics.record_request("tts", time.perf_counter() - t0, failure_reason(e))
         raise
 
+    encoder = codecs.StreamEncoder(body.response_format, srv.tts.sampling_rate)
+
     async def audio_bytes() -> AsyncIterator[bytes]:
         failure: str | None = "CANCELED"
         try:
-            if body.response_format == "wav":
-                yield wav_stream_header(srv.tts.sampling_rate)  # type: ignore[union-attr]
             async for audio in chunks:
-                yield to_int16(audio).tobytes()
+                data = await asyncio.to_thread(encoder.push, audio)
+                if data:
+                    yield data
+            tail = await asyncio.to_thread(encoder.finish)
+            if tail:
+                yield tail
             failure = None
         except Exception:
             failure = "BACKEND"
@@ -167,7 +230,7 @@ async def _stream(
         finally:
             srv.metrics.record_request("tts", time.perf_counter() - t0, failure)
 
-    media = AUDIO_FORMATS[body.response_format]
+    media = codecs.MEDIA_TYPES[body.response_format]
     return StreamingResponse(audio_bytes(), media_type=media, headers=headers)
 
 
@@ -237,6 +300,15 @@ async def _transcribe(srv: Server, form: Any) -> Response:
     if fmt == "srt":
         return PlainTextResponse(transcripts.srt(result))
     return PlainTextResponse(transcripts.vtt(result), media_type="text/vtt")
+
+
+@router.get("/audio/voices")
+async def voices(request: Request) -> dict[str, Any]:
+    """The loaded voice's speakers, the names `voice` accepts (Kokoro-FastAPI's route)."""
+    tts = server_of(request).tts
+    if tts is None:
+        raise ApiError(404, "this server has no speech synthesis model", "model_not_found")
+    return {"object": "list", "voices": voices_of(tts.tts.name, tts.tts.n_speakers)}
 
 
 def _model_entry(name: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
+from speechrt.audio import codecs
 from speechrt.serving import transcripts
 from speechrt.serving.contracts import NUMPY_DTYPES
 from speechrt.serving.metrics import VERSION
@@ -181,6 +182,34 @@ class RepositoryModel(BaseModel):
     reason: str
 
 
+class Voice(BaseModel):
+    """One speaker of the loaded voice: `voice` takes its id or any of its aliases."""
+
+    id: str
+    speaker: int
+    aliases: list[str]
+
+
+class VoiceList(BaseModel):
+    object: Literal["list"]
+    voices: list[Voice]
+
+
+class CaptionedWord(BaseModel):
+    word: str
+    start: float  # seconds from the start of the audio
+    end: float
+
+
+class CaptionedSpeech(BaseModel):
+    """/v1/audio/speech/captioned: the audio file, base64, and its words' times."""
+
+    audio: str
+    format: str
+    sample_rate: int
+    words: list[CaptionedWord]
+
+
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     models: list[str]
@@ -191,6 +220,8 @@ MODELS: list[type[BaseModel]] = [
     KServeError,
     OpenAIModel,
     OpenAIModelList,
+    VoiceList,
+    CaptionedSpeech,
     Transcription,
     TranscriptionForm,
     InferRequest,
@@ -222,7 +253,7 @@ _V2_MODEL = "/v2/models/{name}"
 ROUTES: dict[tuple[str, str], tuple[int, Content, tuple[int, ...]]] = {
     ("post", "/v1/audio/speech"): (
         200,
-        {"audio/wav": "binary", "audio/flac": "binary", "audio/pcm": "binary"},
+        {media: "binary" for media in codecs.MEDIA_TYPES.values()},
         INFERENCE,
     ),
     ("post", "/v1/audio/transcriptions"): (
@@ -230,6 +261,12 @@ ROUTES: dict[tuple[str, str], tuple[int, Content, tuple[int, ...]]] = {
         {"application/json": "Transcription", "text/plain": "string", "text/vtt": "string"},
         (*INFERENCE, 415),
     ),
+    ("post", "/v1/audio/speech/captioned"): (
+        200,
+        {"application/json": "CaptionedSpeech"},
+        INFERENCE,
+    ),
+    ("get", "/v1/audio/voices"): (200, {"application/json": "VoiceList"}, (404,)),
     ("get", "/v1/models"): (200, {"application/json": "OpenAIModelList"}, ()),
     ("get", "/v1/models/{model}"): (200, {"application/json": "OpenAIModel"}, (404,)),
     ("get", "/v2"): (200, {"application/json": "ServerMetadata"}, ()),

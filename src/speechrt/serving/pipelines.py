@@ -17,7 +17,7 @@ import numpy as np
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.serving.engine import Engine, wait_all
-from speechrt.tts import PAUSE_SECONDS, Piece
+from speechrt.tts import PAUSE_SECONDS, Piece, word_times
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Limits:
 class TTSItem:
     piece: Piece  # one sentence: ids + its own seed
     options: SynthesisOptions
+    timed: bool = False  # also the frames per symbol (TTS.ids_to_timed_audio): word captions
 
 
 class TTSAdapter:
@@ -50,14 +51,17 @@ class TTSAdapter:
     def __init__(self, tts: Any) -> None:
         self.tts = tts  # speechrt.tts.TTS (or anything with ids_to_audio)
 
-    def run_batch(self, items: list[TTSItem]) -> list[np.ndarray]:
-        return self.tts.ids_to_audio([it.piece for it in items], items[0].options)
+    def run_batch(self, items: list[TTSItem]) -> list[Any]:
+        pieces = [it.piece for it in items]
+        if items[0].timed:  # (the key keeps timed and untimed items apart)
+            return self.tts.ids_to_timed_audio(pieces, items[0].options)
+        return self.tts.ids_to_audio(pieces, items[0].options)
 
     def length(self, item: TTSItem) -> int:
         return len(item.piece.ids)
 
     def key(self, item: TTSItem) -> Hashable:
-        return replace(item.options, seed=0)  # the seed is per piece, not per batch
+        return replace(item.options, seed=0), item.timed  # the seed is per piece, not per batch
 
 
 class TTSService:
@@ -79,6 +83,16 @@ class TTSService:
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
     ) -> list[list[asyncio.Future[np.ndarray]]]:
         """Validate and split the texts, queue every piece; per text, its pieces' futures."""
+        return (await self._submit(texts, options, seeds))[1]
+
+    async def _submit(
+        self,
+        texts: Sequence[str],
+        options: SynthesisOptions,
+        seeds: Sequence[int],
+        words: bool = False,
+    ) -> tuple[list[Piece], list[list[asyncio.Future[Any]]]]:
+        """submit(); `words`: the pieces carry their words and the futures give TimedAudio."""
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
                 raise SpeechRTError(
@@ -91,13 +105,18 @@ class TTSService:
         if options.denoise > 0 and missing is not None:
             raise SpeechRTError(f"this server cannot denoise: {missing}")
         # The text front end is plain Python without torch: run it off the event loop.
-        pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
+        if words:
+            pieces = await asyncio.to_thread(
+                self.tts.text_to_pieces, list(texts), list(seeds), True
+            )
+        else:
+            pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
         self._check_pieces(pieces, len(texts))
-        futures = self.engine.submit([TTSItem(p, options) for p in pieces])
-        per_text: list[list[asyncio.Future[np.ndarray]]] = [[] for _ in texts]
+        futures = self.engine.submit([TTSItem(p, options, words) for p in pieces])
+        per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
-        return per_text
+        return pieces, per_text
 
     def _check_pieces(self, pieces: Sequence[Piece], n_texts: int) -> None:
         """What the model would read, within the request limits, or SpeechRTError."""
@@ -128,6 +147,23 @@ class TTSService:
             joined = [x for j, a in enumerate(parts) for x in ((pause, a) if j else (a,))]
             out.append(np.concatenate(joined))
         return out
+
+    async def synthesize_with_words(
+        self, text: str, options: SynthesisOptions, seed: int
+    ) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """One waveform, as synthesize gives it, and its words' times (speechrt.tts.word_times)."""
+        if not self.tts.has_durations:
+            raise SpeechRTError(
+                "word times need an acoustic model that outputs durations (FastPitch); "
+                f"{self.tts.acoustic_info.kind} does not"
+            )
+        pieces, (futures,) = await self._submit([text], options, [seed], words=True)
+        timed = await wait_all(futures, self.limits.request_timeout_s)
+        parts = [
+            x for j, t in enumerate(timed) for x in ((self._pause(), t.audio) if j else (t.audio,))
+        ]
+        hop = self.tts.mel.hop_length
+        return np.concatenate(parts), word_times(pieces, timed, hop, self.sampling_rate)
 
     async def stream(
         self, text: str, options: SynthesisOptions, seed: int

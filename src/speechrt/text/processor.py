@@ -43,6 +43,8 @@ _WORD_OR_OTHER = re.compile(
     rf"([{_LETTERS}]+'[{_LETTERS}]{{1,2}}|[{_LETTERS}]+)|([{{][^}}]+[}}]|[^{_LETTERS}{{}}]+)"
 )
 _TOKEN_CACHE_SIZE = 1 << 16
+_SPACE_OUTSIDE_SPANS = re.compile(r" (?![^{]*\})")  # the spaces that become space ids
+_PUNCTUATION = " !'(),-.:;?\""  # stripped from a word's ends
 
 Segment = tuple[str, bool]  # (text, is_arpabet)
 
@@ -146,6 +148,33 @@ class TextProcessor:
 
         pieces = split_ids(self.encode(text), max_symbols, self._ids[" "])
         return [p for p in pieces if any(is_speech_symbol(self.symbols[i]) for i in p)]
+
+    def word_spans(self, text: str) -> list[tuple[str, int, int]]:
+        """(word, start, end) for each word of text_to_ids(text): ids[start:end] is a run between
+        space ids that holds a speech symbol. The word is spelled as the cleaned text spells it
+        ("$3" -> "three", "dollars"), before any ARPAbet lookup (a {...} span of the caller's
+        stays in braces). Were the cleaned text's runs ever not one to one with the ids' runs,
+        the words would be the runs' ids decoded, ARPAbet in braces, rather than misplaced."""
+        ids = self.text_to_ids(text)
+        space = self._ids[" "]
+        runs: list[tuple[int, int]] = []
+        start = 0
+        for i, x in enumerate([*ids, space]):
+            if x == space:
+                runs.append((start, i))
+                start = i + 1
+        spelled = None
+        if self.frontend == "fastpitch" and self.p_arpabet > 0:
+            plain = TextProcessor(self.symbol_set, self.cleaners, 0.0, frontend=self.frontend)
+            spelled = _SPACE_OUTSIDE_SPANS.split(plain.normalize(text))
+            if len(spelled) != len(runs):
+                spelled = None
+        out = []
+        for k, (a, b) in enumerate(runs):
+            if any(is_speech_symbol(self.symbols[i]) for i in ids[a:b]):
+                word = spelled[k] if spelled is not None else self.decode(ids[a:b])
+                out.append((word.strip(_PUNCTUATION) or word, a, b))
+        return out
 
     def has_speech(self, text: str) -> bool:
         """Whether `encode(text)` would succeed."""
