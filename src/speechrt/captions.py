@@ -16,7 +16,8 @@ CAPTION_FORMATS = ("json", "srt", "vtt")
 Words = list[dict[str, Any]]  # [{"word": str, "start": float, "end": float}], seconds
 
 
-def _stamp(seconds: float, sep: str) -> str:
+def timestamp(seconds: float, sep: str) -> str:
+    """Seconds as HH:MM:SS<sep>mmm (sep "," for SRT, "." for WebVTT)."""
     ms = max(0, round(seconds * 1000))
     h, ms = divmod(ms, 3_600_000)
     m, ms = divmod(ms, 60_000)
@@ -26,13 +27,15 @@ def _stamp(seconds: float, sep: str) -> str:
 
 def to_srt(words: Words) -> str:
     return "\n".join(
-        f"{i + 1}\n{_stamp(w['start'], ',')} --> {_stamp(w['end'], ',')}\n{w['word']}\n"
+        f"{i + 1}\n{timestamp(w['start'], ',')} --> {timestamp(w['end'], ',')}\n{w['word']}\n"
         for i, w in enumerate(words)
     )
 
 
 def to_vtt(words: Words) -> str:
-    cues = [f"{_stamp(w['start'], '.')} --> {_stamp(w['end'], '.')}\n{w['word']}\n" for w in words]
+    cues = [
+        f"{timestamp(w['start'], '.')} --> {timestamp(w['end'], '.')}\n{w['word']}\n" for w in words
+    ]
     return "WEBVTT\n\n" + "\n".join(cues)
 
 

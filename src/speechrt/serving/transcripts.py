@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from speechrt.captions import timestamp
+
 SEGMENT_GAP_S = 0.8  # a longer silence between two words starts a new segment
 SEGMENT_MAX_S = 10.0  # the longest a segment may run
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
@@ -69,17 +71,9 @@ def verbose_json(transcript: Any, granularities: list[str]) -> dict[str, Any]:
     return out
 
 
-def _stamp(seconds: float, sep: str) -> str:
-    ms = max(0, round(seconds * 1000))
-    h, ms = divmod(ms, 3_600_000)
-    m, ms = divmod(ms, 60_000)
-    s, ms = divmod(ms, 1000)
-    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
-
-
 def srt(transcript: Any) -> str:
     blocks = [
-        f"{i + 1}\n{_stamp(s['start'], ',')} --> {_stamp(s['end'], ',')}\n{s['text']}\n"
+        f"{i + 1}\n{timestamp(s['start'], ',')} --> {timestamp(s['end'], ',')}\n{s['text']}\n"
         for i, s in enumerate(segments_of(transcript))
     ]
     return "\n".join(blocks)
@@ -87,7 +81,7 @@ def srt(transcript: Any) -> str:
 
 def vtt(transcript: Any) -> str:
     blocks = [
-        f"{_stamp(s['start'], '.')} --> {_stamp(s['end'], '.')}\n{s['text']}\n"
+        f"{timestamp(s['start'], '.')} --> {timestamp(s['end'], '.')}\n{s['text']}\n"
         for s in segments_of(transcript)
     ]
     return "WEBVTT\n\n" + "\n".join(blocks)
