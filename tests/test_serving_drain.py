@@ -40,6 +40,18 @@ def queued(url: str, pieces: int, model: str = "tts") -> float:
     raise AssertionError(f"{pieces} pieces were not queued within 60 s")
 
 
+def speech(url: str, seed: int) -> httpx.Response:
+    """One /v1/audio/speech request of SENTENCES as wav."""
+    body = {
+        "model": "tts",
+        "voice": "0",
+        "input": SENTENCES,
+        "seed": seed,
+        "response_format": "wav",
+    }
+    return httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
+
+
 def test_sigterm_drains_in_flight_requests(start_server, tiny_voice):
     url, proc = start_server(
         *("--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])),
@@ -57,14 +69,7 @@ def test_sigterm_drains_in_flight_requests(start_server, tiny_voice):
     )
 
     def post(seed: int) -> httpx.Response:
-        body = {
-            "model": "tts",
-            "voice": "0",
-            "input": SENTENCES,
-            "seed": seed,
-            "response_format": "wav",
-        }
-        return httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
+        return speech(url, seed)
 
     with ThreadPoolExecutor(REQUESTS) as pool:
         futures = [pool.submit(post, seed) for seed in range(REQUESTS)]
@@ -89,14 +94,7 @@ def test_requests_past_the_graceful_timeout_get_a_json_503(start_server):
     requests = 6
 
     def post(seed: int) -> httpx.Response:
-        body = {
-            "model": "tts",
-            "voice": "0",
-            "input": SENTENCES,
-            "seed": seed,
-            "response_format": "wav",
-        }
-        return httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
+        return speech(url, seed)
 
     with ThreadPoolExecutor(requests) as pool:
         futures = [pool.submit(post, seed) for seed in range(requests)]
