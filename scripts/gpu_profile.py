@@ -133,7 +133,8 @@ def flops_of(fn) -> int:
 
 
 def micro(models: Path, names: tuple[str, ...] = ("hifigan", "jasper", "quartznet")) -> list[dict]:
-    """HiFi-GAN, Jasper, QuartzNet in fp16, every layout x autotune variant, graph-replayed."""
+    """HiFi-GAN, Jasper, QuartzNet in fp16 at fixed shapes, graph-replayed: each conv layout,
+    uncompiled with cuDNN autotuning off and on, and compiled as the cuda runner compiles it."""
     dev = torch.device("cuda")
     cases = []
     for b in (1, 8):
@@ -146,22 +147,32 @@ def micro(models: Path, names: tuple[str, ...] = ("hifigan", "jasper", "quartzne
     rows = []
     for name, b, args in cases:
         model, _ = load_component(models / name)
-        layouts = ["nchw", "channels_last"] + (["channels_last_dense"] * (name == "quartznet"))
-        for layout in layouts:
-            m = model.to(dev, torch.float32)
-            m = copy.deepcopy(m)
-            if layout != "nchw":
-                channels_last_convs(m, grouped=layout == "channels_last")
+        # layout -> channels_last_convs arguments (None: NCHW, the model as it is)
+        layouts: dict[str, dict | None] = {"nchw": None, "channels_last": {}}
+        if name == "quartznet":  # depthwise convs: window sum (the runner's), cuDNN, or NCHW
+            layouts["channels_last"] = {"depthwise_sum": False}
+            layouts["channels_last_dense"] = {"grouped": False}
+            layouts["depthwise_sum"] = {}
+        for layout, kw in layouts.items():
+            m = copy.deepcopy(model.to(dev, torch.float32))
+            if kw is not None:
+                channels_last_convs(m, **kw)
             m = m.to(dev, torch.float16).eval()
             fn = torch.inference_mode()(lambda m=m, args=args: m(*args))
-            flops = flops_of(fn)
-            for autotune in (False, True):
+            if layout == "nchw":  # the same math in every layout
+                flops = flops_of(fn)
+            variants = [("eager", False), ("eager", True), ("compiled", False)]
+            if layout == "depthwise_sum":  # uncompiled, the windows are materialised
+                variants = variants[2:]
+            for how, autotune in variants:
                 torch.backends.cudnn.benchmark = autotune
-                ms = graph_time_ms(fn)
+                run = fn if how == "eager" else torch.compile(fn, dynamic=False)
+                ms = graph_time_ms(run)
                 r = {"model": name, "batch": b, "layout": layout, "cudnn_benchmark": autotune,
-                     "graph_ms": round(ms, 4), "gflop": round(flops / 1e9, 1),
+                     "compiled": how == "compiled", "graph_ms": round(ms, 4),
+                     "gflop": round(flops / 1e9, 1),
                      "tflops": round(flops / ms / 1e9, 1)}  # fmt: skip
-                r["profile"] = kernel_table(fn)
+                r["profile"] = kernel_table(run)
                 print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
                 rows.append(r)
             torch.backends.cudnn.benchmark = False
@@ -316,7 +327,8 @@ def main() -> None:
             result["pipelines"] += pipelines(args.models, [part])
             (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     for r in result.get("micro", []):
-        print(f"{r['model']:8} b{r['batch']} {r['layout']:13} bench={r['cudnn_benchmark']!s:5} "
+        print(f"{r['model']:8} b{r['batch']} {r['layout']:19} bench={r['cudnn_benchmark']!s:5} "
+              f"compiled={r['compiled']!s:5} "
               f"{r['graph_ms']:8.3f} ms {r['tflops']:6.1f} TFLOP/s "
               f"{r['profile']['kernels']} kernels")  # fmt: skip
     for r in result["pipelines"]:
