@@ -14,7 +14,6 @@ from speechrt.registry import preset
 from speechrt.runtime.layout import (
     ChannelsLastConv1d,
     ChannelsLastConvTranspose1d,
-    DepthwiseConv1d,
     channels_last_convs,
 )
 
@@ -36,8 +35,6 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     [
         nn.Conv1d(6, 10, 5, stride=2, padding=4, dilation=2),
         nn.Conv1d(6, 6, 7, padding=3, groups=6, bias=False),
-        nn.Conv1d(6, 6, 5, stride=2, padding=4, dilation=2, groups=6),
-        nn.Conv1d(6, 6, 4, stride=3, padding=1, groups=6),
         nn.Conv1d(6, 4, 3, padding="same"),
         nn.ConvTranspose1d(6, 4, 16, stride=8, padding=4),
         nn.ConvTranspose1d(6, 4, 5, stride=2, padding=1, output_padding=1),
@@ -47,7 +44,7 @@ def test_each_conv_matches(conv: nn.Module) -> None:
     x = torch.randn(3, 6, 29)
     ref = conv(x)
     swapped = channels_last_convs(nn.Sequential(copy.deepcopy(conv)))[0]
-    assert isinstance(swapped, ChannelsLastConv1d | ChannelsLastConvTranspose1d | DepthwiseConv1d)
+    assert isinstance(swapped, ChannelsLastConv1d | ChannelsLastConvTranspose1d)
     for name in ("kernel_size", "stride", "padding", "dilation", "groups"):
         assert getattr(swapped, name) == getattr(conv, name)  # 1-D attributes kept
     out = swapped(x)
@@ -80,22 +77,3 @@ def test_grouped_convs_can_stay() -> None:
     channels_last_convs(model, grouped=False)
     assert type(model[0]) is nn.Conv1d and isinstance(model[1], ChannelsLastConv1d)
     assert _rel(model(x), ref) < 1e-6
-
-
-def test_depthwise_as_grouped_conv() -> None:
-    model = nn.Sequential(nn.Conv1d(6, 6, 5, padding=2, groups=6))
-    x = torch.randn(2, 6, 11)
-    ref = model(x)
-    channels_last_convs(model, depthwise_sum=False)
-    assert type(model[0]) is ChannelsLastConv1d and model[0].groups == 6
-    assert _rel(model(x), ref) < 1e-6
-
-
-def test_depthwise_sum_compiles() -> None:
-    """The compiled window sum (what the cuda runner runs) within float32 rounding, masked."""
-    conv = nn.Conv1d(8, 8, 9, stride=2, padding=8, dilation=2, groups=8)
-    fast = DepthwiseConv1d(conv)
-    x, mask = torch.randn(2, 8, 37), (torch.arange(37) < torch.tensor([[37], [20]])).unsqueeze(1)
-    compiled = torch.compile(lambda x: fast(x * mask), dynamic=False)
-    with torch.inference_mode():
-        assert _rel(compiled(x), conv(x * mask)) < 1e-5

@@ -75,52 +75,14 @@ class ChannelsLastConvTranspose1d(_Conv1dAs2d):
         return y.squeeze(2)
 
 
-class DepthwiseConv1d(_Conv1dAs2d):
-    """A depthwise nn.Conv1d (groups = channels) as a sum over its k taps of shifted (B, T, C)
-    windows; same math, in the same channels-last layout.
-
-    cuDNN runs grouped (1, k) convolutions with k up to 87 (QuartzNet) as slow generic kernels.
-    Written as a window sum, Inductor compiles the conv, the mask before it and the zero padding
-    into one reduction kernel whose loads run along C, the contiguous axis. Uncompiled, the
-    windows are materialised (B, T', C, k): meant for the compiled cuda runner."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        # x: (B, C, T) -> (B, C, T'), memory (B, T', C) in and out
-        assert not isinstance(self.padding, str)  # Jasper's convs give explicit padding
-        (k,), (s,), (d,), (p,) = self.kernel_size, self.stride, self.dilation, self.padding
-        xt = F.pad(x.transpose(1, 2), (0, 0, p, p))  # (B, T + 2p, C)
-        win = xt.unfold(1, d * (k - 1) + 1, s)[..., ::d]  # (B, T', C, k)
-        y = (win * self.weight.reshape(1, 1, -1, k)).sum(-1)  # (B, T', C)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.transpose(1, 2)
-
-
-def is_depthwise(conv: nn.Module) -> bool:
-    """A Conv1d with one input channel per output channel and more than one tap."""
-    return (
-        type(conv) is nn.Conv1d
-        and conv.groups == conv.in_channels == conv.out_channels
-        and conv.kernel_size[0] > 1
-        and conv.padding_mode == "zeros"
-        and not isinstance(conv.padding, str)
-    )
-
-
-def channels_last_convs(
-    module: nn.Module, grouped: bool = True, depthwise_sum: bool = True
-) -> nn.Module:
+def channels_last_convs(module: nn.Module, grouped: bool = True) -> nn.Module:
     """Replace, in place, every Conv1d / ConvTranspose1d below `module` (grouped=False: leave
-    grouped ones, e.g. depthwise, as they are; depthwise_sum: depthwise ones as
-    `DepthwiseConv1d`, else as grouped cuDNN convs); returns `module`."""
+    grouped ones, e.g. depthwise, as they are); returns `module`."""
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if not grouped and getattr(child, "groups", 1) > 1:
                 continue
-            if depthwise_sum and is_depthwise(child):
-                assert isinstance(child, nn.Conv1d)
-                setattr(parent, name, DepthwiseConv1d(child))
-            elif type(child) is nn.Conv1d:
+            if type(child) is nn.Conv1d:
                 setattr(parent, name, ChannelsLastConv1d(child))
             elif type(child) is nn.ConvTranspose1d:
                 setattr(parent, name, ChannelsLastConvTranspose1d(child))
