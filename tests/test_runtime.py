@@ -153,6 +153,26 @@ def test_bf16_cuda_runner_stays_close() -> None:
     assert 10 * torch.log10(ref["mel"].pow(2).sum() / noise) > 30
 
 
+@pytest.mark.parametrize("kind, channels_last", [("jasper", True), ("quartznet", False)])
+def test_cuda_runner_layout(kind: str, channels_last: bool) -> None:
+    """Jasper's dense convs run channels-last on the cuda runner; QuartzNet's graph stays NCHW
+    (its wrapper says so: its depthwise convs are slower channels-last)."""
+    from torch import nn
+
+    from speechrt.models.jasper import Jasper, QuartzNet
+    from speechrt.registry import preset
+
+    model = (QuartzNet if kind == "quartznet" else Jasper)(preset(kind, "tiny"))
+    info = ComponentInfo(kind, model.dims.__dict__)
+    wrapper = build_graph("jasper", model, info)
+    c = contract("jasper", info.dims)
+    r = cuda_runner("jasper", wrapper, c, device="cpu", dtype=torch.float32, mode=None)
+    assert r.channels_last is channels_last
+    assert any(type(m) is nn.Conv1d for m in r.graph.modules()) is not channels_last
+    forced = cuda_runner("jasper", wrapper, c, device="cpu", mode=None, channels_last=True)
+    assert forced.channels_last
+
+
 def test_resolve_backend(tmp_path: Path) -> None:
     assert resolve_backend("auto", "cuda") == "cuda"
     assert (

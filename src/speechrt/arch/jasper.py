@@ -124,7 +124,8 @@ def derived_sizes(d: JasperDims, sizes: dict[str, int]) -> dict[str, int]:
     return {"output_frames": output_frames(d, sizes["feature_frames"])}
 
 
-# one graph for both: QuartzNet is Jasper with separable convolutions
+# one graph for both: QuartzNet is Jasper with separable convolutions (its wrapper runs
+# NCHW on the cuda runner: runtime/graphs/jasper.py)
 JASPER = Graph(
     "jasper",
     contract,

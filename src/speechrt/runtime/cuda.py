@@ -123,13 +123,16 @@ class CudaRunner:
         mode: str | None = "reduce-overhead",
         channels_last: bool | None = None,
     ) -> None:
-        """channels_last: run 1-D convolutions channels-last (None: as the registry's graph
-        says). A graph the registry marks float32 stays float32 whatever `dtype`."""
+        """channels_last: run 1-D convolutions channels-last (None: as the wrapper's
+        `channels_last` attribute says, else the registry's graph). A graph the registry marks
+        float32 stays float32 whatever `dtype`."""
         self.contract = contract
         self.device = torch.device(device)
         self.buckets = buckets if buckets is not None else Buckets()
         spec = GRAPHS.get(graph_name)
         self.dtype = torch.float32 if spec and spec.float32 else dtype
+        if channels_last is None:
+            channels_last = getattr(wrapper, "channels_last", None)
         if channels_last is None:
             channels_last = bool(spec and spec.channels_last)
         self.channels_last = channels_last
