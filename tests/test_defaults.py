@@ -131,7 +131,10 @@ def test_round_trip_sentences_are_held_out():
 
 # Issue #8 asks for <= 10 %. Measured with the bundled recogniser (step 36,119) + LM (alpha 0.7):
 # 0.076 on these 40 sentences (0.081 on 200 held-out ones); 0.103 with step 29,808 (e43f02a),
-# 0.115 with step 26,491 (79f5170).
+# 0.115 with step 26,491 (79f5170). With voice activity detection (the default since), each
+# utterance is cut with 0.25 s of context, zeros past the file's ends: 0.092 on these 40
+# (0.091 against 0.087 without it on 200 others), and 39 of the 40 transcripts stay the same
+# when the audio is padded with 3 s of silence.
 ROUND_TRIP_WER = 0.10
 
 

@@ -1,6 +1,7 @@
 """Speech recognition pipeline: audio -> features -> log-probs -> CTC decoding -> timed words.
 
-load_audio -> segments (long audio in overlapping windows) -> features -> log_probs -> decode
+load_audio -> speech_segments (the speech regions that voice activity detection finds, long ones
+in overlapping windows) -> features -> log_probs -> decode
 
 Decoding is greedy, or a CTC prefix beam search with a word n-gram LM (speechrt.asr.beam) when the
 model directory holds one (lm.json + lm.safetensors) or one is given.
@@ -28,6 +29,7 @@ import numpy as np
 from speechrt.asr.beam import BeamOptions, beam_tokens
 from speechrt.asr.ctc import Word, collapse, greedy_ids, host, tokens_to_words
 from speechrt.asr.lm import NGramLM
+from speechrt.asr.vad import VadOptions, cut, speech_windows
 from speechrt.audio.features import FeatureConfig, batch_features_numpy
 from speechrt.errors import SpeechRTError
 from speechrt.repo import ComponentInfo, read_info
@@ -70,6 +72,7 @@ class Segment:
     offset: float  # seconds from the start of the item
     keep: tuple[float, float]  # words (item time) whose centre falls in [lo, hi) are kept
     seed: int = 0  # dither noise of this window
+    item_seconds: float = math.inf  # the item's duration: words are clipped to [0, this)
     words: list[Word] = field(default_factory=list)
     seconds: float = 0.0  # compute time attributed to this window
 
@@ -124,6 +127,7 @@ class ASR:
         beam_size: int | None = None,
         alpha: float | None = None,
         beta: float | None = None,
+        vad: VadOptions | None = VadOptions(),
     ) -> None:
         """`model_dir` None: the bundled default recogniser (speechrt.defaults). `dither`
         overrides the model's (0 = deterministic); noise is drawn per window from `seed`.
@@ -137,7 +141,10 @@ class ASR:
         `decoder`: greedy; beam (CTC prefix beam search with a word LM: `lm`, a directory
         holding lm.json + lm.safetensors, else the model directory's own); auto (default): beam
         when there is an LM, else greedy. `beam_size`, `alpha` (LM weight) and `beta` (word
-        bonus) override the LM's tuned defaults (its lm.json)."""
+        bonus) override the LM's tuned defaults (its lm.json).
+
+        `vad`: transcribe only the speech that voice activity detection finds
+        (speechrt.asr.vad); None transcribes all of the audio in fixed windows."""
         if window < 1.0:
             raise SpeechRTError(f"window must be >= 1 s, got {window}")
         if not 0 <= overlap < window / 2:
@@ -199,6 +206,7 @@ class ASR:
         self.lm, self.beam_options = self._decoder(decoder, lm, beam_size, alpha, beta)
         self.decoder = "greedy" if self.lm is None else "beam"
         self.window, self.overlap, self.seed = window, overlap, seed
+        self.vad = vad
         self.decode_padding = decode_padding
         self._frames_cache: dict[int, int] = {}  # input frames -> output frames
         from speechrt.runtime.stages import make_runner
@@ -314,6 +322,23 @@ class ASR:
             for j, (s, lo, hi) in enumerate(zip(starts, lows, highs, strict=True))
         ]
 
+    def speech_segments(self, item: int, audio: np.ndarray, seed: int = 0) -> list[Segment]:
+        """The speech regions of one item (speechrt.asr.vad), each with its margin of context
+        (zeros beyond the audio), cut into windows as `segments` cuts; none for silence or
+        steady noise. Without VAD (vad=None): `segments`."""
+        if self.vad is None:
+            return self.segments(item, audio, seed)
+        sr, out = self.sample_rate, []
+        duration = audio.shape[0] / sr
+        for k, (start, end) in enumerate(speech_windows(audio, sr, self.vad)):
+            for seg in self.segments(item, cut(audio, start, end), _window_seed(seed, k)):
+                lo, hi = seg.keep
+                seg.offset += start / sr
+                seg.keep = (max(lo + start / sr, 0.0), min(hi + start / sr, duration))
+                seg.item_seconds = duration
+                out.append(seg)
+        return out
+
     def featurize(self, batch: list[Segment]) -> tuple[Any, Any, list[int]]:
         """Windows -> features (B, F, T) incl. leading padding, valid frames (B,), samples each
         (numpy arrays on onnx, else torch tensors on the device)."""
@@ -392,7 +417,9 @@ class ASR:
         """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
         offset = -self.pad_leading * self.features.frame_shift
         for seg, tokens in zip(batch, self.tokens(log_probs, lengths), strict=True):
-            span = (seg.offset, seg.offset + seg.audio.shape[0] / self.sample_rate)
+            # a VAD window's context may reach outside the item (zeros): no word lies there
+            end = seg.offset + seg.audio.shape[0] / self.sample_rate
+            span = (max(seg.offset, 0.0), min(end, seg.item_seconds))
             dec = tokens_to_words(
                 tokens, self.labels, self.frame_duration, offset + seg.offset, span
             )
@@ -420,7 +447,7 @@ class ASR:
         seeds = list(seeds) if seeds is not None else [self.seed + i for i in range(len(waves))]
         if len(seeds) != len(waves):
             raise SpeechRTError(f"{len(seeds)} seeds for {len(waves)} audio items")
-        segs = [seg for i, w in enumerate(waves) for seg in self.segments(i, w, seeds[i])]
+        segs = [seg for i, w in enumerate(waves) for seg in self.speech_segments(i, w, seeds[i])]
         order = sorted(range(len(segs)), key=lambda k: segs[k].audio.shape[0], reverse=True)
         for start in range(0, len(order), batch_size):
             batch = [segs[k] for k in order[start : start + batch_size]]

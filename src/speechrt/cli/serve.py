@@ -146,7 +146,11 @@ def run(args: argparse.Namespace) -> int:
             raise SpeechRTError("no model given and none bundled: pass --acoustic DIR "
                                 "--vocoder DIR and/or --asr DIR")  # fmt: skip
     decoding = decoder_options(args)
-    flags = args.decoder or any(v is not None for k, v in decoding.items() if k != "decoder")
+    flags = (
+        args.decoder
+        or args.no_vad
+        or any(v is not None for k, v in decoding.items() if k != "decoder")
+    )
     if args.asr is None and flags:
         raise SpeechRTError("decoding flags need a recogniser (--asr DIR)")
     server = Server.load(

@@ -46,17 +46,26 @@ def add_decoder_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--beam-size", type=int, help="prefixes kept per frame (default: the LM's)")
     g.add_argument("--alpha", type=float, help="LM weight (default: the LM's tuned value)")
     g.add_argument("--beta", type=float, help="bonus per word (default: the LM's tuned value)")
+    g.add_argument(
+        "--no-vad",
+        action="store_true",
+        help="transcribe all of the audio in fixed windows (default: only the speech that voice "
+        "activity detection finds; silence and steady noise give no words)",
+    )
 
 
 def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ASR(...) keywords of add_decoder_arguments' flags."""
-    return {
+    """The ASR(...) keywords of add_decoder_arguments' flags (vad only with --no-vad)."""
+    options: dict[str, Any] = {
         "decoder": args.decoder or "auto",
         "lm": args.lm,
         "beam_size": args.beam_size,
         "alpha": args.alpha,
         "beta": args.beta,
     }
+    if args.no_vad:
+        options["vad"] = None
+    return options
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if args.url is not None:
         from speechrt.client import transcribe_files
 
-        if any(v is not None for k, v in decoding.items() if k != "decoder") or args.decoder:
+        flags = [v for k, v in decoding.items() if k not in ("decoder", "vad")]
+        if args.decoder or args.no_vad or any(v is not None for v in flags):
             raise SpeechRTError("--url: the server decodes as it was started (speechrt serve)")
         return transcribe_files(args.url, args.files, args.json)
     asr = ASR(

@@ -1,0 +1,179 @@
+"""Voice activity detection: silence and steady noise give no words, padding changes nothing,
+long audio is cut at its pauses (speechrt.asr.vad and the ASR pipeline on the bundled models)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speechrt.asr.vad import VadOptions, cut, frame_energies_db, speech_regions, speech_windows
+
+SR = 16000
+
+
+def burst(seconds: float, seed: int) -> np.ndarray:
+    """Speech-like: syllable-rate modulated tones and noise, ~-15 dBFS at its loudest."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * SR)) / SR
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * t) ** 2  # 4 syllables per second
+    voice = np.sin(2 * np.pi * 180 * t) + 0.5 * np.sin(2 * np.pi * 900 * t)
+    return (0.15 * envelope * (voice + 0.3 * rng.standard_normal(t.size))).astype(np.float32)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SR), np.float32)
+
+
+def noise(seconds: float, level: float, seed: int = 0) -> np.ndarray:
+    return (level * np.random.default_rng(seed).standard_normal(int(seconds * SR))).astype(
+        np.float32
+    )
+
+
+def test_frame_energies() -> None:
+    tone = (0.5 * np.sin(2 * np.pi * 1000 * np.arange(SR) / SR)).astype(np.float32)
+    db = frame_energies_db(tone, SR)
+    assert db.shape == (100,)  # one frame per 10 ms
+    # mean square of a 0.5 sine = 0.125: -9.03 dBFS (the last frame half zeros: -3 dB)
+    assert np.allclose(db[:-1], 10 * np.log10(0.125), atol=0.05)
+    assert db[-1] == pytest.approx(10 * np.log10(0.0625), abs=0.05)
+    assert frame_energies_db(np.zeros(5, np.float32), SR).shape == (1,)
+
+
+@pytest.mark.parametrize(
+    "audio",
+    [silence(10), noise(10, 0.003), noise(10, 0.05), silence(0.005)],
+    ids=["silence", "low-noise", "loud-noise", "5-ms"],
+)
+def test_no_speech(audio: np.ndarray) -> None:
+    assert speech_regions(audio, SR) == []
+    assert speech_windows(audio, SR) == []
+
+
+def test_hum_is_not_speech() -> None:
+    hum = 0.2 * np.sin(2 * np.pi * 50 * np.arange(5 * SR) / SR)
+    assert speech_regions(hum.astype(np.float32), SR) == []
+
+
+def test_regions_and_windows() -> None:
+    """1 s silence, 1.5 s speech, 0.5 s pause, 1 s speech, 3 s silence, 1 s speech, 0.5 s."""
+    parts = [silence(1), burst(1.5, 0), silence(0.5), burst(1, 1), silence(3), burst(1, 2)]
+    audio = np.concatenate([*parts, silence(0.5)]) + noise(8.5, 1e-4)
+    regions = speech_regions(audio, SR)
+    edges = [(1.0, 2.5), (3.0, 4.0), (7.0, 8.0)]
+    assert len(regions) == 3
+    for (a, b), (x, y) in zip(regions, edges, strict=True):
+        assert abs(a / SR - x) <= 0.03 and abs(b / SR - y) <= 0.03, (a / SR, b / SR)
+    # the 0.5 s pause stays inside one window, the 3 s one separates two; 0.25 s of context
+    windows = speech_windows(audio, SR)
+    assert len(windows) == 2
+    assert windows[0][0] == regions[0][0] - SR // 4 and windows[0][1] == regions[1][1] + SR // 4
+    assert windows[1] == (regions[2][0] - SR // 4, regions[2][1] + SR // 4)
+    # in a noise floor 40 dB down, the same regions
+    noisy = audio + noise(8.5, 0.0015, seed=3)
+    assert len(speech_regions(noisy, SR)) == 3
+
+
+def test_clicks_and_bridges() -> None:
+    click = np.concatenate([silence(1), np.full(320, 0.5, np.float32), silence(1)])  # 20 ms
+    assert speech_regions(click + noise(2.02, 1e-4), SR) == []
+    # a 0.2 s pause inside speech is bridged: one region
+    audio = np.concatenate([silence(0.5), burst(1, 0), silence(0.2), burst(1, 1), silence(0.5)])
+    audio += noise(3.2, 1e-4)
+    assert len(speech_regions(audio, SR)) == 1
+    assert len(speech_regions(audio, SR, VadOptions(bridge=0.1))) == 2
+
+
+def test_cut_pads_with_zeros() -> None:
+    x = np.arange(1, 11, dtype=np.float32)
+    assert np.array_equal(cut(x, 2, 5), x[2:5])
+    assert np.array_equal(cut(x, -2, 3), [0, 0, 1, 2, 3])
+    assert np.array_equal(cut(x, 8, 12), [9, 10, 0, 0])
+    with pytest.raises(ValueError):
+        VadOptions(min_range_db=-1)
+
+
+def test_hours_of_silence_cost_no_model_work() -> None:
+    """An hour of silence: no window reaches the model (memory stays bounded while framing)."""
+    assert speech_windows(np.zeros(3600 * SR, np.float32), SR) == []
+
+
+@pytest.fixture(scope="module")
+def recorded() -> tuple[object, np.ndarray, np.ndarray]:
+    """The bundled recogniser (onnx, the CPU default) and two sentences of the bundled voice."""
+    from speechrt.asr import ASR
+    from speechrt.tts import TTS
+
+    tts, asr = TTS(), ASR()
+    waves = []
+    for text in ("Speech recognition works on this machine.", "The cat sat on the mat."):
+        (audio,) = tts.synthesize([text])
+        waves.append(asr.load_audio(audio_bytes(audio, tts.sampling_rate)))
+    return asr, waves[0], waves[1]
+
+
+def audio_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    import io
+
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, audio, sample_rate, format="WAV")
+    return buf.getvalue()
+
+
+def test_bundled_recogniser_hears_nothing_in_silence_and_noise(recorded) -> None:
+    asr, _, _ = recorded
+    for audio in (silence(10), noise(10, 0.003)):
+        t = asr.transcribe([audio])[0]
+        assert t.text == "" and t.words == [] and t.duration == pytest.approx(10.0)
+
+
+def test_padding_with_silence_changes_nothing(recorded) -> None:
+    asr, speech, _ = recorded
+    plain = asr.transcribe([speech])[0]
+    assert len(plain.text.split()) >= 4
+    for pad in (1.0, 3.0):
+        padded = asr.transcribe([np.concatenate([silence(pad), speech, silence(pad)])])[0]
+        assert padded.text == plain.text
+        for a, b in zip(padded.words, plain.words, strict=True):  # same words, shifted
+            assert a.start == pytest.approx(b.start + pad, abs=0.011)
+            assert a.end == pytest.approx(b.end + pad, abs=0.011)
+    # without the detector the padding changes the transcript (the reason it exists)
+    from speechrt.asr import ASR
+
+    fixed = ASR(vad=None).transcribe([np.concatenate([silence(3), speech, silence(3)])])[0]
+    assert fixed.text != plain.text
+
+
+def test_long_audio_is_cut_at_pauses(recorded) -> None:
+    """Two sentences 4 s apart: two windows, each transcribed as if alone."""
+    asr, first, second = recorded
+    joined = np.concatenate([first, silence(4), second])
+    windows = asr.speech_segments(0, joined)
+    assert len(windows) == 2
+    got = asr.transcribe([joined])[0]
+    alone = [t.text for t in asr.transcribe([first, second])]
+    assert got.text == " ".join(alone)
+    duration = joined.size / SR
+    assert all(0 <= w.start <= w.end <= duration for w in got.words)
+    # CTC places a window's first word early, into its context: the words of each sentence
+    # lie on its side of the pause's middle
+    n_first, middle = len(alone[0].split()), first.size / SR + 2.0
+    assert got.words[n_first - 1].end < middle < got.words[n_first].start
+
+
+def test_cli_no_vad(tmp_path, capsys) -> None:
+    """`speechrt transcribe` on 5 s of digital silence: no words; --no-vad: the model's."""
+    import soundfile as sf
+
+    from speechrt.cli import main
+
+    path = tmp_path / "silence.wav"
+    sf.write(path, silence(5), SR)
+    assert main(["transcribe", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}\t\n"
+    assert main(["transcribe", str(path), "--no-vad"]) == 0
+    assert capsys.readouterr().out.split("\t")[1].strip() != ""
+    assert main(["transcribe", str(path), "--no-vad", "--url", "http://127.0.0.1:9"]) != 0
+    assert "--url" in capsys.readouterr().err
