@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from speechrt.errors import SpeechRTError
+from speechrt.errors import ServerError, SpeechRTError
 from speechrt.realtime_client import TranscriptEvent, realtime_events, sse_events
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -37,14 +37,15 @@ SPEECH_FIELDS = {
     "denoise",
 }
 Audio = bytes | str | Path | np.ndarray
-
-
-class ServerError(SpeechRTError):
-    """The server answered with an error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"server error {status}: {message}")
-        self.status = status
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ServerError",
+    "TranscriptEvent",
+    "parse_metrics",
+    "synthesize_files",
+    "transcribe_files",
+]
 
 
 def _raise_for(resp: httpx.Response) -> None:

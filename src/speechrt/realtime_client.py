@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from speechrt.errors import SpeechRTError
+from speechrt.errors import ServerError, SpeechRTError
 
 RECV_TIMEOUT_S = 120.0  # the longest wait for the server's next event
 
@@ -36,8 +36,6 @@ class TranscriptEvent:
 
 def sse_events(lines: Iterable[str]) -> Iterator[TranscriptEvent]:
     """The text lines of a stream=true response -> its events."""
-    from speechrt.client import ServerError
-
     for line in lines:
         if not line.startswith("data:"):
             continue
@@ -65,12 +63,11 @@ def realtime_events(
     from websockets.sync.client import connect
 
     from speechrt.audio.io import to_int16
-    from speechrt.client import ServerError
 
     ws_url = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
     ws_url = f"{ws_url.rstrip('/')}/v1/realtime?intent=transcription&model={model}"
     try:
-        conn = connect(ws_url, max_size=None, open_timeout=30)
+        conn = connect(ws_url, max_size=None, open_timeout=30).__enter__()
     except (OSError, WebSocketException) as e:
         raise SpeechRTError(f"cannot reach the server at {url} ({e})") from None
     failure: list[BaseException] = []

@@ -263,19 +263,24 @@ class Session:
 async def realtime(ws: WebSocket) -> None:
     srv = ws.app.state.server
     intent = ws.query_params.get("intent", "transcription")
-    model = ws.query_params.get("model", "asr")
+    model = ws.query_params.get("model")
     await ws.accept()
-    if srv.asr is None or intent != "transcription" or srv.pipeline_of(model) not in (None, "asr"):
-        why = (
-            "this server has no speech recognition model"
-            if srv.asr is None
-            else "only transcription sessions are served (?intent=transcription)"
-        )
-        err = {"type": "invalid_request_error", "code": "unsupported_session", "message": why}
+    why = code = None
+    if srv.asr is None:
+        why, code = "this server has no speech recognition model", "model_not_found"
+    elif intent != "transcription":
+        why = "only transcription sessions are served (?intent=transcription)"
+        code = "unsupported_session"
+    elif model is not None and srv.pipeline_of(model) != "asr":
+        served = ", ".join(n for n in srv.openai_models() if srv.pipeline_of(n) == "asr")
+        why = f"model {model[:60]!r} is not a transcription model here; use one of {served}"
+        code = "model_not_found"
+    if why is not None:
+        err = {"type": "invalid_request_error", "code": code, "message": why}
         await ws.send_text(json.dumps({"event_id": _id("event"), "type": "error", "error": err}))
         await ws.close(code=1008)
         return
-    session = Session(ws, model if srv.pipeline_of(model) == "asr" else "asr")
+    session = Session(ws, model or "asr")
     await session.send({"type": "session.created", "session": session.session_object()})
     idle = srv.config.limits.realtime_idle_s
     try:
