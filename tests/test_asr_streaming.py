@@ -18,6 +18,7 @@ from speechrt.asr.streaming import (
     receptive_field,
     window_log_probs,
 )
+from speechrt.asr.wer import char_errors
 from speechrt.audio.features import FeatureConfig, log_mel_numpy
 from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
 from speechrt.registry import preset
@@ -137,7 +138,8 @@ def speech() -> np.ndarray:
     from speechrt.tts import TTS
 
     tts = TTS(device="cpu")
-    (audio,) = tts.synthesize(["Speech recognition works on this machine. Please call Stella."])
+    text = "Speech recognition works on this machine. Please call Stella and ask her to bring "
+    (audio,) = tts.synthesize([text + "these things with her from the store."])  # 6.8 s
     return resample(audio, tts.sampling_rate, 16000)
 
 
@@ -159,6 +161,11 @@ def test_partials_every_chunk_and_final_equals_offline(speech: np.ndarray) -> No
     final = rec.finish()
     assert final.offline and final.text == offline
     assert [w.word for w in final.words] == offline.split()
+    # past 4 s, partials come from 4 s windows between the full ones: within a few letters of those
+    full = StreamingRecognizer(asr, chunk=0.5, partial_window=None)
+    texts = [full.push(speech[i : i + 8000]) for i in range(0, speech.shape[0], 8000)]
+    for cheap, ref in zip(partials, [p for p in texts if p is not None], strict=True):
+        assert char_errors(ref.text, cheap.text).errors <= 3
 
 
 @bundled

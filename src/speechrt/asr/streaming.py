@@ -44,6 +44,9 @@ from speechrt.audio.mel import mel_filterbank
 from speechrt.errors import SpeechRTError
 
 CHUNK_SECONDS = 0.5  # a partial per this much audio
+COMMIT_SECONDS = 2.0  # a full (committing) window per this much audio ...
+PARTIAL_SECONDS = 4.0  # ... and between them windows of this many seconds of the newest audio
+PARTIAL_MARGIN = 100  # feature frames at the start of a partial window whose frames are not used
 KEEP_SECONDS = 600.0  # audio kept for the final offline pass (at most 38 MB at 16 kHz)
 
 Token = tuple[int, int, int]  # (label, first frame, last frame), absolute output frames
@@ -260,6 +263,13 @@ class StreamingRecognizer:
 
     push(samples) -> Partial | None (one per `chunk` seconds of audio); finish() -> Final.
     `run` overrides how a window is computed (default: the ASR's runner on this thread).
+
+    Every `commit_every` seconds of audio a full window (the receptive field on both sides of
+    the frames it commits) commits frames and recomputes every tentative one. Between them, a
+    partial window of the newest `partial_window` seconds refreshes the newest tentative frames
+    only (all but its first PARTIAL_MARGIN frames, which lack left context): that is a quarter
+    of a full window's compute for QuartzNet 5x5. partial_window None: every chunk a full
+    window.
     """
 
     def __init__(
@@ -268,9 +278,13 @@ class StreamingRecognizer:
         chunk: float = CHUNK_SECONDS,
         keep_seconds: float = KEEP_SECONDS,
         run: Callable[[np.ndarray, int], np.ndarray] | None = None,
+        commit_every: float = COMMIT_SECONDS,
+        partial_window: float | None = PARTIAL_SECONDS,
     ) -> None:
         if chunk <= 0:
             raise SpeechRTError(f"chunk must be > 0 s, got {chunk}")
+        if partial_window is not None and partial_window * 100 <= 2 * PARTIAL_MARGIN:
+            raise SpeechRTError(f"partial_window must be > 2 s, got {partial_window}")
         self.asr = asr
         dims = asr.info.dims
         self.rf = receptive_field(dims)
@@ -286,7 +300,14 @@ class StreamingRecognizer:
         self.tokens: list[Token] = []  # committed tokens
         self.last_id = -1  # the last committed frame's argmax (repeats merge across steps)
         self.tentative: list[Token] = []
+        self.ids: list[int] = []  # argmax of the tentative frames, from frame `committed` on
         self.run = run or self._run
+        self.commit_samples = round(commit_every * asr.sample_rate)
+        self.since_commit = 0
+        hop = asr.features.hop_length
+        self.partial_frames = None  # feature frames of a partial window
+        if partial_window is not None:
+            self.partial_frames = round(partial_window * asr.sample_rate / hop)
 
     @property
     def seconds(self) -> float:
@@ -302,10 +323,15 @@ class StreamingRecognizer:
                 self.kept.append(audio)
         self.front.push(audio)
         self.since += audio.size
+        self.since_commit += audio.size
         if self.since < self.chunk_samples or self.front.n_frames == 0:
             return None
         self.since = 0
-        self._step(final=False)
+        if self.partial_frames is None or self.since_commit >= self.commit_samples:
+            self.since_commit = 0
+            self._step(final=False)
+        else:
+            self._refresh()
         return self.partial()
 
     def partial(self) -> Partial:
@@ -340,10 +366,28 @@ class StreamingRecognizer:
         self.tokens, self.last_id = _extend(
             self.tokens, self.last_id, done, w.commit_from, self.blank
         )
-        rest = ids[w.commit_to - first :].tolist()
-        self.tentative, _ = _extend([], self.last_id, rest, w.commit_to, self.blank)
+        self.ids = ids[w.commit_to - first :].tolist()
+        self.tentative, _ = _extend([], self.last_id, self.ids, w.commit_to, self.blank)
         self.committed = w.commit_to
         fe.drop(max(0, self.committed * self.stride - self.rf) - self.pad)
+
+    def _refresh(self) -> None:
+        """A partial window over the newest frames: new argmaxes for the tentative frames it
+        has left context for; older tentative frames keep those of earlier windows."""
+        assert self.partial_frames is not None
+        n_valid = self.front.n_frames + self.pad
+        start = max(0, n_valid - self.partial_frames)
+        start -= start % self.stride
+        full = plan_window(self.committed, n_valid, self.rf, self.stride)
+        if start <= full.start:  # no smaller than a full window: take the full one
+            self._step(final=False)
+            return
+        w = Window(start, n_valid, n_valid - start, self.committed, self.committed)
+        ids = self.run(self._window_features(w), w.length).argmax(-1).tolist()  # (T',)
+        first = start // self.stride  # the window's first output frame
+        use = max(first + PARTIAL_MARGIN // self.stride, self.committed)
+        self.ids = self.ids[: use - self.committed] + ids[use - first :]
+        self.tentative, _ = _extend([], self.last_id, self.ids, self.committed, self.blank)
 
     def _window_features(self, w: Window) -> np.ndarray:
         """Input frames [w.start, w.stop) in stream coordinates (pad_leading zeros first)."""
