@@ -29,9 +29,9 @@ REALTIME_RATE = 24000  # what goes over the WebSocket (OpenAI's pcm16 rate)
 class PartialLine:
     """Partial text on stderr: one line rewritten in place on a terminal, else a line each."""
 
-    def __init__(self, out: TextIO = sys.stderr) -> None:
-        self.out = out
-        self.tty = out.isatty()
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out if out is not None else sys.stderr  # the stream of the moment, not import's
+        self.tty = self.out.isatty()
         self.shown = False
 
     def show(self, seconds: float | None, text: str) -> None:
