@@ -11,7 +11,6 @@ import pytest
 
 from speechrt.asr import ASR
 from speechrt.asr.streaming import (
-    StreamingFrontEnd,
     StreamingRecognizer,
     committed_log_probs,
     plan_window,
@@ -20,6 +19,7 @@ from speechrt.asr.streaming import (
 )
 from speechrt.asr.wer import char_errors
 from speechrt.audio.features import FeatureConfig, log_mel_numpy
+from speechrt.audio.stream_features import StreamingFrontEnd
 from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
 from speechrt.registry import preset
 
@@ -187,3 +187,21 @@ def test_cli_stream_prints_partials_then_the_offline_text(
     assert len(lines) == speech.shape[0] // 8000 and lines[0].startswith("partial\t0.50\t")
     assert main(["transcribe", "--realtime", str(path)]) == 2
     assert "--stream" in capsys.readouterr().err
+
+
+@bundled
+def test_streaming_on_onnx_imports_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from speechrt.asr import ASR\n"
+        "from speechrt.asr.streaming import StreamingRecognizer\n"
+        "rec = StreamingRecognizer(ASR(device='cpu'))\n"
+        "x = (0.1 * np.random.default_rng(0).standard_normal(24000)).astype(np.float32)\n"
+        "assert rec.push(x) is not None and rec.finish().offline\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
