@@ -5,6 +5,8 @@
         wav = c.synthesize("Hello world.")                # bytes of a WAV file
         audio, sr = c.synthesize_array("Hello world.")    # float32 (N,), sampling rate
         c.transcribe("speech.wav")["text"]
+        for event in c.transcribe_stream("speech.wav"):   # TranscriptEvent: delta..., done
+            print(event.kind, event.text)
 
 They speak the server's OpenAI audio API (/v1) and health routes; any failure is a SpeechRTError
 (`ServerError` with the HTTP status and the server's message for error responses).
@@ -12,14 +14,15 @@ They speak the server's OpenAI audio API (/v1) and health routes; any failure is
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
-from speechrt.errors import SpeechRTError
+from speechrt.errors import ServerError, SpeechRTError
+from speechrt.realtime_client import TranscriptEvent, realtime_events, sse_events
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # keyword arguments of synthesize*: the /v1/audio/speech fields besides input and response_format
@@ -34,14 +37,15 @@ SPEECH_FIELDS = {
     "denoise",
 }
 Audio = bytes | str | Path | np.ndarray
-
-
-class ServerError(SpeechRTError):
-    """The server answered with an error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"server error {status}: {message}")
-        self.status = status
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ServerError",
+    "TranscriptEvent",
+    "parse_metrics",
+    "synthesize_files",
+    "transcribe_files",
+]
 
 
 def _raise_for(resp: httpx.Response) -> None:
@@ -175,6 +179,35 @@ class Client:
         form = _transcription_form(model, response_format, timestamp_granularities)
         resp = self._request("POST", "/v1/audio/transcriptions", data=form, files=files)
         return _transcription(resp, response_format)
+
+    def transcribe_stream(
+        self, audio: Audio, sampling_rate: int | None = None, model: str = "asr"
+    ) -> Iterator[TranscriptEvent]:
+        """stream=true: the file at once; TranscriptEvent("delta", new text) as the server's
+        streaming recogniser finds words, then TranscriptEvent("done", the offline text)."""
+        files = {"file": _upload(audio, sampling_rate)}
+        form = {**_transcription_form(model, "json", None), "stream": "true"}
+        try:
+            with self._http.stream(
+                "POST", "/v1/audio/transcriptions", data=form, files=files
+            ) as resp:
+                if not resp.is_success:
+                    resp.read()
+                    _raise_for(resp)
+                yield from sse_events(resp.iter_lines())
+        except httpx.HTTPError as e:
+            raise _unreachable(self.url, e) from None
+
+    def transcribe_realtime(
+        self,
+        chunks: Iterable[np.ndarray],
+        sampling_rate: int,
+        model: str = "asr",
+        realtime: bool = False,
+    ) -> Iterator[TranscriptEvent]:
+        """Audio chunks (float32 at `sampling_rate`, e.g. a microphone's) over the realtime
+        WebSocket; deltas while they are sent, then "done" with the final text."""
+        return realtime_events(self.url, chunks, sampling_rate, model, realtime)
 
     def health(self) -> bool:
         """True when the server is up and ready to serve."""

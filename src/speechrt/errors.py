@@ -6,6 +6,14 @@ class SpeechRTError(Exception):
     """A problem with the user's input, files or models (not a bug in speechrt)."""
 
 
+class ServerError(SpeechRTError):
+    """A `speechrt serve` answered a client (speechrt.client) with an error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"server error {status}: {message}")
+        self.status = status
+
+
 class MaxDecoderStepsWarning(UserWarning):
     """An autoregressive model stopped at its step limit before its stop gate fired.
 

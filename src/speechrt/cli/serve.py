@@ -82,6 +82,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--request-timeout", type=float, default=60.0, help="seconds per request (default: 60)"
     )
     g.add_argument(
+        "--realtime-idle-seconds",
+        type=float,
+        default=60.0,
+        help="close a realtime WebSocket session after this long without an event (default: 60)",
+    )
+    g.add_argument(
         "--graceful-timeout",
         type=int,
         default=30,
@@ -110,11 +116,13 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from speechrt.serving import BatchConfig, Limits, ServeConfig, Server, create_app
+        from speechrt.serving.realtime import MAX_MESSAGE_BYTES
     except ImportError as e:
         raise SpeechRTError(
             f"serving needs the `serve` extra: pip install 'speechrt[serve]' ({e})"
         ) from None
-    positive = ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout")
+    positive = ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout",
+                "realtime_idle_seconds")  # fmt: skip
     for name in (*positive, "max_symbols", "max_component_seconds"):
         if getattr(args, name) <= 0:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
@@ -132,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
             max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
             max_audio_seconds=args.max_audio_seconds,
             request_timeout_s=args.request_timeout,
+            realtime_idle_s=args.realtime_idle_seconds,
             max_symbols=args.max_symbols,
             max_component_seconds=args.max_component_seconds,
         ),
@@ -182,5 +191,6 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         timeout_graceful_shutdown=args.graceful_timeout,
         access_log=args.log_level == "debug",
+        ws_max_size=MAX_MESSAGE_BYTES,
     )
     return 0

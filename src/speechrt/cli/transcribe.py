@@ -1,5 +1,6 @@
 """`speechrt transcribe FILE... --model DIR [--json] [--device D] [--batch-size N]
-[--decoder auto|greedy|beam] [--lm DIR] [--beam-size N] [--alpha A] [--beta B]`
+[--decoder auto|greedy|beam] [--lm DIR] [--beam-size N] [--alpha A] [--beta B]
+[--stream [--realtime] [--chunk-ms MS]]`
 
 One line per file: `FILE<TAB>text`, or with --json one JSON object per line (file, text, words
 with start/end seconds, duration, rtf). A file that cannot be read gets an error line on stderr;
@@ -7,6 +8,9 @@ the others are still transcribed, and the exit status is then 2.
 
 Decoding: a CTC prefix beam search with a word LM when the model directory holds one (lm.json +
 lm.safetensors) or --lm names one, else greedy (speechrt.asr.beam).
+
+--stream feeds each file as a microphone would, showing partial text as it comes
+(speechrt.cli.transcribe_stream).
 """
 
 from __future__ import annotations
@@ -30,6 +34,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="JSON lines with word times")
     add_runtime_options(p)
     p.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
+    g = p.add_argument_group("streaming")
+    g.add_argument(
+        "--stream",
+        action="store_true",
+        help="feed each file in chunks, as from a microphone, showing partial text on stderr",
+    )
+    g.add_argument(
+        "--realtime", action="store_true", help="with --stream: pace the chunks in real time"
+    )
+    g.add_argument(
+        "--chunk-ms", type=float, default=100.0, help="with --stream: audio per chunk (100)"
+    )
     add_decoder_arguments(p)
 
 
@@ -73,12 +89,19 @@ def run(args: argparse.Namespace) -> int:
     from speechrt.errors import SpeechRTError
 
     decoding = decoder_options(args)
+    if (args.realtime or args.chunk_ms != 100.0) and not args.stream:
+        raise SpeechRTError("--realtime and --chunk-ms go with --stream")
     if args.url is not None:
         from speechrt.client import transcribe_files
 
         flags = [v for k, v in decoding.items() if k not in ("decoder", "vad")]
         if args.decoder or args.no_vad or any(v is not None for v in flags):
             raise SpeechRTError("--url: the server decodes as it was started (speechrt serve)")
+    if args.stream:
+        from speechrt.cli.transcribe_stream import run_stream
+
+        return run_stream(args, decoding)
+    if args.url is not None:
         return transcribe_files(args.url, args.files, args.json)
     asr = ASR(
         args.model, device=args.device, precision=args.precision, backend=args.backend, **decoding

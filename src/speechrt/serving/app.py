@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from speechrt import __version__
-from speechrt.serving import kserve, openai_api, openapi
+from speechrt.serving import kserve, openai_api, openapi, realtime
 from speechrt.serving.errors import HANDLERS, PayloadTooLarge, error_body
 from speechrt.serving.server import Server
 
@@ -153,6 +153,7 @@ def create_app(server: Server) -> FastAPI:
     app.state.server = server
     app.include_router(openai_api.router)
     app.include_router(kserve.router)
+    app.include_router(realtime.router)
     openapi.install(app, server)
     # Multipart uploads carry some framing around the file itself.
     app.add_middleware(BodyLimit, limit=server.config.limits.max_upload_bytes + 64 * 1024)

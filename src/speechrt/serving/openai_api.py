@@ -13,7 +13,9 @@ SynthesisOptions. `stream_format: "audio"` streams mp3, opus, wav (a header with
 then PCM) or pcm, one sentence at a time as each is ready; a streamed wav or pcm's bytes equal
 the non-streamed response's, a streamed mp3 or opus decodes to the same audio (an mp3 stream
 starts with LAME's encoder delay).
-Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `language`,
+Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `stream=true`
+answers server-sent events (`transcript.text.delta`, then `transcript.text.done` with the
+text the same request without `stream` returns); `language`,
 `prompt` and `temperature` are accepted and ignored (English models; CTC decoding as the server
 was started: greedy, or beam search with the recogniser's word LM).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -36,6 +39,7 @@ from speechrt.options import SynthesisOptions
 from speechrt.serving import transcripts
 from speechrt.serving.errors import ApiError
 from speechrt.serving.metrics import failure_reason
+from speechrt.serving.streams import RecognitionStream
 
 if TYPE_CHECKING:
     from speechrt.serving.server import Server
@@ -285,9 +289,19 @@ async def _transcribe(srv: Server, form: Any) -> Response:
             None,
             "timestamp_granularities",
         )
-    if (_form_str(form, "stream") or "false").lower() == "true":
-        raise ApiError(400, "streamed transcription is not supported", None, "stream")
+    stream = (_form_str(form, "stream") or "false").lower()
+    if stream not in ("true", "false"):
+        raise ApiError(400, f"stream must be true or false, got {stream[:20]!r}", None, "stream")
+    if stream == "true" and fmt not in ("json", "text"):
+        raise ApiError(
+            400,
+            "stream=true sends server-sent events: response_format must be json or text",
+            "unsupported_format",
+            "response_format",
+        )
     data = await upload.read()
+    if stream == "true":
+        return await _transcribe_stream(srv, data)
     async with srv.metrics.track("asr"):
         audio = await srv.asr.decode(data)
         (result,) = await srv.asr.transcribe([audio])
@@ -300,6 +314,40 @@ async def _transcribe(srv: Server, form: Any) -> Response:
     if fmt == "srt":
         return PlainTextResponse(transcripts.srt(result))
     return PlainTextResponse(transcripts.vtt(result), media_type="text/vtt")
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+async def _transcribe_stream(srv: Server, data: bytes) -> StreamingResponse:
+    """Server-sent events: `transcript.text.delta` per STREAM_SECONDS of audio that brings new
+    words (the streaming path, speechrt.serving.streams), then `transcript.text.done` with the
+    offline transcription (the text a non-streamed request returns)."""
+    assert srv.asr is not None
+    t0 = time.perf_counter()
+    audio = await srv.asr.decode(data)  # bad files are a 4xx before the stream starts
+    stream = RecognitionStream(srv, srv.asr.sampling_rate)
+    step = stream.chunk
+
+    async def events() -> AsyncIterator[bytes]:
+        failure: str | None = "CANCELED"
+        try:
+            for start in range(0, audio.shape[0], step):
+                for delta in await stream.push(audio[start : start + step]):
+                    yield _sse({"type": "transcript.text.delta", "delta": delta})
+            last, text = await stream.finish()
+            if last:
+                yield _sse({"type": "transcript.text.delta", "delta": last})
+            yield _sse({"type": "transcript.text.done", "text": text})
+            failure = None
+        except Exception as e:
+            failure = failure_reason(e)
+            raise
+        finally:
+            srv.metrics.record_request("asr", time.perf_counter() - t0, failure)
+
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 @router.get("/audio/voices")

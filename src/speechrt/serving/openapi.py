@@ -87,6 +87,11 @@ class TranscriptionForm(BaseModel):
     timestamp_granularities: list[Literal[transcripts.GRANULARITIES]] | None = Field(  # type: ignore[valid-type]
         None, alias="timestamp_granularities[]"
     )
+    stream: bool = Field(
+        False,
+        description="server-sent events: transcript.text.delta as words are recognised, then "
+        "transcript.text.done with the final text (response_format json or text)",
+    )
     language: str | None = None
     prompt: str | None = None
     temperature: float | None = None
@@ -258,7 +263,12 @@ ROUTES: dict[tuple[str, str], tuple[int, Content, tuple[int, ...]]] = {
     ),
     ("post", "/v1/audio/transcriptions"): (
         200,
-        {"application/json": "Transcription", "text/plain": "string", "text/vtt": "string"},
+        {
+            "application/json": "Transcription",
+            "text/plain": "string",
+            "text/vtt": "string",
+            "text/event-stream": "string",  # stream=true
+        },
         (*INFERENCE, 415),
     ),
     ("post", "/v1/audio/speech/captioned"): (

@@ -30,6 +30,7 @@ class Limits:
     max_upload_bytes: int = 25 * 1024 * 1024  # request bodies (OpenAI's file limit)
     max_audio_seconds: float = 600.0  # decoded audio per item
     request_timeout_s: float = 60.0  # queue + compute, per request
+    realtime_idle_s: float = 60.0  # a realtime WebSocket session with no event for this long ends
     # KServe v2 component inputs, per item (speechrt.serving.v2models.axis_limits):
     max_symbols: int = 1024  # symbol ids (a 300-character piece of words encodes to ~300-400)
     max_component_seconds: float = 30.0  # audio-time axes: mel frames, samples, ASR features

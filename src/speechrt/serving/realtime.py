@@ -1,0 +1,313 @@
+"""OpenAI's realtime transcription over WebSocket: `/v1/realtime?intent=transcription`.
+
+Client events: `session.update` (GA: session.type "transcription", session.audio.input.format
+{type: "audio/pcm", rate}) or `transcription_session.update` (beta: input_audio_format "pcm16"),
+`input_audio_buffer.append` (base64 little-endian 16-bit mono PCM, 24 kHz unless the session says
+otherwise), `input_audio_buffer.commit`, `input_audio_buffer.clear`. Server events:
+`session.created`, `session.updated` / `transcription_session.updated`,
+`conversation.item.input_audio_transcription.delta` (a chunk of new words, at most every 0.5 s of
+audio: speechrt.serving.streams), `input_audio_buffer.committed`,
+`conversation.item.input_audio_transcription.completed` (the final text: offline transcription
+of the committed audio), `input_audio_buffer.cleared`, and `error` for any event it cannot
+follow, after which the session goes on.
+
+Differences from OpenAI, by design: no voice activity detection (turn_detection must be null;
+the client commits), pcm only (no G.711), and `rate` may be any of 8-48 kHz, not only 24 kHz.
+Limits: a committed utterance holds at most the server's --max-audio-seconds (an append past it
+is refused with an error event); one message at most MAX_MESSAGE_BYTES; a session that sends
+nothing for `realtime_idle_s` is closed (code 1000 after an error event). Messages are handled in
+order as they arrive, with nothing queued beyond the socket's own buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import uuid
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+
+from speechrt.errors import SpeechRTError
+from speechrt.serving.streams import RecognitionStream
+
+router = APIRouter(prefix="/v1")
+log = logging.getLogger("speechrt.serving")
+
+DEFAULT_RATE = 24000  # OpenAI's pcm16
+RATES = (8000, 48000)  # the rates a session may ask for
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one WebSocket message (uvicorn's ws_max_size)
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+class EventError(Exception):
+    """A client event the session cannot follow: answered with an `error` event."""
+
+    def __init__(self, message: str, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.code, self.param = message, code, param
+
+
+class Session:
+    """One WebSocket's transcription session: its settings and the utterance being appended."""
+
+    def __init__(self, ws: WebSocket, model: str) -> None:
+        self.ws = ws
+        self.srv = ws.app.state.server
+        self.model = model
+        self.id = _id("sess")
+        self.rate = DEFAULT_RATE
+        self.max_samples = int(self.srv.config.limits.max_audio_seconds * DEFAULT_RATE)
+        self.stream: RecognitionStream | None = None
+        self.item_id = _id("item")
+        self.previous_item: str | None = None
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send_text(json.dumps({"event_id": _id("event"), **event}))
+
+    async def error(self, e: EventError, client_event: str | None) -> None:
+        err: dict[str, str | None] = {"type": "invalid_request_error", "code": e.code}
+        err.update(message=e.message, param=e.param, event_id=client_event)
+        await self.send({"type": "error", "error": err})
+
+    def session_object(self, beta: bool = False) -> dict[str, Any]:
+        transcription = {"model": self.model, "language": "en", "prompt": ""}
+        if beta:
+            return {
+                "id": self.id,
+                "object": "realtime.transcription_session",
+                "modalities": ["text"],
+                "input_audio_format": "pcm16",
+                "input_audio_transcription": transcription,
+                "turn_detection": None,
+            }
+        fmt = {"type": "audio/pcm", "rate": self.rate}
+        return {
+            "type": "transcription",
+            "object": "realtime.transcription_session",
+            "id": self.id,
+            "audio": {"input": {"format": fmt, "transcription": transcription,
+                                "turn_detection": None, "noise_reduction": None}},
+            "include": [],
+        }  # fmt: skip
+
+    # -- client events ---------------------------------------------------------------------------
+
+    async def handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "input_audio_buffer.append":
+            await self.append(event.get("audio"))
+        elif kind == "input_audio_buffer.commit":
+            await self.commit()
+        elif kind == "input_audio_buffer.clear":
+            self.stream = None
+            await self.send({"type": "input_audio_buffer.cleared"})
+        elif kind in ("session.update", "transcription_session.update"):
+            beta = kind == "transcription_session.update"
+            self.update(event.get("session"), beta)
+            updated = "transcription_session.updated" if beta else "session.updated"
+            await self.send({"type": updated, "session": self.session_object(beta)})
+        else:
+            raise EventError(
+                f"unsupported event type {str(kind)[:60]!r}; a transcription session takes "
+                "session.update, input_audio_buffer.append, .commit and .clear",
+                "invalid_event_type",
+                "type",
+            )
+
+    def update(self, session: Any, beta: bool) -> None:
+        if not isinstance(session, dict):
+            raise EventError("`session` must be an object", "invalid_session", "session")
+        if beta:
+            fmt = session.get("input_audio_format", "pcm16")
+            if fmt != "pcm16":
+                raise EventError(
+                    f"input_audio_format {str(fmt)[:30]!r} is not supported; use pcm16",
+                    "unsupported_audio_format",
+                    "session.input_audio_format",
+                )
+            turn, rate = session.get("turn_detection"), DEFAULT_RATE
+        else:
+            if session.get("type", "transcription") != "transcription":
+                raise EventError(
+                    "only transcription sessions are served (session.type 'transcription')",
+                    "unsupported_session_type",
+                    "session.type",
+                )
+            audio_in = (session.get("audio") or {}).get("input") or {}
+            fmt = audio_in.get("format") or {}
+            if fmt.get("type", "audio/pcm") != "audio/pcm":
+                raise EventError(
+                    f"audio format {str(fmt.get('type'))[:30]!r} is not supported; use audio/pcm",
+                    "unsupported_audio_format",
+                    "session.audio.input.format",
+                )
+            rate = fmt.get("rate", self.rate)
+            turn = audio_in.get("turn_detection")
+        if turn is not None:
+            raise EventError(
+                "turn detection is not supported: set turn_detection to null and send "
+                "input_audio_buffer.commit at the end of each utterance",
+                "unsupported_turn_detection",
+                "session.turn_detection",
+            )
+        if not isinstance(rate, int) or not RATES[0] <= rate <= RATES[1]:
+            raise EventError(
+                f"rate must be an integer in [{RATES[0]}, {RATES[1]}] Hz",
+                "invalid_rate",
+                "session.audio.input.format.rate",
+            )
+        if rate != self.rate and self.stream is not None:
+            raise EventError(
+                "the rate cannot change while the buffer holds audio (commit or clear it first)",
+                "buffer_not_empty",
+                "session.audio.input.format.rate",
+            )
+        self.rate = rate
+        self.max_samples = int(self.srv.config.limits.max_audio_seconds * rate)
+
+    async def append(self, audio: Any) -> None:
+        if not isinstance(audio, str):
+            raise EventError("`audio` must be a base64 string", "invalid_audio", "audio")
+        try:
+            data = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError):
+            raise EventError("`audio` is not valid base64", "invalid_audio", "audio") from None
+        if len(data) % 2:
+            raise EventError(
+                "`audio` must be 16-bit PCM (an even number of bytes)", "invalid_audio", "audio"
+            )
+        pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+        held = self.stream.samples if self.stream is not None else 0
+        if held + pcm.size > self.max_samples:
+            limit = self.srv.config.limits.max_audio_seconds
+            raise EventError(
+                f"the input audio buffer would exceed {limit:g} s; commit it first",
+                "input_audio_buffer_too_large",
+                "audio",
+            )
+        if pcm.size == 0:
+            return
+        if self.stream is None:
+            self.stream = RecognitionStream(self.srv, self.rate)
+        for delta in await self.stream.push(pcm):
+            await self.delta(delta)
+
+    async def delta(self, text: str) -> None:
+        await self.send(
+            {
+                "type": "conversation.item.input_audio_transcription.delta",
+                "item_id": self.item_id,
+                "content_index": 0,
+                "delta": text,
+            }
+        )
+
+    async def commit(self) -> None:
+        stream = self.stream
+        min_s = self.srv.asr.asr.features.min_samples / self.srv.asr.sampling_rate
+        if stream is None or stream.seconds < min_s:
+            raise EventError(
+                f"the input audio buffer holds less than {min_s * 1000:.0f} ms of audio",
+                "input_audio_buffer_commit_empty",
+            )
+        item = self.item_id
+        await self.send(
+            {
+                "type": "input_audio_buffer.committed",
+                "item_id": item,
+                "previous_item_id": self.previous_item,
+            }
+        )
+        self.stream, self.previous_item, self.item_id = None, item, _id("item")
+        try:
+            last, text = await stream.finish()
+        except SpeechRTError as e:
+            await self.send(
+                {
+                    "type": "conversation.item.input_audio_transcription.failed",
+                    "item_id": item,
+                    "content_index": 0,
+                    "error": {"type": "invalid_request_error", "message": str(e)},
+                }
+            )
+            return
+        if last:
+            await self.send(
+                {
+                    "type": "conversation.item.input_audio_transcription.delta",
+                    "item_id": item,
+                    "content_index": 0,
+                    "delta": last,
+                }
+            )
+        await self.send(
+            {
+                "type": "conversation.item.input_audio_transcription.completed",
+                "item_id": item,
+                "content_index": 0,
+                "transcript": text,
+                "usage": {"type": "duration", "seconds": round(stream.seconds, 3)},
+            }
+        )
+
+
+@router.websocket("/realtime")
+async def realtime(ws: WebSocket) -> None:
+    srv = ws.app.state.server
+    intent = ws.query_params.get("intent", "transcription")
+    model = ws.query_params.get("model")
+    await ws.accept()
+    why = code = None
+    if srv.asr is None:
+        why, code = "this server has no speech recognition model", "model_not_found"
+    elif intent != "transcription":
+        why = "only transcription sessions are served (?intent=transcription)"
+        code = "unsupported_session"
+    elif model is not None and srv.pipeline_of(model) != "asr":
+        served = ", ".join(n for n in srv.openai_models() if srv.pipeline_of(n) == "asr")
+        why = f"model {model[:60]!r} is not a transcription model here; use one of {served}"
+        code = "model_not_found"
+    if why is not None:
+        err = {"type": "invalid_request_error", "code": code, "message": why}
+        await ws.send_text(json.dumps({"event_id": _id("event"), "type": "error", "error": err}))
+        await ws.close(code=1008)
+        return
+    session = Session(ws, model or "asr")
+    await session.send({"type": "session.created", "session": session.session_object()})
+    idle = srv.config.limits.realtime_idle_s
+    try:
+        while True:
+            try:
+                message = await asyncio.wait_for(ws.receive(), idle)
+            except asyncio.TimeoutError:
+                e = EventError(f"no event for {idle:g} s: closing the session", "idle_timeout")
+                await session.error(e, None)
+                await ws.close(code=1000)
+                return
+            if message["type"] == "websocket.disconnect":
+                return
+            event_id = None
+            try:
+                if message.get("text") is None:
+                    raise EventError("events are JSON text messages, not binary", "invalid_json")
+                event = json.loads(message["text"])
+                if not isinstance(event, dict):
+                    raise EventError("an event must be a JSON object", "invalid_json")
+                event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+                await session.handle(event)
+            except json.JSONDecodeError:
+                await session.error(EventError("not valid JSON", "invalid_json"), None)
+            except EventError as e:
+                await session.error(e, event_id)
+            except SpeechRTError as e:
+                await session.error(EventError(str(e), "invalid_audio"), event_id)
+    except (WebSocketDisconnect, RuntimeError):
+        return  # the client went away (RuntimeError: a receive after a close frame)

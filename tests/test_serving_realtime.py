@@ -1,0 +1,242 @@
+"""Streaming recognition through a real `speechrt serve` on the bundled recogniser: the realtime
+WebSocket with the openai client, stream=true transcriptions, speechrt's client and CLI, and bad
+input answered with error events or 4xx."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
+
+pytestmark = pytest.mark.skipif(
+    default_model(ASR_MODEL) is None or default_model(VOICE_ACOUSTIC) is None,
+    reason="no default models bundled",
+)
+openai = pytest.importorskip("openai")
+websockets_sync = pytest.importorskip("websockets.sync.client")
+
+RATE = 24000  # OpenAI's realtime pcm16
+MAX_SECONDS = 10  # the server's --max-audio-seconds
+IDLE = 3  # the server's --realtime-idle-seconds
+DELTA = "conversation.item.input_audio_transcription.delta"
+COMPLETED = "conversation.item.input_audio_transcription.completed"
+
+
+@pytest.fixture(scope="module")
+def server(start_server) -> str:
+    url, _ = start_server(
+        *("--asr", str(default_model(ASR_MODEL)), "--device", "cpu"),
+        *("--max-audio-seconds", str(MAX_SECONDS), "--realtime-idle-seconds", str(IDLE)),
+    )
+    return url
+
+
+@pytest.fixture(scope="module")
+def pcm() -> np.ndarray:
+    """The bundled voice saying two sentences: int16 at 24 kHz (N,)."""
+    from speechrt.audio.io import resample, to_int16
+    from speechrt.tts import TTS
+
+    tts = TTS(device="cpu")
+    (audio,) = tts.synthesize(["Speech recognition works on this machine. Please call Stella."])
+    return to_int16(resample(audio, tts.sampling_rate, RATE))
+
+
+@pytest.fixture(scope="module")
+def wav(pcm: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, pcm, RATE, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def offline(server: str, wav: bytes) -> str:
+    """The non-streamed transcription of the same samples."""
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    text = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", wav)).text
+    assert "stella" in text
+    return text
+
+
+def test_realtime_session_with_the_openai_client(server: str, pcm: np.ndarray, offline: str):
+    async def session() -> list[Any]:
+        client = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+        events = []
+        query = {"intent": "transcription"}
+        async with client.realtime.connect(model="whisper-1", extra_query=query) as conn:
+            fmt = {"type": "audio/pcm", "rate": RATE}
+            audio_in = {"format": fmt, "turn_detection": None}
+            await conn.session.update(
+                session={"type": "transcription", "audio": {"input": audio_in}}
+            )
+            data = pcm.tobytes()
+            step = RATE // 10 * 2  # 100 ms of 16-bit samples
+            for start in range(0, len(data), step):
+                chunk = base64.b64encode(data[start : start + step]).decode()
+                await conn.input_audio_buffer.append(audio=chunk)
+            await conn.input_audio_buffer.commit()
+            async for event in conn:
+                events.append(event)
+                if event.type == COMPLETED:
+                    return events
+        return events
+
+    events = asyncio.run(session())
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["session.created", "session.updated"]
+    assert kinds[-1] == COMPLETED
+    deltas = [i for i, k in enumerate(kinds) if k == DELTA]
+    committed = kinds.index("input_audio_buffer.committed")
+    # partials while the audio was coming in (before the commit), the final after it
+    assert len([i for i in deltas if i < committed]) >= 3
+    assert all(i < len(kinds) - 1 for i in deltas)
+    completed = events[-1]
+    assert completed.transcript == offline
+    assert completed.item_id == events[committed].item_id
+    assert completed.usage.seconds == pytest.approx(pcm.shape[0] / RATE, abs=1e-3)
+
+
+def test_stream_true_gives_deltas_then_the_offline_text(server: str, wav: bytes, offline: str):
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    stream = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", wav), stream=True)
+    events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and kinds.count("transcript.text.done") == 1
+    assert set(kinds[:-1]) == {"transcript.text.delta"} and len(kinds) >= 4
+    assert events[-1].text == offline
+
+
+def test_speechrt_client_streams(server: str, pcm: np.ndarray, wav: bytes, offline: str):
+    from speechrt.client import Client
+
+    with Client(server) as c:
+        events = list(c.transcribe_stream(wav))
+        assert events[-1].kind == "done" and events[-1].text == offline
+        assert [e.kind for e in events[:-1]] == ["delta"] * (len(events) - 1)
+        audio = pcm.astype(np.float32) / 32768.0
+        chunks = [audio[i : i + 2400] for i in range(0, audio.shape[0], 2400)]
+        events = list(c.transcribe_realtime(chunks, RATE))
+        assert events[-1].kind == "done" and events[-1].text == offline
+        assert len(events) >= 3
+
+
+def test_cli_stream_over_the_server(server: str, wav: bytes, offline: str, tmp_path: Path, capsys):
+    from speechrt.cli import main
+
+    path = tmp_path / "a.wav"
+    path.write_bytes(wav)
+    assert main(["transcribe", "--stream", str(path), "--url", server]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{path}\t{offline}\n"
+    assert err.count("partial\t") >= 3  # not a terminal: a line per partial
+
+
+class Raw:
+    """A bare WebSocket session (no client library checks what is sent)."""
+
+    def __init__(self, server: str, query: str = "intent=transcription") -> None:
+        url = server.replace("http://", "ws://") + f"/v1/realtime?{query}"
+        self.ws = websockets_sync.connect(url, max_size=None).__enter__()
+
+    def send(self, event: dict[str, Any] | str) -> None:
+        self.ws.send(event if isinstance(event, str) else json.dumps(event))
+
+    def recv(self) -> dict[str, Any]:
+        return json.loads(self.ws.recv(timeout=30))
+
+    def error_of(self, event: dict[str, Any] | str) -> dict[str, Any]:
+        self.send(event)
+        reply = self.recv()
+        assert reply["type"] == "error", reply
+        return reply["error"]
+
+
+def _b64(samples: np.ndarray) -> str:
+    return base64.b64encode(samples.astype("<i2").tobytes()).decode()
+
+
+def test_bad_events_get_error_events_and_the_session_goes_on(server: str):
+    s = Raw(server)
+    assert s.recv()["type"] == "session.created"
+    assert s.error_of({"type": "input_audio_buffer.append", "audio": "no base64!"})["code"] == (
+        "invalid_audio"
+    )
+    assert s.error_of({"type": "input_audio_buffer.append", "audio": "AA=="})["code"] == (
+        "invalid_audio"  # one byte: not 16-bit samples
+    )
+    assert s.error_of({"type": "input_audio_buffer.append", "audio": 12})["code"] == (
+        "invalid_audio"
+    )
+    err = s.error_of({"type": "response.create", "event_id": "evt_1"})
+    assert err["code"] == "invalid_event_type" and err["event_id"] == "evt_1"
+    assert s.error_of("{not json")["code"] == "invalid_json"
+    assert s.error_of("[1, 2]")["code"] == "invalid_json"
+    assert s.error_of({"type": "input_audio_buffer.commit"})["code"] == (
+        "input_audio_buffer_commit_empty"
+    )
+    vad = {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {}}}}}
+    assert s.error_of(vad)["code"] == "unsupported_turn_detection"
+    pcmu = {
+        "type": "session.update",
+        "session": {"audio": {"input": {"format": {"type": "audio/pcmu"}}}},
+    }
+    assert s.error_of(pcmu)["code"] == "unsupported_audio_format"
+    # too much audio: refused, the buffer keeps what it had
+    s.send({"type": "input_audio_buffer.append", "audio": _b64(np.zeros(RATE // 2))})
+    too_much = np.zeros(MAX_SECONDS * RATE, dtype=np.int16)
+    err = s.error_of({"type": "input_audio_buffer.append", "audio": _b64(too_much)})
+    assert err["code"] == "input_audio_buffer_too_large"
+    s.send({"type": "input_audio_buffer.clear"})
+    assert s.recv()["type"] == "input_audio_buffer.cleared"
+    # still alive: the beta session event works
+    s.send({"type": "transcription_session.update", "session": {"input_audio_format": "pcm16"}})
+    reply = s.recv()
+    assert reply["type"] == "transcription_session.updated"
+    assert reply["session"]["input_audio_format"] == "pcm16"
+    s.ws.close()
+
+
+def test_idle_session_is_closed(server: str):
+    from websockets.exceptions import ConnectionClosedOK
+
+    s = Raw(server)
+    assert s.recv()["type"] == "session.created"
+    assert s.recv()["error"]["code"] == "idle_timeout"  # after IDLE s without an event
+    with pytest.raises(ConnectionClosedOK):
+        s.recv()
+
+
+def test_only_transcription_sessions(server: str):
+    from websockets.exceptions import ConnectionClosed
+
+    for query, code in (
+        ("model=gpt-realtime", "model_not_found"),
+        ("intent=conversation", "unsupported_session"),
+    ):
+        s = Raw(server, query)
+        assert s.recv()["error"]["code"] == code
+        with pytest.raises(ConnectionClosed):
+            s.recv()
+
+
+def test_stream_true_bad_requests_are_4xx(server: str, wav: bytes):
+    import httpx
+
+    url = f"{server}/v1/audio/transcriptions"
+    files = {"file": ("a.wav", wav)}
+    r = httpx.post(url, data={"model": "asr", "stream": "true", "response_format": "srt"},
+                   files=files)  # fmt: skip
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+    r = httpx.post(url, data={"model": "asr", "stream": "maybe"}, files=files)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+    r = httpx.post(url, data={"model": "asr", "stream": "true"}, files={"file": ("a", b"junk")})
+    assert r.status_code == 400
