@@ -1,0 +1,133 @@
+"""Ray Serve: the whole server as two replicas behind Ray's proxy.
+
+One local Ray cluster for the module (2 CPUs, loopback only, no dashboard), shut down at its end.
+Token authentication stays on, as Ray turns it on for a new local cluster; the token is given in
+RAY_AUTH_TOKEN (Ray's first token source), so the user's ~/.ray is neither read nor written.
+These tests run in CI (the `dev` extra installs ray); locally: pytest -m "not ray".
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from speechrt.cli import build_parser
+from speechrt.cli.serve import check_ray_flags
+from speechrt.cli.serve_ray import parse_autoscale, ray_options
+from speechrt.client import parse_metrics
+from speechrt.errors import SpeechRTError
+
+
+def serve_args(*argv: str):
+    return build_parser().parse_args(["serve", *argv])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- flags (no cluster) ------------------------------------------------------------------------
+
+
+def test_ray_flags_need_ray_and_are_checked() -> None:
+    with pytest.raises(SpeechRTError, match="--replicas need --ray"):
+        check_ray_flags(serve_args("--replicas", "2"))
+    assert parse_autoscale("1,4") == (1, 4)
+    for bad in ("4", "3,1", "a,b", "0,0"):
+        with pytest.raises(SpeechRTError, match="--autoscale"):
+            parse_autoscale(bad)
+    with pytest.raises(SpeechRTError, match="not both"):
+        ray_options(serve_args("--ray", "--replicas", "2", "--autoscale", "1,2"))
+    options = ray_options(serve_args("--ray", "--autoscale", "1,3", "--max-batch-size", "16"))
+    assert options["autoscale"] == (1, 3) and options["max_batch_size"] == 16
+
+
+def test_replicas_take_a_whole_batch() -> None:
+    """Ray's default max_ongoing_requests (5) would cap the engine's batches below
+    --max-batch-size."""
+    from speechrt.serving.ray_app import replica_options
+
+    opts = replica_options(replicas=2, max_batch_size=16)
+    assert opts["max_ongoing_requests"] >= 16 and opts["num_replicas"] == 2
+    auto = replica_options(autoscale=(1, 4), max_batch_size=8)
+    assert auto["autoscaling_config"]["max_replicas"] == 4 and "num_replicas" not in auto
+
+
+# -- on a local cluster --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The proxy's base URL; Ray's environment variables are restored at the end."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAY_AUTH_TOKEN", secrets.token_hex(16))
+    mp.delenv("RAY_AUTH_MODE", raising=False)  # Ray sets it to "token" for the new cluster
+    mp.delenv("RAY_ADDRESS", raising=False)
+    import ray
+    from ray import serve
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
+    port = free_port()
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        mp.undo()
+
+
+@pytest.mark.ray
+def test_two_replicas_serve_and_metrics_count_every_request(cluster: str, tmp_path: Path) -> None:
+    """16 concurrent OpenAI-client requests through Ray's proxy: all answered, by both replicas,
+    and /metrics (answered by either) counts all 16."""
+    import openai
+    from ray import serve
+
+    from speechrt.cli.serve import load_server
+    from speechrt.serving.ray_app import REPLICA_HEADER, server_app
+
+    args = serve_args("--backend", "onnx", "--max-batch-size", "8")
+    load = functools.partial(load_server, args)
+    app = server_app(load, str(tmp_path / "metrics"), replicas=2, cpus=0.5, max_batch_size=8)
+    serve.run(app, name="speechrt", route_prefix="/")
+    try:
+        client = openai.OpenAI(base_url=f"{cluster}/v1", api_key="none", max_retries=0)
+
+        def speak(i: int) -> tuple[int, str, bytes]:
+            r = client.audio.speech.with_raw_response.create(
+                model="tts-1", voice="alloy", input=f"Request number {i}.", response_format="wav"
+            )
+            return r.status_code, r.headers[REPLICA_HEADER], r.content
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(speak, range(16)))
+        assert all(status == 200 and wav[:4] == b"RIFF" for status, _, wav in answers)
+        replicas = {replica for _, replica, _ in answers}
+        assert len(replicas) == 2, replicas
+        assert httpx.get(f"{cluster}/v2/health/ready").status_code == 200
+        assert httpx.get(f"{cluster}/v2/models/tts").json()["name"] == "tts"
+        m = parse_metrics(httpx.get(f"{cluster}/metrics").text)
+        tts = 'model="tts",version="1"'
+        assert m[f"nv_inference_request_success{{{tts}}}"] == 16
+        assert m[f"speechrt_request_duration_seconds_count{{{tts}}}"] == 16
+        assert m[f'speechrt_request_duration_seconds_bucket{{{tts},le="+Inf"}}'] == 16
+        assert m[f"nv_inference_count{{{tts}}}"] == 16  # one sentence each
+        assert os.listdir(tmp_path / "metrics")  # both replicas wrote there
+    finally:
+        serve.delete("speechrt")
