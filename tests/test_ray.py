@@ -1,4 +1,4 @@
-"""Ray Serve: the whole server as two replicas behind Ray's proxy.
+"""Ray Serve: the whole server as two replicas behind Ray's proxy, and the split TTS pipeline.
 
 One local Ray cluster for the module (2 CPUs, loopback only, no dashboard), shut down at its end.
 Token authentication stays on, as Ray turns it on for a new local cluster; the token is given in
@@ -16,13 +16,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from speechrt.cli import build_parser
 from speechrt.cli.serve import check_ray_flags
-from speechrt.cli.serve_ray import parse_autoscale, ray_options
+from speechrt.cli.serve_ray import parse_autoscale, parse_split, ray_options
 from speechrt.client import parse_metrics
+from speechrt.defaults import VOICE_ACOUSTIC, VOICE_VOCODER, default_model
 from speechrt.errors import SpeechRTError
+
+TEXTS = ["Hello from the first replica. And a second sentence.", "Ray Serve speaks too."]
+# Float32 audio of the split pipeline against TTS.synthesize in one process: the same graphs on
+# the same pieces and seeds, batched differently (onnxruntime's kernels may sum in another order
+# for another batch shape): at most 1e-3 apart, about 33 steps of 16-bit audio, in any sample.
+SPLIT_ATOL = 1e-3
 
 
 def serve_args(*argv: str):
@@ -45,8 +53,13 @@ def test_ray_flags_need_ray_and_are_checked() -> None:
     for bad in ("4", "3,1", "a,b", "0,0"):
         with pytest.raises(SpeechRTError, match="--autoscale"):
             parse_autoscale(bad)
-    with pytest.raises(SpeechRTError, match="not both"):
+    with pytest.raises(SpeechRTError, match="give one of"):
         ray_options(serve_args("--ray", "--replicas", "2", "--autoscale", "1,2"))
+    with pytest.raises(SpeechRTError, match="give one of"):
+        ray_options(serve_args("--ray", "--replicas", "2", "--split-tts", "1,2"))
+    assert parse_split("1,2") == (1, 2)
+    with pytest.raises(SpeechRTError, match="--split-tts"):
+        parse_split("0,1")
     options = ray_options(serve_args("--ray", "--autoscale", "1,3", "--max-batch-size", "16"))
     assert options["autoscale"] == (1, 3) and options["max_batch_size"] == 16
 
@@ -131,3 +144,56 @@ def test_two_replicas_serve_and_metrics_count_every_request(cluster: str, tmp_pa
         assert os.listdir(tmp_path / "metrics")  # both replicas wrote there
     finally:
         serve.delete("speechrt")
+
+
+@pytest.mark.ray
+def test_split_pipeline_equals_in_process_synthesis(cluster: str) -> None:
+    """Front end in the ingress, acoustic model and vocoder as deployments: the audio of every
+    text equals TTS.synthesize's (same seeds) within SPLIT_ATOL, over a handle and over HTTP."""
+    import openai
+    from ray import serve
+
+    from speechrt.audio import codecs
+    from speechrt.options import SynthesisOptions
+    from speechrt.serving.ray_tts import split_tts_app
+    from speechrt.tts import TTS
+
+    acoustic, vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
+    assert acoustic is not None and vocoder is not None
+    app = split_tts_app(str(acoustic), str(vocoder), backend="onnx", cpus=0.5)
+    handle = serve.run(app, name="split", route_prefix="/split")
+    try:
+        options = SynthesisOptions(pace=1.1)
+        got = handle.synthesize.remote(TEXTS, options, [3, 4]).result()
+        tts = TTS(acoustic, vocoder, backend="onnx")
+        want = tts.synthesize(TEXTS, options, seeds=[3, 4])
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == np.float32
+            assert np.abs(g - w).max() <= SPLIT_ATOL
+            assert np.abs(w).max() > 0.05  # speech, not silence
+        client = openai.OpenAI(base_url=f"{cluster}/split/v1", api_key="none", max_retries=0)
+        r = client.audio.speech.with_raw_response.create(
+            model="tts-1", voice="alloy", input=TEXTS[1], response_format="pcm", speed=1.1
+        )
+        pcm = np.frombuffer(r.content, dtype=np.int16)
+        (ref,) = tts.synthesize([TEXTS[1]], options, seeds=[0])
+        expected = np.frombuffer(codecs.encode(ref, tts.sampling_rate, "pcm"), dtype=np.int16)
+        assert pcm.shape == expected.shape
+        assert np.abs(pcm.astype(np.int32) - expected).max() <= 33
+        bad = httpx.post(
+            f"{cluster}/split/v1/audio/speech",
+            json={"model": "tts-1", "voice": "nobody", "input": "Hi."},
+        )
+        assert bad.status_code == 400 and "voice" in bad.json()["error"]["message"]
+    finally:
+        serve.delete("split")
+
+
+def test_replicas_that_cannot_fit_fail_at_once() -> None:
+    from speechrt.cli.serve_ray import check_fits
+
+    check_fits({"CPU": 2.0}, 2, 1.0, 0.0)
+    with pytest.raises(SpeechRTError, match="need 3 CPUs; the Ray cluster has 2"):
+        check_fits({"CPU": 2.0}, 3, 1.0, 0.0)
+    with pytest.raises(SpeechRTError, match="--gpus-per-replica"):
+        check_fits({"CPU": 8.0}, 2, 1.0, 1.0)

@@ -97,7 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
-RAY_FLAGS = ("replicas", "autoscale", "gpus_per_replica", "cpus_per_replica", "address")
+RAY_FLAGS = (
+    "replicas", "autoscale", "split_tts", "gpus_per_replica", "cpus_per_replica", "address"
+)  # fmt: skip
 
 
 def add_ray_arguments(p: argparse.ArgumentParser) -> None:
@@ -113,6 +115,12 @@ def add_ray_arguments(p: argparse.ArgumentParser) -> None:
         "--autoscale",
         metavar="MIN,MAX",
         help="let Ray scale the replicas between MIN and MAX by ongoing requests",
+    )
+    g.add_argument(
+        "--split-tts",
+        metavar="A,V",
+        help="serve speech only, split: the text front end in the ingress, A replicas of the "
+        "acoustic model and V of the vocoder, each batching on its own (POST /v1/audio/speech)",
     )
     g.add_argument("--gpus-per-replica", type=float, help="GPUs each replica reserves (default: 0)")
     g.add_argument("--cpus-per-replica", type=float, help="CPUs each replica reserves (default: 1)")

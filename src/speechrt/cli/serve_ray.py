@@ -15,26 +15,41 @@ import shutil
 import signal
 import tempfile
 import threading
+from typing import Any
 
 from speechrt.cli.serve import load_server, log_to_stderr, serve_config
 from speechrt.errors import SpeechRTError
 
 
+def _pair(flag: str, text: str, example: str) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in text.split(","))
+    except ValueError:
+        raise SpeechRTError(f"{flag} takes two numbers (e.g. {example}), not {text!r}") from None
+    return a, b
+
+
 def parse_autoscale(text: str) -> tuple[int, int]:
     """'MIN,MAX' -> (MIN, MAX), 0 <= MIN <= MAX, MAX >= 1."""
-    try:
-        low, high = (int(x) for x in text.split(","))
-    except ValueError:
-        raise SpeechRTError(f"--autoscale takes MIN,MAX (e.g. 1,4), not {text!r}") from None
+    low, high = _pair("--autoscale", text, "1,4")
     if not 0 <= low <= high or high < 1:
         raise SpeechRTError(f"--autoscale {text}: need 0 <= MIN <= MAX and MAX >= 1")
     return low, high
 
 
-def ray_options(args: argparse.Namespace) -> dict[str, object]:
+def parse_split(text: str) -> tuple[int, int]:
+    """'A,V' -> replicas of the acoustic model and of the vocoder, each >= 1."""
+    a, v = _pair("--split-tts", text, "1,2")
+    if a < 1 or v < 1:
+        raise SpeechRTError(f"--split-tts {text}: each stage needs >= 1 replica")
+    return a, v
+
+
+def ray_options(args: argparse.Namespace) -> dict[str, Any]:
     """replica_options' keywords from the flags, checked."""
-    if args.replicas is not None and args.autoscale is not None:
-        raise SpeechRTError("give --replicas N or --autoscale MIN,MAX, not both")
+    sizing = [f for f in ("replicas", "autoscale", "split_tts") if getattr(args, f) is not None]
+    if len(sizing) > 1:
+        raise SpeechRTError("give one of --replicas N, --autoscale MIN,MAX, --split-tts A,V")
     if args.replicas is not None and args.replicas < 1:
         raise SpeechRTError("--replicas must be >= 1")
     gpus = args.gpus_per_replica if args.gpus_per_replica is not None else 0.0
@@ -52,7 +67,10 @@ def ray_options(args: argparse.Namespace) -> dict[str, object]:
 
 def run_ray(args: argparse.Namespace) -> int:
     options = ray_options(args)
+    split = parse_split(args.split_tts) if args.split_tts is not None else None
     serve_config(args)  # bad flags fail here, not in every replica
+    if split is not None and args.acoustic is None:
+        raise SpeechRTError("--split-tts serves a voice: give --acoustic DIR --vocoder DIR")
     try:
         import ray
         from ray import serve
@@ -75,14 +93,19 @@ def run_ray(args: argparse.Namespace) -> int:
     stop = threading.Event()
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
-        load = functools.partial(load_server, args)
-        app = server_app(load, metrics_dir, **options)
-        serve.run(app, name=APP_NAME, route_prefix="/")
-        how = (
-            f"{options['autoscale'][0]}-{options['autoscale'][1]} replicas"  # type: ignore[index]
-            if options["autoscale"]
-            else f"{options['replicas']} replica(s)"
-        )
+        replicas = sum(split) if split else (options["autoscale"] or [options["replicas"]])[0]
+        check_fits(ray.cluster_resources(), replicas, options["cpus"], options["gpus"])
+        if split is not None:
+            app, how = split_app(args, split, options)
+        else:
+            load = functools.partial(load_server, args)
+            app = server_app(load, metrics_dir, **options)
+            auto = options["autoscale"]
+            how = f"{auto[0]}-{auto[1]} replicas" if auto else f"{options['replicas']} replica(s)"
+        try:
+            serve.run(app, name=APP_NAME, route_prefix="/")
+        except Exception as e:  # a replica failed to start: Ray's message names the cause
+            raise SpeechRTError(f"the replicas did not start: {str(e).splitlines()[0]}") from None
         print(f"speechrt on Ray Serve: {how} at http://{args.host}:{args.port} (Ctrl-C stops)")
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         while not stop.wait(1.0):
@@ -96,3 +119,35 @@ def run_ray(args: argparse.Namespace) -> int:
             ray.shutdown()
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
+
+
+def check_fits(resources: dict[str, float], replicas: int, cpus: float, gpus: float) -> None:
+    """Fail now where the cluster cannot hold the replicas (Ray would wait for them forever)."""
+    for name, each in (("CPU", cpus), ("GPU", gpus)):
+        have = resources.get(name, 0.0)
+        if replicas * each > have:
+            flag = f"--{name.lower()}s-per-replica"
+            raise SpeechRTError(
+                f"{replicas} replica(s) x {each:g} {name} need {replicas * each:g} {name}s; the "
+                f"Ray cluster has {have:g}: lower {flag} or the replica count"
+            )
+
+
+def split_app(
+    args: argparse.Namespace, split: tuple[int, int], options: dict[str, Any]
+) -> tuple[Any, str]:
+    """The split TTS application (speechrt.serving.ray_tts) and how to describe it."""
+    from speechrt.serving.ray_tts import split_tts_app
+
+    app = split_tts_app(
+        args.acoustic,
+        args.vocoder,
+        acoustic_replicas=split[0],
+        vocoder_replicas=split[1],
+        max_batch_size=args.max_batch_size,
+        backend=args.backend,
+        device=args.device,
+        cpus=options["cpus"],
+        gpus=options["gpus"],
+    )
+    return app, f"split TTS, {split[0]} acoustic + {split[1]} vocoder replica(s)"
