@@ -105,7 +105,10 @@ def run_ray(args: argparse.Namespace) -> int:
         try:
             serve.run(app, name=APP_NAME, route_prefix="/")
         except Exception as e:  # a replica failed to start: Ray's message names the cause
-            raise SpeechRTError(f"the replicas did not start: {str(e).splitlines()[0]}") from None
+            first = str(e).splitlines()[0]
+            raise SpeechRTError(
+                f"the replicas did not start (their error is logged above): {first}"
+            ) from None
         print(f"speechrt on Ray Serve: {how} at http://{args.host}:{args.port} (Ctrl-C stops)")
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         while not stop.wait(1.0):
