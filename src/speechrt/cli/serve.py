@@ -230,9 +230,13 @@ def load_server(args: argparse.Namespace) -> Server:
 
 def run(args: argparse.Namespace) -> int:
     if args.ray:
+        import functools
+
         from speechrt.cli.serve_ray import run_ray  # imports ray: only on this path
 
-        return run_ray(args)
+        serve_config(args)  # bad flags fail here, not in every replica
+        log_to_stderr(args.log_level)
+        return run_ray(args, functools.partial(load_server, args))
     check_ray_flags(args)
     server = load_server(args)
     import uvicorn

@@ -10,14 +10,13 @@ With --address the cluster's token must be there already (`ray get-auth-token`).
 from __future__ import annotations
 
 import argparse
-import functools
 import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from speechrt.cli.serve import load_server, log_to_stderr, serve_config
 from speechrt.errors import SpeechRTError
 
 
@@ -65,10 +64,12 @@ def ray_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_ray(args: argparse.Namespace) -> int:
+def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
+    """Deploy and serve until Ctrl-C or SIGTERM. `args`: checked by cli.serve.serve_config
+    (with no model given, the bundled defaults' directories filled in); `load()`: the Server
+    of the flags, called in every replica (it must pickle)."""
     options = ray_options(args)
     split = parse_split(args.split_tts) if args.split_tts is not None else None
-    serve_config(args)  # bad flags fail here, not in every replica
     if split is not None and args.acoustic is None:
         raise SpeechRTError("--split-tts serves a voice: give --acoustic DIR --vocoder DIR")
     try:
@@ -80,7 +81,6 @@ def run_ray(args: argparse.Namespace) -> int:
         raise SpeechRTError(
             f"--ray needs the `ray` extra: pip install 'speechrt[ray]' ({e})"
         ) from None
-    log_to_stderr(args.log_level)
     try:
         if args.address is not None:
             ray.init(address=args.address)
@@ -90,7 +90,8 @@ def run_ray(args: argparse.Namespace) -> int:
     except (ConnectionError, ray.exceptions.AuthenticationError) as e:
         raise SpeechRTError(f"cannot join the Ray cluster: {str(e).splitlines()[0]}") from None
     metrics_dir = tempfile.mkdtemp(prefix="speechrt-metrics-")
-    stop = threading.Event()
+    # SIGTERM stops the command as Ctrl-C does, also while Ray is still starting the replicas
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
         replicas = sum(split) if split else (options["autoscale"] or [options["replicas"]])[0]
@@ -98,7 +99,6 @@ def run_ray(args: argparse.Namespace) -> int:
         if split is not None:
             app, how = split_app(args, split, options)
         else:
-            load = functools.partial(load_server, args)
             app = server_app(load, metrics_dir, **options)
             auto = options["autoscale"]
             how = f"{auto[0]}-{auto[1]} replicas" if auto else f"{options['replicas']} replica(s)"
@@ -110,9 +110,7 @@ def run_ray(args: argparse.Namespace) -> int:
                 f"the replicas did not start (their error is logged above): {first}"
             ) from None
         print(f"speechrt on Ray Serve: {how} at http://{args.host}:{args.port} (Ctrl-C stops)")
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        while not stop.wait(1.0):
-            pass
+        threading.Event().wait()  # until Ctrl-C or SIGTERM
     except KeyboardInterrupt:
         pass
     finally:
@@ -122,6 +120,10 @@ def run_ray(args: argparse.Namespace) -> int:
             ray.shutdown()
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def check_fits(resources: dict[str, float], replicas: int, cpus: float, gpus: float) -> None:
