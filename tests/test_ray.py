@@ -81,11 +81,12 @@ def test_replicas_take_a_whole_batch() -> None:
 
 @pytest.fixture(scope="module")
 def cluster():
-    """The proxy's base URL; Ray's environment variables are restored at the end."""
+    """The proxy's base URL; the environment variables Ray sets are restored at the end."""
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_AUTH_TOKEN", secrets.token_hex(16))
     mp.delenv("RAY_AUTH_MODE", raising=False)  # Ray sets it to "token" for the new cluster
     mp.delenv("RAY_ADDRESS", raising=False)
+    mp.delenv("PYTHONBREAKPOINT", raising=False)  # ray.init points it at Ray's debugger
     import ray
     from ray import serve
 
@@ -156,12 +157,14 @@ def test_split_pipeline_equals_in_process_synthesis(cluster: str) -> None:
 
     from speechrt.audio import codecs
     from speechrt.options import SynthesisOptions
+    from speechrt.serving import Limits
     from speechrt.serving.ray_tts import split_tts_app
     from speechrt.tts import TTS
 
     acoustic, vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
     assert acoustic is not None and vocoder is not None
-    app = split_tts_app(str(acoustic), str(vocoder), backend="onnx", cpus=0.5)
+    limits = Limits(max_text_chars=200)
+    app = split_tts_app(str(acoustic), str(vocoder), backend="onnx", cpus=0.5, limits=limits)
     handle = serve.run(app, name="split", route_prefix="/split")
     try:
         options = SynthesisOptions(pace=1.1)
@@ -186,6 +189,13 @@ def test_split_pipeline_equals_in_process_synthesis(cluster: str) -> None:
             json={"model": "tts-1", "voice": "nobody", "input": "Hi."},
         )
         assert bad.status_code == 400 and "voice" in bad.json()["error"]["message"]
+        # refused by the vocoder stage (the bundled voice has no denoiser.onnx): still a 400
+        body = {"model": "tts-1", "voice": "alloy", "input": "Hi.", "denoise": 0.01}
+        bad = httpx.post(f"{cluster}/split/v1/audio/speech", json=body)
+        assert bad.status_code == 400 and "denoiser" in bad.json()["error"]["message"], bad.text
+        body = {"model": "tts-1", "voice": "alloy", "input": "Long. " * 50}
+        bad = httpx.post(f"{cluster}/split/v1/audio/speech", json=body)
+        assert bad.status_code == 400 and "limit is 200" in bad.json()["error"]["message"]
     finally:
         serve.delete("split")
 

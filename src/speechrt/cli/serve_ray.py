@@ -142,6 +142,7 @@ def split_app(
     args: argparse.Namespace, split: tuple[int, int], options: dict[str, Any]
 ) -> tuple[Any, str]:
     """The split TTS application (speechrt.serving.ray_tts) and how to describe it."""
+    from speechrt.serving import Limits
     from speechrt.serving.ray_tts import split_tts_app
 
     app = split_tts_app(
@@ -154,5 +155,6 @@ def split_app(
         device=args.device,
         cpus=options["cpus"],
         gpus=options["gpus"],
+        limits=Limits(max_text_chars=args.max_text_chars),
     )
     return app, f"split TTS, {split[0]} acoustic + {split[1]} vocoder replica(s)"

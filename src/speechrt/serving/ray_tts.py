@@ -36,9 +36,10 @@ from speechrt.options import SynthesisOptions
 from speechrt.repo import read_info
 from speechrt.serving.errors import HANDLERS, ApiError
 from speechrt.serving.openai_api import SPEED_RANGE, SpeechRequest, speaker_of
+from speechrt.serving.pipelines import Limits
 from speechrt.tts import PAUSE_SECONDS, Piece, text_to_pieces
 
-MAX_BATCH = 8  # items per stage batch (set per deployment: AcousticModel(max_batch_size=...))
+MAX_BATCH = 8  # items per stage batch (split_tts_app(max_batch_size=...) sets it)
 WAIT_S = 0.005  # longest wait for batch-mates
 
 
@@ -138,7 +139,9 @@ class VocoderModel(_Stage):
 class SplitTTS:
     """The text front end and the HTTP route; the models run in the two stage deployments."""
 
-    def __init__(self, acoustic: Any, vocoder: Any, acoustic_dir: str, sampling_rate: int) -> None:
+    def __init__(
+        self, acoustic: Any, vocoder: Any, acoustic_dir: str, sampling_rate: int, limits: Limits
+    ) -> None:
         from speechrt.text import TextProcessor
 
         info = read_info(Path(acoustic_dir))
@@ -146,12 +149,23 @@ class SplitTTS:
         self.n_speakers = int(info.dims.get("n_speakers", 1))
         self.acoustic, self.vocoder = acoustic, vocoder
         self.sampling_rate = sampling_rate
+        self.limits = limits
 
     async def synthesize(
         self, texts: list[str], options: SynthesisOptions, seeds: list[int]
     ) -> list[np.ndarray]:
-        """As TTS.synthesize: one float32 waveform per text, pieces joined by short pauses."""
+        """As TTS.synthesize: one float32 waveform per text, pieces joined by short pauses.
+        Texts over the server's limits (characters, sentence pieces) are refused."""
+        longest = max(len(t) for t in texts)
+        if longest > self.limits.max_text_chars:
+            limit = self.limits.max_text_chars
+            raise SpeechRTError(f"input text has {longest} characters; the limit is {limit}")
         pieces = await asyncio.to_thread(text_to_pieces, self.text, texts, seeds)
+        if len(pieces) > self.limits.max_pieces:
+            raise SpeechRTError(
+                f"the input split into {len(pieces)} sentence pieces; the limit is "
+                f"{self.limits.max_pieces} per request"
+            )
         key = replace(options, seed=0)  # the seed travels with each piece
         calls = [
             self.vocoder.run.remote(self.acoustic.run.remote(p.ids, p.seed, key), p.seed, key)
@@ -215,8 +229,10 @@ def split_tts_app(
     device: str = "auto",
     cpus: float = 1.0,
     gpus: float = 0.0,
+    limits: Limits | None = None,
 ) -> Any:
-    """The split pipeline as one Serve application (ingress SplitTTS)."""
+    """The split pipeline as one Serve application (ingress SplitTTS); `cpus`, `gpus`: per
+    stage replica; `limits`: max_text_chars and max_pieces apply."""
     actor = {"num_cpus": cpus, "num_gpus": gpus}
     stage = (acoustic, vocoder, backend, device, max_batch_size)
     ongoing = 2 * max_batch_size  # serve.batch needs >= max_batch_size; one batch gathers
@@ -241,4 +257,5 @@ def split_tts_app(
     ingress = serve.deployment(SplitTTS).options(
         max_ongoing_requests=64, ray_actor_options={"num_cpus": 0}
     )
-    return ingress.bind(acoustic_model, vocoder_model, acoustic, info.mel.sampling_rate)
+    rate = info.mel.sampling_rate
+    return ingress.bind(acoustic_model, vocoder_model, acoustic, rate, limits or Limits())
