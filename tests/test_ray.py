@@ -9,7 +9,6 @@ These tests run in CI (the `dev` extra installs ray); locally: pytest -m "not ra
 from __future__ import annotations
 
 import functools
-import os
 import secrets
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -143,9 +142,12 @@ def test_two_replicas_serve_and_metrics_count_every_request(cluster: str, tmp_pa
         assert m[f"speechrt_request_duration_seconds_count{{{tts}}}"] == 16
         assert m[f'speechrt_request_duration_seconds_bucket{{{tts},le="+Inf"}}'] == 16
         assert m[f"nv_inference_count{{{tts}}}"] == 16  # one sentence each
-        assert os.listdir(tmp_path / "metrics")  # both replicas wrote there
+        assert len(list((tmp_path / "metrics").glob("counter_*.db"))) == 2  # one per replica
     finally:
         serve.delete("speechrt")
+    # stopped replicas leave the pending-items gauge; their counters stay
+    assert not list((tmp_path / "metrics").glob("gauge_livesum_*.db"))
+    assert len(list((tmp_path / "metrics").glob("counter_*.db"))) == 2
 
 
 @pytest.mark.ray

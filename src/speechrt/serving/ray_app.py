@@ -11,7 +11,6 @@ Importing this module imports ray; nothing on the plain `serve` path imports it.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 
 APP_NAME = "speechrt"
 REPLICA_HEADER = "x-speechrt-replica"
-log = logging.getLogger("speechrt.serving")
 
 
 class ReplicaHeader:
@@ -59,6 +57,7 @@ class SpeechServer:
     drain with the replica)."""
 
     def __init__(self, load: Callable[[], Server], metrics_dir: str | None) -> None:
+        self.metrics_dir = metrics_dir  # first: __del__ runs even if loading fails
         if metrics_dir is not None:
             os.makedirs(metrics_dir, exist_ok=True)  # on another node it may not exist yet
             if shared_dir() != metrics_dir:
@@ -67,6 +66,14 @@ class SpeechServer:
                     f"(got {shared_dir()!r}, want {metrics_dir!r})"
                 )
         self.server = load()
+
+    def __del__(self) -> None:
+        """Ray calls this when it stops the replica: its pending-items gauge leaves the sum
+        (its counters stay: they count what it served)."""
+        if self.metrics_dir is not None:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid(), self.metrics_dir)
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         from speechrt.serving.app import create_app
