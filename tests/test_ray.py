@@ -210,3 +210,30 @@ def test_replicas_that_cannot_fit_fail_at_once() -> None:
         check_fits({"CPU": 2.0}, 3, 1.0, 0.0)
     with pytest.raises(SpeechRTError, match="--gpus-per-replica"):
         check_fits({"CPU": 8.0}, 2, 1.0, 1.0)
+
+
+def test_stages_batch_only_pieces_with_equal_options() -> None:
+    """A stage batch mixing two speeds runs them as two batches: each mel equals the piece's
+    mel computed alone with its own options, and the vocoder's audio likewise (no cluster)."""
+    from speechrt.options import SynthesisOptions
+    from speechrt.serving.ray_tts import AcousticModel, VocoderModel, _groups
+    from speechrt.tts import TTS, Piece
+
+    assert _groups(["a", "b", "a", "c", "b"]) == [[0, 2], [1, 4], [3]]
+    acoustic, vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
+    stage = (str(acoustic), str(vocoder), "onnx", "cpu", 8)
+    am, vm = AcousticModel(*stage), VocoderModel(*stage)
+    tts = TTS(acoustic, vocoder, backend="onnx")
+    ids = [tts.text.text_to_ids(t) for t in ("One more sentence.", "Two.", "And three here.")]
+    slow, fast = SynthesisOptions(), SynthesisOptions(pace=1.5)
+    options, seeds = [slow, fast, slow], [1, 2, 3]
+    mels = am._mels(ids, seeds, options)
+    waves = vm._audio(mels, seeds, options)
+    for i in range(3):  # a piece run with the other speed would differ in length
+        piece = Piece(0, 0, ids[i], seeds[i])
+        tokens, lengths, seed_array = tts.batch_to_tensors([piece])
+        mel, mel_lengths = tts.ids_to_mel(tokens, lengths, options[i], seed_array)
+        assert mels[i].shape == (mel.shape[1], int(mel_lengths[0]))
+        assert np.abs(mels[i] - mel[0, :, : int(mel_lengths[0])]).max() <= SPLIT_ATOL
+        (wave,) = tts.ids_to_audio([piece], options[i])
+        assert wave.shape == waves[i].shape and np.abs(wave - waves[i]).max() <= SPLIT_ATOL
