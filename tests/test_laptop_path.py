@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 BUNDLED = [VOICE_ACOUSTIC, VOICE_VOCODER, ASR_MODEL]
-HEAVY = ("torch", "inflect", "scipy")
+HEAVY = ("torch", "inflect", "scipy", "ray")
 
 # Runs the CLI in a fresh interpreter and prints which heavy modules it imported. uvicorn
 # raises the SIGTERM that stopped a server again once it has shut down: exit cleanly on it.

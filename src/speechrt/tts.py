@@ -27,6 +27,8 @@ from speechrt.runtime.stages import TTSStages, numpy_stages
 if TYPE_CHECKING:
     import torch
 
+    from speechrt.text import TextProcessor
+
 MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces of at most this
 # ... and a piece whose normalised form is longer ("12345" reads as 40 symbols) is cut at spaces
 # into pieces of at most this many symbol ids: about 30 s of speech, what the model reads at once
@@ -110,6 +112,35 @@ def check_role(model_dir: str | Path, info: ComponentInfo, role: str) -> None:
 def piece_seed(item_seed: int, index: int) -> int:
     # Pieces of one text draw independent noise; the same (seed, index) always gives the same draw.
     return (item_seed * 1_000_003 + index) % (2**63 - 1)
+
+
+def text_to_pieces(
+    text: TextProcessor, texts: Sequence[str], seeds: Sequence[int], words: bool = False
+) -> list[Piece]:
+    """Split each text into sentence pieces and encode them to symbol ids: every piece has
+    at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text.
+    `words`: each piece also gets its words' spans (Piece.words). Loads no model: a front end
+    apart from the models (speechrt.serving.ray_tts) calls it with the voice's TextProcessor."""
+    from speechrt.text import split_sentences
+
+    pieces = []
+    for item, (t, seed) in enumerate(zip(texts, seeds, strict=True)):
+        if not isinstance(t, str) or not t.strip():
+            raise SpeechRTError(f"text {item + 1} is empty")
+        parts = [p for p in split_sentences(t, MAX_PIECE_CHARS) if text.has_speech(p)]
+        encoded, spans = [], []
+        for p in parts:
+            cut = text.encode_pieces(p, MAX_PIECE_SYMBOLS)
+            encoded += cut
+            if words:
+                spans += piece_words(text.text_to_ids(p), cut, text.word_spans(p))
+        if not encoded:
+            raise SpeechRTError(f"text {item + 1} has nothing to speak: {t[:40]!r}")
+        pieces += [
+            Piece(item, j, ids, piece_seed(seed, j), spans[j] if words else None)
+            for j, ids in enumerate(encoded)
+        ]
+    return pieces
 
 
 class TTS:
@@ -215,29 +246,8 @@ class TTS:
     def text_to_pieces(
         self, texts: Sequence[str], seeds: Sequence[int], words: bool = False
     ) -> list[Piece]:
-        """Split each text into sentence pieces and encode them to symbol ids: every piece has
-        at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text.
-        `words`: each piece also gets its words' spans (Piece.words)."""
-        from speechrt.text import split_sentences
-
-        pieces = []
-        for item, (text, seed) in enumerate(zip(texts, seeds, strict=True)):
-            if not isinstance(text, str) or not text.strip():
-                raise SpeechRTError(f"text {item + 1} is empty")
-            parts = [p for p in split_sentences(text, MAX_PIECE_CHARS) if self.text.has_speech(p)]
-            encoded, spans = [], []
-            for p in parts:
-                cut = self.text.encode_pieces(p, MAX_PIECE_SYMBOLS)
-                encoded += cut
-                if words:
-                    spans += piece_words(self.text.text_to_ids(p), cut, self.text.word_spans(p))
-            if not encoded:
-                raise SpeechRTError(f"text {item + 1} has nothing to speak: {text[:40]!r}")
-            pieces += [
-                Piece(item, j, ids, piece_seed(seed, j), spans[j] if words else None)
-                for j, ids in enumerate(encoded)
-            ]
-        return pieces
+        """The voice's text front end (module function text_to_pieces)."""
+        return text_to_pieces(self.text, texts, seeds, words)
 
     # Stage functions, each timed separately by the benchmark; tensors stay on the device.
 

@@ -9,10 +9,14 @@ still running after --graceful-timeout seconds are answered 503 with Retry-After
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from speechrt.cli.options import add_runtime_options
 from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    from speechrt.serving import ServeConfig, Server
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,7 +99,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_decoder_arguments(p)
     p.add_argument("--no-components", action="store_true", help="serve only the pipelines")
+    add_ray_arguments(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+RAY_FLAGS = (
+    "replicas", "autoscale", "split_tts", "gpus_per_replica", "cpus_per_replica", "address"
+)  # fmt: skip
+
+
+def add_ray_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Ray Serve (the `ray` extra; docs/ray.md)")
+    g.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve through Ray Serve: every replica runs this whole server behind Ray's HTTP "
+        "proxy at --host:--port",
+    )
+    g.add_argument("--replicas", type=int, help="replicas of the server (default: 1)")
+    g.add_argument(
+        "--autoscale",
+        metavar="MIN,MAX",
+        help="let Ray scale the replicas between MIN and MAX by ongoing requests",
+    )
+    g.add_argument(
+        "--split-tts",
+        metavar="A,V",
+        help="serve speech only, split: the text front end in the ingress, A replicas of the "
+        "acoustic model and V of the vocoder, each batching on its own (POST /v1/audio/speech)",
+    )
+    g.add_argument("--gpus-per-replica", type=float, help="GPUs each replica reserves (default: 0)")
+    g.add_argument("--cpus-per-replica", type=float, help="CPUs each replica reserves (default: 1)")
+    g.add_argument(
+        "--address",
+        help="join this Ray cluster (e.g. auto, or HOST:6379) instead of starting a local one",
+    )
+
+
+def check_ray_flags(args: argparse.Namespace) -> None:
+    """Ray's flags without --ray are a mistake, not something to ignore."""
+    given = [f"--{n.replace('_', '-')}" for n in RAY_FLAGS if getattr(args, n) is not None]
+    if given and not args.ray:
+        raise SpeechRTError(f"{', '.join(given)} need --ray")
 
 
 def log_to_stderr(level: str) -> None:
@@ -111,12 +156,11 @@ def log_to_stderr(level: str) -> None:
         logger.addHandler(handler)
 
 
-def run(args: argparse.Namespace) -> int:
+def serve_config(args: argparse.Namespace) -> ServeConfig:
+    """The flags' batching and limits, checked (SpeechRTError); with no model given, `args`
+    gets the bundled defaults' directories. Loads nothing."""
     try:
-        import uvicorn
-
-        from speechrt.serving import BatchConfig, Limits, ServeConfig, Server, create_app
-        from speechrt.serving.realtime import MAX_MESSAGE_BYTES
+        from speechrt.serving import BatchConfig, Limits, ServeConfig
     except ImportError as e:
         raise SpeechRTError(
             f"serving needs the `serve` extra: pip install 'speechrt[serve]' ({e})"
@@ -154,14 +198,22 @@ def run(args: argparse.Namespace) -> int:
         if args.acoustic is None and args.asr is None:
             raise SpeechRTError("no model given and none bundled: pass --acoustic DIR "
                                 "--vocoder DIR and/or --asr DIR")  # fmt: skip
-    decoding = decoder_options(args)
     flags = (
         args.decoder
         or args.no_vad
-        or any(v is not None for k, v in decoding.items() if k != "decoder")
+        or any(v is not None for k, v in decoder_options(args).items() if k != "decoder")
     )
     if args.asr is None and flags:
         raise SpeechRTError("decoding flags need a recogniser (--asr DIR)")
+    return config
+
+
+def load_server(args: argparse.Namespace) -> Server:
+    """The Server the flags describe (models loaded, not started); SpeechRTError on bad flags.
+    Also what each Ray replica calls (speechrt.serving.ray_app)."""
+    from speechrt.serving import Server
+
+    config = serve_config(args)
     server = Server.load(
         args.acoustic,
         args.vocoder,
@@ -171,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         config=config,
         batch_invariant=args.batch_invariant,  # checked against the resolved backend there
-        decoding=decoding,
+        decoding=decoder_options(args),
     )
     if args.threads is not None:  # after load: --batch-invariant must set MKL up first
         on_onnx = sorted(n for n, m in server.v2.items() if m.backend == "onnx")
@@ -183,6 +235,25 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)  # the device thread's operators use this pool
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.ray:
+        import functools
+
+        from speechrt.cli.serve_ray import run_ray  # imports ray: only on this path
+
+        serve_config(args)  # bad flags fail here, not in every replica
+        log_to_stderr(args.log_level)
+        return run_ray(args, functools.partial(load_server, args))
+    check_ray_flags(args)
+    server = load_server(args)
+    import uvicorn
+
+    from speechrt.serving import create_app
+    from speechrt.serving.realtime import MAX_MESSAGE_BYTES
+
     log_to_stderr(args.log_level)  # after load: a failed start prints only its error line
     uvicorn.run(
         create_app(server),

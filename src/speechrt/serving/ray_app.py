@@ -1,0 +1,125 @@
+"""The whole speechrt server as Ray Serve replicas (`speechrt serve --ray`; the `ray` extra).
+
+Every replica loads the models and runs the FastAPI app of speechrt.serving.app (its own engines,
+batcher and device thread) behind Ray's HTTP proxy, so the OpenAI and KServe v2 routes answer as
+they do from one process. Each response names the replica that made it (X-Speechrt-Replica).
+/metrics adds up every replica on the host: the replicas share a prometheus-client
+multi-process directory (speechrt.serving.metrics says why that and not Ray's export).
+
+Importing this module imports ray; nothing on the plain `serve` path imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ray import serve
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from speechrt.errors import SpeechRTError
+from speechrt.serving.metrics import MULTIPROC_ENV, shared_dir
+
+if TYPE_CHECKING:
+    from ray.serve import Application
+
+    from speechrt.serving.server import Server
+
+APP_NAME = "speechrt"
+REPLICA_HEADER = "x-speechrt-replica"
+
+
+class ReplicaHeader:
+    """Add the replica's id to every HTTP response (which replica served it, for clients and
+    tests; Ray's own request id says nothing about where a request ran)."""
+
+    def __init__(self, app: ASGIApp, replica: str) -> None:
+        self.app, self.replica = app, replica.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), (REPLICA_HEADER.encode(), self.replica)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, tagged)
+
+
+@serve.ingress()  # the app is built per replica, from the server it loads
+class SpeechServer:
+    """One replica: a whole speechrt Server; Ray runs the app's lifespan (engines start and
+    drain with the replica)."""
+
+    def __init__(self, load: Callable[[], Server], metrics_dir: str | None) -> None:
+        self.metrics_dir = metrics_dir  # first: __del__ runs even if loading fails
+        if metrics_dir is not None:
+            os.makedirs(metrics_dir, exist_ok=True)  # on another node it may not exist yet
+            if shared_dir() != metrics_dir:
+                raise SpeechRTError(
+                    f"{MULTIPROC_ENV} must be set before prometheus_client is imported "
+                    f"(got {shared_dir()!r}, want {metrics_dir!r})"
+                )
+        self.server = load()
+
+    def __del__(self) -> None:
+        """Ray calls this when it stops the replica: its pending-items gauge leaves the sum
+        (its counters stay: they count what it served)."""
+        if self.metrics_dir is not None:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid(), self.metrics_dir)
+
+    def __serve_build_asgi_app__(self) -> ASGIApp:
+        from speechrt.serving.app import create_app
+
+        replica = serve.get_replica_context().replica_id.unique_id
+        return ReplicaHeader(create_app(self.server), replica)
+
+
+def replica_options(
+    *,
+    replicas: int = 1,
+    autoscale: tuple[int, int] | None = None,
+    gpus: float = 0.0,
+    cpus: float = 1.0,
+    max_batch_size: int = 8,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """serve.deployment options for `replicas` (or `autoscale` = (min, max)) copies."""
+    options: dict[str, Any] = {
+        # Ray's default (5) would cap the engine's batches below max_batch_size: let a whole
+        # batch run while the next one gathers in the engine's queue, which answers 503 itself
+        # when it is full (--max-queue-size).
+        "max_ongoing_requests": 2 * max_batch_size,
+        "ray_actor_options": {
+            "num_cpus": cpus,
+            "num_gpus": gpus,
+            "runtime_env": {"env_vars": env or {}},
+        },
+    }
+    if autoscale is not None:
+        low, high = autoscale
+        options["autoscaling_config"] = {
+            "min_replicas": low,
+            "max_replicas": high,
+            # one engine batch in flight per replica before Ray adds another
+            "target_ongoing_requests": max_batch_size,
+        }
+    else:
+        options["num_replicas"] = replicas
+    return options
+
+
+def server_app(load: Callable[[], Server], metrics_dir: str | None, **options: Any) -> Application:
+    """The Serve application: `load()` runs in every replica (it must pickle: a function of
+    the package, or a functools.partial of one); `options`: replica_options' keywords.
+    `metrics_dir`: the shared prometheus-client directory (None: each replica counts alone)."""
+    env = {MULTIPROC_ENV: metrics_dir} if metrics_dir is not None else {}
+    deployment = serve.deployment(SpeechServer, name="SpeechServer")
+    return deployment.options(**replica_options(env=env, **options)).bind(load, metrics_dir)

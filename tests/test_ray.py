@@ -1,0 +1,239 @@
+"""Ray Serve: the whole server as two replicas behind Ray's proxy, and the split TTS pipeline.
+
+One local Ray cluster for the module (2 CPUs, loopback only, no dashboard), shut down at its end.
+Token authentication stays on, as Ray turns it on for a new local cluster; the token is given in
+RAY_AUTH_TOKEN (Ray's first token source), so the user's ~/.ray is neither read nor written.
+These tests run in CI (the `dev` extra installs ray); locally: pytest -m "not ray".
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from speechrt.cli import build_parser
+from speechrt.cli.serve import check_ray_flags
+from speechrt.cli.serve_ray import parse_autoscale, parse_split, ray_options
+from speechrt.client import parse_metrics
+from speechrt.defaults import VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+from speechrt.errors import SpeechRTError
+
+TEXTS = ["Hello from the first replica. And a second sentence.", "Ray Serve speaks too."]
+# Float32 audio of the split pipeline against TTS.synthesize in one process: the same graphs on
+# the same pieces and seeds, batched differently (onnxruntime's kernels may sum in another order
+# for another batch shape). Measured: at most 8e-6 apart; the bound is 1e-4, about 3 steps of
+# 16-bit audio, in any sample.
+SPLIT_ATOL = 1e-4
+
+
+def serve_args(*argv: str):
+    return build_parser().parse_args(["serve", *argv])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- flags (no cluster) ------------------------------------------------------------------------
+
+
+def test_ray_flags_need_ray_and_are_checked() -> None:
+    with pytest.raises(SpeechRTError, match="--replicas need --ray"):
+        check_ray_flags(serve_args("--replicas", "2"))
+    assert parse_autoscale("1,4") == (1, 4)
+    for bad in ("4", "3,1", "a,b", "0,0"):
+        with pytest.raises(SpeechRTError, match="--autoscale"):
+            parse_autoscale(bad)
+    with pytest.raises(SpeechRTError, match="give one of"):
+        ray_options(serve_args("--ray", "--replicas", "2", "--autoscale", "1,2"))
+    with pytest.raises(SpeechRTError, match="give one of"):
+        ray_options(serve_args("--ray", "--replicas", "2", "--split-tts", "1,2"))
+    assert parse_split("1,2") == (1, 2)
+    with pytest.raises(SpeechRTError, match="--split-tts"):
+        parse_split("0,1")
+    options = ray_options(serve_args("--ray", "--autoscale", "1,3", "--max-batch-size", "16"))
+    assert options["autoscale"] == (1, 3) and options["max_batch_size"] == 16
+
+
+def test_replicas_take_a_whole_batch() -> None:
+    """Ray's default max_ongoing_requests (5) would cap the engine's batches below
+    --max-batch-size."""
+    from speechrt.serving.ray_app import replica_options
+
+    opts = replica_options(replicas=2, max_batch_size=16)
+    assert opts["max_ongoing_requests"] >= 16 and opts["num_replicas"] == 2
+    auto = replica_options(autoscale=(1, 4), max_batch_size=8)
+    assert auto["autoscaling_config"]["max_replicas"] == 4 and "num_replicas" not in auto
+
+
+# -- on a local cluster --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The proxy's base URL; the environment variables Ray sets are restored at the end."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAY_AUTH_TOKEN", secrets.token_hex(16))
+    mp.delenv("RAY_AUTH_MODE", raising=False)  # Ray sets it to "token" for the new cluster
+    mp.delenv("RAY_ADDRESS", raising=False)
+    mp.delenv("PYTHONBREAKPOINT", raising=False)  # ray.init points it at Ray's debugger
+    import ray
+    from ray import serve
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
+    port = free_port()
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        mp.undo()
+
+
+@pytest.mark.ray
+def test_two_replicas_serve_and_metrics_count_every_request(cluster: str, tmp_path: Path) -> None:
+    """16 concurrent OpenAI-client requests through Ray's proxy: all answered, by both replicas,
+    and /metrics (answered by either) counts all 16."""
+    import openai
+    from ray import serve
+
+    from speechrt.cli.serve import load_server
+    from speechrt.serving.ray_app import REPLICA_HEADER, server_app
+
+    args = serve_args("--backend", "onnx", "--max-batch-size", "8")
+    load = functools.partial(load_server, args)
+    app = server_app(load, str(tmp_path / "metrics"), replicas=2, cpus=0.5, max_batch_size=8)
+    serve.run(app, name="speechrt", route_prefix="/")
+    try:
+        client = openai.OpenAI(base_url=f"{cluster}/v1", api_key="none", max_retries=0)
+
+        def speak(i: int) -> tuple[int, str, bytes]:
+            r = client.audio.speech.with_raw_response.create(
+                model="tts-1", voice="alloy", input=f"Request number {i}.", response_format="wav"
+            )
+            return r.status_code, r.headers[REPLICA_HEADER], r.content
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(speak, range(16)))
+        assert all(status == 200 and wav[:4] == b"RIFF" for status, _, wav in answers)
+        replicas = {replica for _, replica, _ in answers}
+        assert len(replicas) == 2, replicas
+        assert httpx.get(f"{cluster}/v2/health/ready").status_code == 200
+        assert httpx.get(f"{cluster}/v2/models/tts").json()["name"] == "tts"
+        m = parse_metrics(httpx.get(f"{cluster}/metrics").text)
+        tts = 'model="tts",version="1"'
+        assert m[f"nv_inference_request_success{{{tts}}}"] == 16
+        assert m[f"speechrt_request_duration_seconds_count{{{tts}}}"] == 16
+        assert m[f'speechrt_request_duration_seconds_bucket{{{tts},le="+Inf"}}'] == 16
+        assert m[f"nv_inference_count{{{tts}}}"] == 16  # one sentence each
+        assert len(list((tmp_path / "metrics").glob("counter_*.db"))) == 2  # one per replica
+    finally:
+        serve.delete("speechrt")
+    # stopped replicas leave the pending-items gauge; their counters stay
+    assert not list((tmp_path / "metrics").glob("gauge_livesum_*.db"))
+    assert len(list((tmp_path / "metrics").glob("counter_*.db"))) == 2
+
+
+@pytest.mark.ray
+def test_split_pipeline_equals_in_process_synthesis(cluster: str) -> None:
+    """Front end in the ingress, acoustic model and vocoder as deployments: the audio of every
+    text equals TTS.synthesize's (same seeds) within SPLIT_ATOL, over a handle and over HTTP."""
+    import openai
+    from ray import serve
+
+    from speechrt.audio import codecs
+    from speechrt.options import SynthesisOptions
+    from speechrt.serving import Limits
+    from speechrt.serving.ray_tts import split_tts_app
+    from speechrt.tts import TTS
+
+    acoustic, vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
+    assert acoustic is not None and vocoder is not None
+    limits = Limits(max_text_chars=200)
+    app = split_tts_app(str(acoustic), str(vocoder), backend="onnx", cpus=0.5, limits=limits)
+    handle = serve.run(app, name="split", route_prefix="/split")
+    try:
+        options = SynthesisOptions(pace=1.1)
+        got = handle.synthesize.remote(TEXTS, options, [3, 4]).result()
+        tts = TTS(acoustic, vocoder, backend="onnx")
+        want = tts.synthesize(TEXTS, options, seeds=[3, 4])
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == np.float32
+            assert np.abs(g - w).max() <= SPLIT_ATOL
+            assert np.abs(w).max() > 0.05  # speech, not silence
+        client = openai.OpenAI(base_url=f"{cluster}/split/v1", api_key="none", max_retries=0)
+        r = client.audio.speech.with_raw_response.create(
+            model="tts-1", voice="alloy", input=TEXTS[1], response_format="pcm", speed=1.1
+        )
+        pcm = np.frombuffer(r.content, dtype=np.int16)
+        (ref,) = tts.synthesize([TEXTS[1]], options, seeds=[0])
+        expected = np.frombuffer(codecs.encode(ref, tts.sampling_rate, "pcm"), dtype=np.int16)
+        assert pcm.shape == expected.shape
+        assert np.abs(pcm.astype(np.int32) - expected).max() <= 4  # SPLIT_ATOL, and rounding
+        bad = httpx.post(
+            f"{cluster}/split/v1/audio/speech",
+            json={"model": "tts-1", "voice": "nobody", "input": "Hi."},
+        )
+        assert bad.status_code == 400 and "voice" in bad.json()["error"]["message"]
+        # refused by the vocoder stage (the bundled voice has no denoiser.onnx): still a 400
+        body = {"model": "tts-1", "voice": "alloy", "input": "Hi.", "denoise": 0.01}
+        bad = httpx.post(f"{cluster}/split/v1/audio/speech", json=body)
+        assert bad.status_code == 400 and "denoiser" in bad.json()["error"]["message"], bad.text
+        body = {"model": "tts-1", "voice": "alloy", "input": "Long. " * 50}
+        bad = httpx.post(f"{cluster}/split/v1/audio/speech", json=body)
+        assert bad.status_code == 400 and "limit is 200" in bad.json()["error"]["message"]
+    finally:
+        serve.delete("split")
+
+
+def test_replicas_that_cannot_fit_fail_at_once() -> None:
+    from speechrt.cli.serve_ray import check_fits
+
+    check_fits({"CPU": 2.0}, 2, 1.0, 0.0)
+    with pytest.raises(SpeechRTError, match="need 3 CPUs; the Ray cluster has 2"):
+        check_fits({"CPU": 2.0}, 3, 1.0, 0.0)
+    with pytest.raises(SpeechRTError, match="--gpus-per-replica"):
+        check_fits({"CPU": 8.0}, 2, 1.0, 1.0)
+
+
+def test_stages_batch_only_pieces_with_equal_options() -> None:
+    """A stage batch mixing two speeds runs them as two batches: each mel equals the piece's
+    mel computed alone with its own options, and the vocoder's audio likewise (no cluster)."""
+    from speechrt.options import SynthesisOptions
+    from speechrt.serving.ray_tts import AcousticModel, VocoderModel, _groups
+    from speechrt.tts import TTS, Piece
+
+    assert _groups(["a", "b", "a", "c", "b"]) == [[0, 2], [1, 4], [3]]
+    acoustic, vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
+    stage = (str(acoustic), str(vocoder), "onnx", "cpu", 8)
+    am, vm = AcousticModel(*stage), VocoderModel(*stage)
+    tts = TTS(acoustic, vocoder, backend="onnx")
+    ids = [tts.text.text_to_ids(t) for t in ("One more sentence.", "Two.", "And three here.")]
+    slow, fast = SynthesisOptions(), SynthesisOptions(pace=1.5)
+    options, seeds = [slow, fast, slow], [1, 2, 3]
+    mels = am._mels(ids, seeds, options)
+    waves = vm._audio(mels, seeds, options)
+    for i in range(3):  # a piece run with the other speed would differ in length
+        piece = Piece(0, 0, ids[i], seeds[i])
+        tokens, lengths, seed_array = tts.batch_to_tensors([piece])
+        mel, mel_lengths = tts.ids_to_mel(tokens, lengths, options[i], seed_array)
+        assert mels[i].shape == (mel.shape[1], int(mel_lengths[0]))
+        assert np.abs(mels[i] - mel[0, :, : int(mel_lengths[0])]).max() <= SPLIT_ATOL
+        (wave,) = tts.ids_to_audio([piece], options[i])
+        assert wave.shape == waves[i].shape and np.abs(wave - waves[i]).max() <= SPLIT_ATOL
