@@ -105,6 +105,68 @@ def test_realtime_session_with_the_openai_client(server: str, pcm: np.ndarray, o
     assert completed.usage.seconds == pytest.approx(pcm.shape[0] / RATE, abs=1e-3)
 
 
+def test_server_vad_commits_each_utterance(server: str):
+    """turn_detection server_vad, no commit from the client: two sentences 1.5 s apart come
+    back as two items, each started, stopped, committed and completed with its offline text."""
+    from speechrt.audio.io import resample, to_int16
+    from speechrt.tts import TTS
+
+    tts = TTS(device="cpu")
+    said = tts.synthesize(["Speech recognition works on this machine.", "Please call Stella."])
+    parts = [to_int16(resample(a, tts.sampling_rate, RATE)) for a in said]
+    gap = np.zeros(int(1.5 * RATE), np.int16)
+    pcm = np.concatenate([gap[: RATE // 2], parts[0], gap, parts[1], gap])
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    offline = []
+    for p in parts:
+        buf = io.BytesIO()
+        sf.write(buf, p, RATE, format="WAV", subtype="PCM_16")
+        offline.append(
+            client.audio.transcriptions.create(
+                model="whisper-1", file=("a.wav", buf.getvalue())
+            ).text
+        )
+
+    async def session() -> list[Any]:
+        client = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+        events = []
+        query = {"intent": "transcription"}
+        async with client.realtime.connect(model="whisper-1", extra_query=query) as conn:
+            turn = {"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 300}
+            audio_in = {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": turn}
+            await conn.session.update(
+                session={"type": "transcription", "audio": {"input": audio_in}}
+            )
+            data = pcm.tobytes()
+            step = RATE // 20 * 2  # 50 ms of 16-bit samples
+            for start in range(0, len(data), step):
+                chunk = base64.b64encode(data[start : start + step]).decode()
+                await conn.input_audio_buffer.append(audio=chunk)
+            async for event in conn:
+                events.append(event)
+                if [e.type for e in events].count(COMPLETED) == 2:
+                    return events
+        return events
+
+    events = asyncio.run(session())
+    turns = [e for e in events if e.type != DELTA][2:]  # after session.created / .updated
+    kinds = [e.type for e in turns]
+    one = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
+           "input_audio_buffer.committed", COMPLETED]  # fmt: skip
+    assert kinds == one + one
+    assert events[1].session.audio.input.turn_detection.type == "server_vad"
+    first, second = turns[:4], turns[4:]
+    assert [first[3].transcript, second[3].transcript] == offline
+    for item in (first, second):
+        assert len({e.item_id for e in item}) == 1
+    # where the sentences are (ms): 500-ms lead, prefix padding 300 ms, +-60 ms of frames
+    n0 = parts[0].shape[0] * 1000 // RATE
+    assert abs(first[0].audio_start_ms - (500 - 300)) <= 60
+    assert abs(first[1].audio_end_ms - (500 + n0)) <= 250  # the voice's own trailing silence
+    assert abs(second[0].audio_start_ms - (500 + n0 + 1500 - 300)) <= 250
+    assert first[3].item_id != second[3].item_id
+
+
 def test_stream_true_gives_deltas_then_the_offline_text(server: str, wav: bytes, offline: str):
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
     stream = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", wav), stream=True)
@@ -183,8 +245,9 @@ def test_bad_events_get_error_events_and_the_session_goes_on(server: str):
     assert s.error_of({"type": "input_audio_buffer.commit"})["code"] == (
         "input_audio_buffer_commit_empty"
     )
-    vad = {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {}}}}}
-    assert s.error_of(vad)["code"] == "unsupported_turn_detection"
+    for turn in ({}, {"type": "semantic_vad"}, {"type": "server_vad", "silence_duration_ms": 5}):
+        vad = {"type": "session.update", "session": {"audio": {"input": {"turn_detection": turn}}}}
+        assert s.error_of(vad)["code"] == "unsupported_turn_detection"
     pcmu = {
         "type": "session.update",
         "session": {"audio": {"input": {"format": {"type": "audio/pcmu"}}}},

@@ -177,3 +177,31 @@ def test_cli_no_vad(tmp_path, capsys) -> None:
     assert capsys.readouterr().out.split("\t")[1].strip() != ""
     assert main(["transcribe", str(path), "--no-vad", "--url", "http://127.0.0.1:9"]) != 0
     assert "--url" in capsys.readouterr().err
+
+
+def test_turn_detector_follows_the_offline_regions() -> None:
+    """Pushed in uneven pieces: a start where speech begins and a stop where the 3 s pause
+    begins (the 0.3 s pause is no turn); the same events as one push."""
+    from speechrt.asr.vad import TurnDetector
+
+    parts = [silence(1), burst(1.5, 0), silence(0.3), burst(1, 1), silence(3), burst(1, 2)]
+    audio = np.concatenate([*parts, silence(1)]) + noise(8.8, 1e-4)
+    whole = TurnDetector(SR, silence=0.5).push(audio)
+    td, events, at = TurnDetector(SR, silence=0.5), [], 0
+    rng = np.random.default_rng(0)
+    while at < audio.size:
+        step = int(rng.integers(1, 4000))
+        events += td.push(audio[at : at + step])
+        at += step
+    assert events == whole
+    assert [k for k, _, _ in events] == ["start", "stop", "start", "stop"]
+    for (kind, got, decided), want in zip(events, (1.0, 3.8, 6.8, 7.8), strict=True):
+        assert abs(got / SR - want) <= 0.05, (got / SR, want)
+        assert decided - got == (0.05 if kind == "start" else 0.5) * SR
+
+
+def test_turn_detector_hears_no_turn_in_steady_noise() -> None:
+    from speechrt.asr.vad import TurnDetector
+
+    assert TurnDetector(SR).push(noise(10, 0.003)) == []
+    assert TurnDetector(SR).push(silence(3)) == []

@@ -67,20 +67,24 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts, ends, strict=True))
 
 
+def speech_threshold(db: np.ndarray, options: VadOptions) -> float:
+    """Frame energies (dBFS) -> the level speech frames exceed (inf: none is speech)."""
+    sound = db[db > SILENCE_DB]
+    if sound.size == 0:
+        return np.inf
+    floor, loud = np.percentile(sound, [10.0, 99.0])
+    spread = loud - floor
+    if spread < options.min_range_db:
+        return np.inf
+    return float(floor + max(options.min_margin_db, options.range_fraction * spread))
+
+
 def speech_regions(
     audio: np.ndarray, sample_rate: int, options: VadOptions = VadOptions()
 ) -> list[tuple[int, int]]:
     """audio (N,) float -> [start, end) sample ranges of speech, in order, without context."""
     db = frame_energies_db(audio, sample_rate)
-    sound = db[db > SILENCE_DB]
-    if sound.size == 0:
-        return []
-    floor, loud = np.percentile(sound, [10.0, 99.0])
-    spread = loud - floor
-    if spread < options.min_range_db:
-        return []
-    threshold = floor + max(options.min_margin_db, options.range_fraction * spread)
-    speech = db > threshold
+    speech = db > speech_threshold(db, options)
     frames_per_s = 100
     # bridge short pauses, then drop bursts too short to be speech
     for a, b in _runs(~speech):
@@ -119,3 +123,54 @@ def cut(audio: np.ndarray, start: int, end: int) -> np.ndarray:
     out = np.zeros(end - start, audio.dtype)
     out[lo - start : hi - start] = audio[lo:hi]
     return out
+
+
+class TurnDetector:
+    """Speech starts and stops in audio that arrives in pieces: the realtime route's turn
+    detection. The same frames and threshold as `speech_regions`, the statistics taken over the
+    last `history` seconds; speech starts after `min_speech` above the threshold and stops after
+    `silence` below it. Positions are samples since the first push."""
+
+    def __init__(
+        self,
+        sample_rate: int,
+        silence: float = 0.5,
+        options: VadOptions = VadOptions(),
+        history: float = 10.0,
+    ) -> None:
+        self.hop = sample_rate // 100
+        self.options = options
+        self.silence_frames = max(1, round(silence * 100))
+        self.min_frames = max(1, round(options.min_speech * 100))
+        self.history = np.full(max(1, round(history * 100)), -np.inf)  # dB, a ring
+        self.rest = np.zeros(0, np.float32)  # samples short of a whole 10 ms block
+        self.previous_block = 0.0  # sum of squares of the last block
+        self.frames = 0  # frames seen
+        self.speaking = False
+        self.run = 0  # frames in a row on the other side of the threshold
+
+    def push(self, audio: np.ndarray) -> list[tuple[str, int, int]]:
+        """audio (N,) float -> ("start" | "stop", position, decided) events, in order: a start
+        is placed where its run of speech frames began, a stop where its silence began;
+        `decided` is the sample where the event became certain (within this push)."""
+        x = np.concatenate([self.rest, audio.astype(np.float32)])
+        n = x.shape[0] // self.hop
+        self.rest = x[n * self.hop :]
+        blocks = np.square(x[: n * self.hop].astype(np.float64)).reshape(n, self.hop).sum(1)
+        events = []
+        for b in blocks:
+            db = 10.0 * np.log10((self.previous_block + b) / (2 * self.hop) + 1e-12)
+            self.previous_block = b
+            self.history[self.frames % self.history.shape[0]] = db
+            self.frames += 1
+            loud = db > speech_threshold(self.history, self.options)  # ~30 us a frame
+            self.run = self.run + 1 if loud != self.speaking else 0
+            if not self.speaking and self.run >= self.min_frames:
+                self.speaking, self.run = True, 0
+                start = (self.frames - self.min_frames) * self.hop
+                events.append(("start", start, self.frames * self.hop))
+            elif self.speaking and self.run >= self.silence_frames:
+                self.speaking, self.run = False, 0
+                stop = (self.frames - self.silence_frames) * self.hop
+                events.append(("stop", stop, self.frames * self.hop))
+        return events

@@ -11,8 +11,14 @@ audio: speechrt.serving.streams), `input_audio_buffer.committed`,
 of the committed audio), `input_audio_buffer.cleared`, and `error` for any event it cannot
 follow, after which the session goes on.
 
-Differences from OpenAI, by design: no voice activity detection (turn_detection must be null;
-the client commits), pcm only (no G.711), and `rate` may be any of 8-48 kHz, not only 24 kHz.
+Turn detection: `turn_detection` null (the client commits each utterance) or
+`{"type": "server_vad", "silence_duration_ms", "prefix_padding_ms"}`: the server's energy
+detector (speechrt.asr.vad.TurnDetector, the one offline transcription uses, fed as audio
+arrives) sends `input_audio_buffer.speech_started` / `.speech_stopped` and commits the buffer
+when speech is followed by `silence_duration_ms` of quiet. Its `threshold` is accepted and not
+used (the detector sets its own from the audio's noise floor); `semantic_vad` is refused.
+Other differences from OpenAI, by design: pcm only (no G.711), and `rate` may be any of 8-48 kHz,
+not only 24 kHz.
 Limits: a committed utterance holds at most the server's --max-audio-seconds (an append past it
 is refused with an error event); one message at most MAX_MESSAGE_BYTES; a session that sends
 nothing for `realtime_idle_s` is closed (code 1000 after an error event). Messages are handled in
@@ -32,6 +38,7 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
+from speechrt.asr.vad import TurnDetector
 from speechrt.errors import SpeechRTError
 from speechrt.serving.streams import RecognitionStream
 
@@ -41,6 +48,8 @@ log = logging.getLogger("speechrt.serving")
 DEFAULT_RATE = 24000  # OpenAI's pcm16
 RATES = (8000, 48000)  # the rates a session may ask for
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one WebSocket message (uvicorn's ws_max_size)
+SERVER_VAD = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
+              "silence_duration_ms": 500}  # OpenAI's defaults  # fmt: skip
 
 
 def _id(prefix: str) -> str:
@@ -68,6 +77,9 @@ class Session:
         self.stream: RecognitionStream | None = None
         self.item_id = _id("item")
         self.previous_item: str | None = None
+        self.turn: dict[str, Any] | None = None  # server_vad settings, None: the client commits
+        self.detector: TurnDetector | None = None
+        self.heard = 0  # samples appended since the detector started (its positions)
 
     async def send(self, event: dict[str, Any]) -> None:
         await self.ws.send_text(json.dumps({"event_id": _id("event"), **event}))
@@ -86,7 +98,7 @@ class Session:
                 "modalities": ["text"],
                 "input_audio_format": "pcm16",
                 "input_audio_transcription": transcription,
-                "turn_detection": None,
+                "turn_detection": self.turn,
             }
         fmt = {"type": "audio/pcm", "rate": self.rate}
         return {
@@ -94,7 +106,7 @@ class Session:
             "object": "realtime.transcription_session",
             "id": self.id,
             "audio": {"input": {"format": fmt, "transcription": transcription,
-                                "turn_detection": None, "noise_reduction": None}},
+                                "turn_detection": self.turn, "noise_reduction": None}},
             "include": [],
         }  # fmt: skip
 
@@ -151,13 +163,7 @@ class Session:
                 )
             rate = fmt.get("rate", self.rate)
             turn = audio_in.get("turn_detection")
-        if turn is not None:
-            raise EventError(
-                "turn detection is not supported: set turn_detection to null and send "
-                "input_audio_buffer.commit at the end of each utterance",
-                "unsupported_turn_detection",
-                "session.turn_detection",
-            )
+        turn = self.turn_settings(turn)
         if not isinstance(rate, int) or not RATES[0] <= rate <= RATES[1]:
             raise EventError(
                 f"rate must be an integer in [{RATES[0]}, {RATES[1]}] Hz",
@@ -172,6 +178,34 @@ class Session:
             )
         self.rate = rate
         self.max_samples = int(self.srv.config.limits.max_audio_seconds * rate)
+        if turn != self.turn or (self.detector is not None and self.detector.hop != rate // 100):
+            self.turn, self.detector, self.heard = turn, None, 0
+            if turn is not None:
+                self.detector = TurnDetector(rate, silence=turn["silence_duration_ms"] / 1000)
+
+    @staticmethod
+    def turn_settings(turn: Any) -> dict[str, Any] | None:
+        """turn_detection as asked -> the settings served (None: the client commits)."""
+        if turn is None:
+            return None
+        bad = EventError(
+            'turn_detection must be null or {"type": "server_vad", '
+            '"silence_duration_ms": 100-10000, "prefix_padding_ms": 0-10000}',
+            "unsupported_turn_detection",
+            "session.turn_detection",
+        )
+        if not isinstance(turn, dict) or turn.get("type") != "server_vad":
+            raise bad
+        out = {**SERVER_VAD, **{k: v for k, v in turn.items() if v is not None}}
+        ms = out["silence_duration_ms"], out["prefix_padding_ms"]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ms):
+            raise bad
+        threshold = out["threshold"]
+        if not 100 <= ms[0] <= 10000 or not 0 <= ms[1] <= 10000:
+            raise bad
+        if not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+            raise bad
+        return {k: out[k] for k in SERVER_VAD}  # create_response etc.: nothing to create
 
     async def append(self, audio: Any) -> None:
         if not isinstance(audio, str):
@@ -193,6 +227,29 @@ class Session:
                 "input_audio_buffer_too_large",
                 "audio",
             )
+        if pcm.size == 0:
+            return
+        events = self.detector.push(pcm) if self.detector is not None else []
+        first, done = self.heard, 0  # detector position of pcm[0]; samples of pcm handled
+        self.heard += pcm.size
+        for kind, at, decided in events:
+            if kind == "start":
+                pad_ms = self.turn["prefix_padding_ms"] if self.turn is not None else 0
+                start_ms = max(0, round(at * 1000 / self.rate) - pad_ms)
+                await self.send({"type": "input_audio_buffer.speech_started",
+                                 "audio_start_ms": start_ms, "item_id": self.item_id})  # fmt: skip
+                continue
+            await self.feed(pcm[done : decided - first])  # the utterance ends here
+            done = decided - first
+            await self.send({"type": "input_audio_buffer.speech_stopped",
+                             "audio_end_ms": round(at * 1000 / self.rate),
+                             "item_id": self.item_id})  # fmt: skip
+            if self.stream is not None:  # else the client committed this utterance already
+                await self.commit()
+        await self.feed(pcm[done:])
+
+    async def feed(self, pcm: np.ndarray) -> None:
+        """Samples into the utterance being heard; its deltas out."""
         if pcm.size == 0:
             return
         if self.stream is None:
