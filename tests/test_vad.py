@@ -205,3 +205,21 @@ def test_turn_detector_hears_no_turn_in_steady_noise() -> None:
 
     assert TurnDetector(SR).push(noise(10, 0.003)) == []
     assert TurnDetector(SR).push(silence(3)) == []
+
+
+def test_streaming_partials_stay_empty_in_silence_and_noise(recorded) -> None:
+    """The streaming recogniser shows no words before the detector hears speech; with speech,
+    the final text is the offline one."""
+    from speechrt.asr.streaming import StreamingRecognizer
+
+    asr, speech, _ = recorded
+    for audio in (silence(4), noise(4, 0.003)):
+        sr = StreamingRecognizer(asr)
+        partials = [sr.push(audio[i : i + 1600]) for i in range(0, audio.size, 1600)]
+        assert [p.text for p in partials if p is not None] == [""] * 8
+        assert sr.finish().text == ""
+    sr = StreamingRecognizer(asr)
+    audio = np.concatenate([silence(1), speech])
+    partials = [sr.push(audio[i : i + 1600]) for i in range(0, audio.size, 1600)]
+    assert any(p is not None and p.text for p in partials)
+    assert sr.finish().text == asr.transcribe([audio])[0].text

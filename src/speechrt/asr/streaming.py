@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from speechrt.asr.ctc import Word, host, tokens_to_words
+from speechrt.asr.vad import TurnDetector
 from speechrt.audio.stream_features import StreamingFrontEnd
 from speechrt.errors import SpeechRTError
 
@@ -192,6 +193,9 @@ class StreamingRecognizer:
         self.run = run or self._run
         self.commit_samples = round(commit_every * asr.sample_rate)
         self.since_commit = 0
+        # partials stay empty until the offline pass's voice activity detector hears speech
+        self.detector = None if asr.vad is None else TurnDetector(asr.sample_rate)
+        self.heard = self.detector is None
 
     @property
     def seconds(self) -> float:
@@ -206,6 +210,8 @@ class StreamingRecognizer:
             else:
                 self.kept.append(audio)
         self.front.push(audio)
+        if self.detector is not None and self.detector.push(audio):
+            self.heard, self.detector = True, None  # a start: no need to listen further
         self.since += audio.size
         self.since_commit += audio.size
         if self.since < self.chunk_samples or self.front.n_frames == 0:
@@ -219,6 +225,8 @@ class StreamingRecognizer:
         return self.partial()
 
     def partial(self) -> Partial:
+        if not self.heard:  # silence or steady noise so far: no words
+            return Partial("", "", self.seconds)
         text = self._text(self.tokens + self.tentative)
         return Partial(text, self._text(self.tokens), self.seconds)
 
