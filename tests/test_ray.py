@@ -221,7 +221,7 @@ def test_stages_batch_only_pieces_with_equal_options() -> None:
 
     assert _groups(["a", "b", "a", "c", "b"]) == [[0, 2], [1, 4], [3]]
     acoustic, vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
-    stage = (str(acoustic), str(vocoder), "onnx", "cpu", 8)
+    stage = (str(acoustic), str(vocoder), "onnx", "cpu", "fp32", 8)
     am, vm = AcousticModel(*stage), VocoderModel(*stage)
     tts = TTS(acoustic, vocoder, backend="onnx")
     ids = [tts.text.text_to_ids(t) for t in ("One more sentence.", "Two.", "And three here.")]

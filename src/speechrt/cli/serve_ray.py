@@ -153,6 +153,7 @@ def split_app(
         max_batch_size=args.max_batch_size,
         backend=args.backend,
         device=args.device,
+        precision=args.precision,
         cpus=options["cpus"],
         gpus=options["gpus"],
         limits=Limits(max_text_chars=args.max_text_chars),

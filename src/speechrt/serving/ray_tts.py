@@ -55,10 +55,12 @@ class _Stage:
     """One voice loaded (speechrt.tts.TTS) in a stage replica; batches are run off the
     replica's event loop so that the next batch gathers while one runs."""
 
-    def __init__(self, acoustic: str, vocoder: str, backend: str, device: str, batch: int) -> None:
+    def __init__(
+        self, acoustic: str, vocoder: str, backend: str, device: str, precision: str, batch: int
+    ) -> None:
         from speechrt.tts import TTS
 
-        self.tts = TTS(acoustic, vocoder, device=device, backend=backend)
+        self.tts = TTS(acoustic, vocoder, device=device, precision=precision, backend=backend)
         self.run.set_max_batch_size(batch)  # type: ignore[attr-defined]
 
     def _host(self, x: Any) -> np.ndarray:
@@ -227,6 +229,7 @@ def split_tts_app(
     max_batch_size: int = MAX_BATCH,
     backend: str = "auto",
     device: str = "auto",
+    precision: str = "fp32",
     cpus: float = 1.0,
     gpus: float = 0.0,
     limits: Limits | None = None,
@@ -234,7 +237,7 @@ def split_tts_app(
     """The split pipeline as one Serve application (ingress SplitTTS); `cpus`, `gpus`: per
     stage replica; `limits`: max_text_chars and max_pieces apply."""
     actor = {"num_cpus": cpus, "num_gpus": gpus}
-    stage = (acoustic, vocoder, backend, device, max_batch_size)
+    stage = (acoustic, vocoder, backend, device, precision, max_batch_size)
     ongoing = 2 * max_batch_size  # serve.batch needs >= max_batch_size; one batch gathers
     acoustic_model = (
         serve.deployment(AcousticModel)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# speechrt on Ray Serve: one replica on one GPU against one replica per GPU, and the split
+# pipeline (acoustic and vocoder deployments on different GPUs), on a machine with two GPUs.
+#
+#   bash scripts/bench_ray_gpus.sh OUT_DIR
+#
+# FastPitch + HiFi-GAN V1 at default dims (scripts/bench_models.py, random weights), cuda fp16,
+# max batch 8, 5 ms queue delay. Each configuration runs alone on the machine: started with
+# `speechrt serve --ray`, warmed up at 64 closed-loop clients (every batch bucket compiled and
+# captured; not recorded), then swept over 1-64 clients with `speechrt bench tts --url`, and
+# stopped. Results: OUT_DIR/ray-<config>.json (stamped with device, commit and command), logs.
+set -euo pipefail
+out=${1:?usage: bench_ray_gpus.sh OUT_DIR}
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+models=${BENCH_MODELS:-/tmp/speechrt-bench-models}
+levels=${LEVELS:-1,2,4,8,16,32,64}
+seconds=${SECONDS_PER_LEVEL:-8}
+sr="python3 -m speechrt.cli"
+mkdir -p "$out"
+[ -d "$models/hifigan" ] || python3 scripts/bench_models.py "$models"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
+voice=(--acoustic "$models/fastpitch" --vocoder "$models/hifigan" --device cuda --precision fp16)
+batching=(--max-batch-size 8 --max-queue-delay-ms 5 --max-queue-size 4096)
+
+bench_config() {  # NAME PORT serve-flags...
+  local name=$1 port=$2
+  shift 2
+  $sr serve --ray --port "$port" "${voice[@]}" "${batching[@]}" "$@" > "$out/serve-$name.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do
+    grep -q "on Ray Serve:" "$out/serve-$name.log" && break
+    kill -0 "$pid" 2>/dev/null || { echo "$name: server exited"; tail -5 "$out/serve-$name.log"; return 1; }
+    sleep 1
+  done
+  local url="http://127.0.0.1:$port"
+  $sr bench tts --url "$name=$url" --concurrency 64 --seconds 30 --out-dir "$out/warmup" \
+    --name "warmup-$name" > "$out/warmup-$name.log" 2>&1 || true
+  $sr bench tts --url "$name=$url" --concurrency "$levels" --seconds "$seconds" \
+    --out-dir "$out" --name "ray-$name" 2>&1 | tail -12
+  kill -INT "$pid"
+  wait "$pid" || true
+}
+
+bench_config one-gpu 8201 --replicas 1 --gpus-per-replica 1
+bench_config two-gpus 8202 --replicas 2 --gpus-per-replica 1
+bench_config split 8203 --split-tts 1,1 --gpus-per-replica 1
