@@ -67,30 +67,40 @@ def offline(server: str, wav: bytes) -> str:
     return text
 
 
-def test_realtime_session_with_the_openai_client(server: str, pcm: np.ndarray, offline: str):
+def openai_session(
+    server: str, pcm: np.ndarray, turn: dict | None, completions: int, step_ms: int = 100
+) -> list[Any]:
+    """An openai-client realtime transcription session: `pcm` appended in `step_ms` pieces
+    (and committed by the client when `turn` is None); its events up to the `completions`-th
+    completed transcript."""
+
     async def session() -> list[Any]:
         client = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
-        events = []
+        events: list[Any] = []
         query = {"intent": "transcription"}
         async with client.realtime.connect(model="whisper-1", extra_query=query) as conn:
-            fmt = {"type": "audio/pcm", "rate": RATE}
-            audio_in = {"format": fmt, "turn_detection": None}
+            audio_in = {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": turn}
             await conn.session.update(
                 session={"type": "transcription", "audio": {"input": audio_in}}
             )
             data = pcm.tobytes()
-            step = RATE // 10 * 2  # 100 ms of 16-bit samples
+            step = RATE * step_ms // 1000 * 2  # bytes of 16-bit samples
             for start in range(0, len(data), step):
                 chunk = base64.b64encode(data[start : start + step]).decode()
                 await conn.input_audio_buffer.append(audio=chunk)
-            await conn.input_audio_buffer.commit()
+            if turn is None:
+                await conn.input_audio_buffer.commit()
             async for event in conn:
                 events.append(event)
-                if event.type == COMPLETED:
-                    return events
+                if [e.type for e in events].count(COMPLETED) == completions:
+                    break
         return events
 
-    events = asyncio.run(session())
+    return asyncio.run(session())
+
+
+def test_realtime_session_with_the_openai_client(server: str, pcm: np.ndarray, offline: str):
+    events = openai_session(server, pcm, None, 1)
     kinds = [e.type for e in events]
     assert kinds[:2] == ["session.created", "session.updated"]
     assert kinds[-1] == COMPLETED
@@ -127,28 +137,8 @@ def test_server_vad_commits_each_utterance(server: str):
             ).text
         )
 
-    async def session() -> list[Any]:
-        client = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
-        events = []
-        query = {"intent": "transcription"}
-        async with client.realtime.connect(model="whisper-1", extra_query=query) as conn:
-            turn = {"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 300}
-            audio_in = {"format": {"type": "audio/pcm", "rate": RATE}, "turn_detection": turn}
-            await conn.session.update(
-                session={"type": "transcription", "audio": {"input": audio_in}}
-            )
-            data = pcm.tobytes()
-            step = RATE // 20 * 2  # 50 ms of 16-bit samples
-            for start in range(0, len(data), step):
-                chunk = base64.b64encode(data[start : start + step]).decode()
-                await conn.input_audio_buffer.append(audio=chunk)
-            async for event in conn:
-                events.append(event)
-                if [e.type for e in events].count(COMPLETED) == 2:
-                    return events
-        return events
-
-    events = asyncio.run(session())
+    turn = {"type": "server_vad", "silence_duration_ms": 500, "prefix_padding_ms": 300}
+    events = openai_session(server, pcm, turn, 2, step_ms=50)
     turns = [e for e in events if e.type != DELTA][2:]  # after session.created / .updated
     kinds = [e.type for e in turns]
     one = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
