@@ -22,7 +22,7 @@ from speechrt.options import SynthesisOptions
 from speechrt.repo import ComponentInfo, read_info
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.stages import TTSStages, numpy_stages
+from speechrt.runtime.stages import TTSStages, VocoderStage, numpy_stages
 
 if TYPE_CHECKING:
     import torch
@@ -32,6 +32,10 @@ MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces 
 # into pieces of at most this many symbol ids: about 30 s of speech, what the model reads at once
 MAX_PIECE_SYMBOLS = 400
 PAUSE_SECONDS = 0.2  # silence inserted between the pieces of one text
+# A stream's first audio: the first piece's first this-many mel frames (~0.37 s at 22.05 kHz
+# and hop 256), vocoded on their own (with real right context: no seam) and sent while the rest
+# of the piece is vocoded; it outlasts vocoding the rest of a piece many times over on a CPU
+STREAM_HEAD_FRAMES = 32
 
 
 Span = tuple[str, int, int]  # (word, start, end): ids[start:end] speak the word
@@ -284,14 +288,24 @@ class TTS:
             host = audio.clamp(-1.0, 1.0).cpu().numpy()
         return [host[i, : int(n)].copy() for i, n in enumerate(audio_lengths.tolist())]
 
-    def ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
-        """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item."""
+    def ids_to_audio(
+        self,
+        batch: list[Piece],
+        options: SynthesisOptions,
+        on_head: Callable[[list[np.ndarray]], None] | None = None,
+    ) -> list[np.ndarray]:
+        """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item.
+
+        `on_head(heads)`: where the vocoder runs in spans (a plain vocoder, no denoising) and
+        every item is long enough, it hears each item's first STREAM_HEAD_FRAMES frames of
+        audio before the rest is vocoded (each heads[i] is the start of the item's result, equal
+        to one call's audio within float rounding); else it is not called."""
         if self.numpy:
-            return self._ids_to_audio(batch, options)
+            return self._ids_to_audio(batch, options, on_head=on_head)
         import torch
 
         with torch.inference_mode():
-            return self._ids_to_audio(batch, options)
+            return self._ids_to_audio(batch, options, on_head=on_head)
 
     @property
     def has_durations(self) -> bool:
@@ -319,7 +333,11 @@ class TTS:
             return self._ids_to_audio(batch, options, timed=True)
 
     def _ids_to_audio(
-        self, batch: list[Piece], options: SynthesisOptions, timed: bool = False
+        self,
+        batch: list[Piece],
+        options: SynthesisOptions,
+        timed: bool = False,
+        on_head: Callable[[list[np.ndarray]], None] | None = None,
     ) -> list[Any]:
         ids, lengths, seeds = self.batch_to_tensors(batch)
         with warnings.catch_warnings(record=True) as caught:
@@ -342,7 +360,19 @@ class TTS:
                 )
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
+        if (
+            on_head is not None
+            and options.denoise == 0
+            and isinstance(self.stages.vocoder, VocoderStage)
+        ):
+            h = STREAM_HEAD_FRAMES
+
+            def heard(head: Any) -> None:  # head: (B, h * hop)
+                on_head(self.to_numpy(head, np.full(len(batch), head.shape[1])))
+
+            audio, audio_lengths = self.stages.vocoder(mel, mel_lengths, options, seeds, (h, heard))
+        else:
+            audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
         if options.denoise > 0:
             audio = self.denoise(audio, audio_lengths, options.denoise)
         waves = self.to_numpy(audio, audio_lengths)

@@ -1,0 +1,142 @@
+"""Streamed vs whole speech through a real `speechrt serve`: first byte and last byte.
+
+    python scripts/bench_streaming.py [--format pcm] [--repeats 5] [--sentences 3 20]
+
+Starts a server on the bundled voice (onnx backend on a CPU, `--no-components`), warms it up,
+then for each sentence count sends, `repeats` times in turn, one whole request and one
+`stream_format: "audio"` request of the same text, one at a time, and prints the medians:
+the whole request's time to its last byte, the streamed one's time to its first and its last
+byte, and the streamed first byte as a fraction of the whole request's time. Every time is
+from sending the request to the byte's arrival at this client. The line above the table names
+the CPU, the cores this process may use, and the commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "A second sentence follows the first one closely.",
+    "Streaming sends each sentence as soon as it is ready.",
+    "Is this the fourth one, or the fifth?",
+    "Numbers such as 42 are read out in words.",
+)
+
+
+def text_of(n: int) -> str:
+    return " ".join(SENTENCES[i % len(SENTENCES)] for i in range(n))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def start_server(extra: list[str]) -> tuple[str, subprocess.Popen[bytes], Path]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = Path(tempfile.mkstemp(prefix="bench-streaming-", suffix=".log")[1])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    cmd = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(port), *extra]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return url, proc, log
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit(f"server not ready after 120 s:\n{log.read_text()}")
+
+
+def timed(client: httpx.Client, body: dict[str, object]) -> tuple[float, float, int]:
+    """(seconds to the first body byte, seconds to the last, bytes) of one request."""
+    t0 = time.perf_counter()
+    first, size = None, 0
+    with client.stream("POST", "/v1/audio/speech", json=body) as r:
+        if r.status_code != 200:
+            raise SystemExit(f"HTTP {r.status_code}: {r.read().decode(errors='replace')}")
+        for chunk in r.iter_raw():
+            if chunk and first is None:
+                first = time.perf_counter() - t0
+            size += len(chunk)
+    last = time.perf_counter() - t0
+    return (last if first is None else first), last, size
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--format", default="pcm", help="response_format (default: pcm)")
+    p.add_argument("--repeats", type=int, default=5, help="requests of each kind (default: 5)")
+    p.add_argument("--sentences", type=int, nargs="+", default=[3, 20])
+    p.add_argument("--url", help="a running server instead of starting one")
+    p.add_argument("--serve-arg", action="append", default=[], help="passed to `serve`")
+    args = p.parse_args()
+
+    proc = None
+    url = args.url
+    if url is None:
+        url, proc, log = start_server(["--backend", "onnx", "--no-components", *args.serve_arg])
+    try:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        print(f"# {cpu_model()}, {cores} cores, commit {commit()}, format {args.format}")
+        with httpx.Client(base_url=url, timeout=300) as client:
+            base = {"model": "tts", "voice": "alloy", "response_format": args.format}
+            for _ in range(2):  # warm up: first calls load the number rules, learn batch times
+                timed(client, {**base, "input": text_of(3)})
+                timed(client, {**base, "input": text_of(3), "stream_format": "audio"})
+            print("sentences  whole_last_s  stream_first_s  stream_last_s  first/whole")
+            for n in args.sentences:
+                body = {**base, "input": text_of(n)}
+                whole, first, last = [], [], []
+                for _ in range(args.repeats):
+                    whole.append(timed(client, body)[1])
+                    f, lt, _ = timed(client, {**body, "stream_format": "audio"})
+                    first.append(f)
+                    last.append(lt)
+                w, f, lt = (statistics.median(x) for x in (whole, first, last))
+                print(f"{n:9d}  {w:12.3f}  {f:14.3f}  {lt:13.3f}  {f / w:11.2f}")
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
