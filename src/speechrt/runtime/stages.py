@@ -219,6 +219,7 @@ def vocode_in_chunks(
         if split and head is not None and a == 0:
             head[1](pieces[0])
     hop = pieces[0].shape[1] // starts[1] if len(starts) > 1 else pieces[0].shape[1] // T
+    audio: Any
     if isinstance(mel, np.ndarray):
         audio = np.concatenate(pieces, 1)  # (B, T * hop)
         audio_lengths = mel_lengths * hop

@@ -21,8 +21,8 @@ import numpy as np
 
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
+from speechrt.pieces import Piece, join_pieces, word_times
 from speechrt.serving.engine import Engine, wait_all
-from speechrt.tts import PAUSE_SECONDS, Piece, word_times
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,6 @@ class TTSService:
     def sampling_rate(self) -> int:
         return int(self.tts.sampling_rate)
 
-    def _pause(self) -> np.ndarray:
-        return np.zeros(int(PAUSE_SECONDS * self.sampling_rate), dtype=np.float32)
-
     async def submit(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
     ) -> list[list[asyncio.Future[np.ndarray]]]:
@@ -131,8 +128,10 @@ class TTSService:
         else:
             pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
         self._check_pieces(pieces, len(texts))
+        # each piece read with its own SSML prosody (an out-of-range pace is a SpeechRTError)
         items = [
-            TTSItem(p, options, words, on_head if k == 0 else None) for k, p in enumerate(pieces)
+            TTSItem(p, p.options(options), words, on_head if k == 0 else None)
+            for k, p in enumerate(pieces)
         ]
         futures = self.engine.submit(items)
         per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
@@ -158,16 +157,16 @@ class TTSService:
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
     ) -> list[np.ndarray]:
-        """One waveform per text (pieces joined by short pauses, as TTS.synthesize does)."""
-        per_text = await self.submit(texts, options, seeds)
+        """One waveform per text (pieces joined by their silences, as TTS.synthesize does)."""
+        pieces, per_text = await self._submit(texts, options, seeds)
         flat = [f for fs in per_text for f in fs]
         audio = await wait_all(flat, self.limits.request_timeout_s)
-        out, k, pause = [], 0, self._pause()
+        out, k = [], 0
         for fs in per_text:
-            parts = audio[k : k + len(fs)]
+            out.append(
+                join_pieces(pieces[k : k + len(fs)], audio[k : k + len(fs)], self.sampling_rate)
+            )
             k += len(fs)
-            joined = [x for j, a in enumerate(parts) for x in ((pause, a) if j else (a,))]
-            out.append(np.concatenate(joined))
         return out
 
     async def synthesize_with_words(
@@ -181,11 +180,9 @@ class TTSService:
             )
         pieces, (futures,) = await self._submit([text], options, [seed], words=True)
         timed = await wait_all(futures, self.limits.request_timeout_s)
-        parts = [
-            x for j, t in enumerate(timed) for x in ((self._pause(), t.audio) if j else (t.audio,))
-        ]
-        hop = self.tts.mel.hop_length
-        return np.concatenate(parts), word_times(pieces, timed, hop, self.sampling_rate)
+        hop, sr = self.tts.mel.hop_length, self.sampling_rate
+        audio = join_pieces(pieces, [t.audio for t in timed], sr)
+        return audio, word_times(pieces, timed, hop, sr)
 
     async def stream(
         self, text: str, options: SynthesisOptions, seed: int
@@ -201,11 +198,14 @@ class TTSService:
         def on_head(audio: np.ndarray) -> None:  # on the device thread
             loop.call_soon_threadsafe(_settle_once, head, audio)
 
-        (futures,) = (await self._submit([text], options, [seed], on_head=on_head))[1]
-        return self._chunks(futures, head)
+        pieces, (futures,) = await self._submit([text], options, [seed], on_head=on_head)
+        return self._chunks(pieces, futures, head)
 
     async def _chunks(
-        self, futures: list[asyncio.Future[np.ndarray]], head: asyncio.Future[np.ndarray]
+        self,
+        pieces: list[Piece],
+        futures: list[asyncio.Future[np.ndarray]],
+        head: asyncio.Future[np.ndarray],
     ) -> AsyncIterator[np.ndarray]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.request_timeout_s
@@ -217,12 +217,16 @@ class TTSService:
                 return_when=asyncio.FIRST_COMPLETED,
             )
             sent = 0
+            before, _ = pieces[0].silence(self.sampling_rate)
             if head.done() and not futures[0].done():
                 sent = len(head.result())
-                yield head.result()
-            for j, f in enumerate(futures):
+                yield np.concatenate((before, head.result()))
+            for j, (p, f) in enumerate(zip(pieces, futures, strict=True)):
                 (audio,) = await wait_all([f], max(0.0, deadline - loop.time()))
-                yield np.concatenate((self._pause(), audio)) if j else audio[sent:]
+                before, after = p.silence(self.sampling_rate)
+                if j == 0 and sent:
+                    before, audio = before[:0], audio[sent:]
+                yield np.concatenate((before, audio, after))
         finally:
             head.cancel()
             for f in futures:
