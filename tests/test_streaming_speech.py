@@ -19,6 +19,8 @@ THREE = (
     "A second sentence follows it, a little longer than the first one was. "
     "And the third sentence closes the request."
 )
+# silences before, between and after the sentences: the first one goes out with the head
+SSML = f'<speak><break time="300ms"/>{THREE} <break time="1s"/>Done.<break time="50ms"/></speak>'
 LSB = 2  # the stream's first piece is vocoded in two spans: equal within float rounding
 
 
@@ -36,16 +38,18 @@ def url(start_server) -> str:
     return url
 
 
-def body(fmt: str, stream: bool) -> dict[str, str]:
+def body(fmt: str, stream: bool, text: str = THREE) -> dict[str, str]:
     extra = {"stream_format": "audio"} if stream else {}
-    return {"model": "tts", "voice": "alloy", "input": THREE, "response_format": fmt, **extra}
+    return {"model": "tts", "voice": "alloy", "input": text, "response_format": fmt, **extra}
 
 
-def fetch(client: httpx.Client, fmt: str, stream: bool) -> tuple[float, float, bytes]:
+def fetch(
+    client: httpx.Client, fmt: str, stream: bool, text: str = THREE
+) -> tuple[float, float, bytes]:
     """(seconds to the first body byte, to the last, the body) of one request."""
     t0 = time.perf_counter()
     first, chunks = None, []
-    with client.stream("POST", "/v1/audio/speech", json=body(fmt, stream)) as r:
+    with client.stream("POST", "/v1/audio/speech", json=body(fmt, stream, text)) as r:
         assert r.status_code == 200, r.read()
         for chunk in r.iter_raw():
             if chunk and first is None:
@@ -68,10 +72,11 @@ def test_the_first_byte_comes_before_half_the_whole_request(url):
     assert statistics.median(first) < 0.5 * statistics.median(whole), (first, whole)
 
 
-def test_streamed_pcm_is_the_whole_response(url):
+@pytest.mark.parametrize("text", [THREE, SSML])
+def test_streamed_pcm_is_the_whole_response(url, text):
     with httpx.Client(base_url=url, timeout=120) as client:
-        whole = fetch(client, "pcm", False)[2]
-        with client.stream("POST", "/v1/audio/speech", json=body("pcm", True)) as r:
+        whole = fetch(client, "pcm", False, text)[2]
+        with client.stream("POST", "/v1/audio/speech", json=body("pcm", True, text)) as r:
             chunks = [c for c in r.iter_raw() if c]
     assert len(chunks) >= 4  # the head, the rest of sentence one, sentences two and three
     got = np.frombuffer(b"".join(chunks), "<i2").astype(np.int32)
