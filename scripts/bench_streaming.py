@@ -7,8 +7,10 @@ then for each sentence count sends, `repeats` times in turn, one whole request a
 `stream_format: "audio"` request of the same text, one at a time, and prints the medians:
 the whole request's time to its last byte, the streamed one's time to its first and its last
 byte, and the streamed first byte as a fraction of the whole request's time. Every time is
-from sending the request to the byte's arrival at this client. The line above the table names
-the CPU, the cores this process may use, and the commit.
+from sending the request to the byte's arrival at this client. On a machine shared with other
+work, wall times move with its load; the server's CPU seconds per request (user + system, from
+/proc, when this script started the server) say what each kind of request costs regardless.
+The line above the table names the CPU, the cores this process may use, and the commit.
 """
 
 from __future__ import annotations
@@ -100,6 +102,15 @@ def timed(client: httpx.Client, body: dict[str, object]) -> tuple[float, float, 
     return (last if first is None else first), last, size
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process `pid` so far (0 where /proc cannot say)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--format", default="pcm", help="response_format (default: pcm)")
@@ -121,17 +132,30 @@ def main() -> None:
             for _ in range(2):  # warm up: first calls load the number rules, learn batch times
                 timed(client, {**base, "input": text_of(3)})
                 timed(client, {**base, "input": text_of(3), "stream_format": "audio"})
-            print("sentences  whole_last_s  stream_first_s  stream_last_s  first/whole")
+            pid = proc.pid if proc is not None else None
+            print(
+                "sentences  whole_last_s  stream_first_s  stream_last_s  first/whole"
+                "  whole_cpu_s  stream_cpu_s"
+            )
             for n in args.sentences:
                 body = {**base, "input": text_of(n)}
-                whole, first, last = [], [], []
+                whole, first, last, cpu_whole, cpu_stream = [], [], [], [], []
                 for _ in range(args.repeats):
+                    c0 = cpu_seconds(pid)
                     whole.append(timed(client, body)[1])
+                    c1 = cpu_seconds(pid)
                     f, lt, _ = timed(client, {**body, "stream_format": "audio"})
+                    cpu_whole.append(c1 - c0)
+                    cpu_stream.append(cpu_seconds(pid) - c1)
                     first.append(f)
                     last.append(lt)
-                w, f, lt = (statistics.median(x) for x in (whole, first, last))
-                print(f"{n:9d}  {w:12.3f}  {f:14.3f}  {lt:13.3f}  {f / w:11.2f}")
+                w, f, lt, cw, cs = (
+                    statistics.median(x) for x in (whole, first, last, cpu_whole, cpu_stream)
+                )
+                print(
+                    f"{n:9d}  {w:12.3f}  {f:14.3f}  {lt:13.3f}  {f / w:11.2f}"
+                    f"  {cw:11.2f}  {cs:12.2f}"
+                )
     finally:
         if proc is not None:
             proc.terminate()
