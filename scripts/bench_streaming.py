@@ -1,16 +1,18 @@
 """Streamed vs whole speech through a real `speechrt serve`: first byte and last byte.
 
     python scripts/bench_streaming.py [--format pcm] [--repeats 5] [--sentences 3 20]
+        [--compare NAME=SRC_DIR ...] [--serve-arg=--max-batch-ms --serve-arg=0]
 
 Starts a server on the bundled voice (onnx backend on a CPU, `--no-components`), warms it up,
 then for each sentence count sends, `repeats` times in turn, one whole request and one
 `stream_format: "audio"` request of the same text, one at a time, and prints the medians:
 the whole request's time to its last byte, the streamed one's time to its first and its last
 byte, and the streamed first byte as a fraction of the whole request's time. Every time is
-from sending the request to the byte's arrival at this client. On a machine shared with other
-work, wall times move with its load; the server's CPU seconds per request (user + system, from
-/proc, when this script started the server) say what each kind of request costs regardless.
-The line above the table names the CPU, the cores this process may use, and the commit.
+from sending the request to the byte's arrival at this client. `--compare NAME=SRC_DIR` also
+starts a server from another tree's `src` (e.g. `git archive REV src | tar -x -C DIR`), and
+the servers take turns request by request, so a machine's changing load weighs on all alike.
+The server's CPU seconds per request (user + system, from /proc) say what each kind of request
+costs. The line above the table names the CPU, the cores this process may use, and the commit.
 """
 
 from __future__ import annotations
@@ -63,12 +65,14 @@ def commit() -> str:
         return "unknown"
 
 
-def start_server(extra: list[str]) -> tuple[str, subprocess.Popen[bytes], Path]:
+def start_server(
+    extra: list[str], src: Path = ROOT / "src"
+) -> tuple[str, subprocess.Popen[bytes], Path]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = Path(tempfile.mkstemp(prefix="bench-streaming-", suffix=".log")[1])
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(port), *extra]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -116,48 +120,53 @@ def main() -> None:
     p.add_argument("--format", default="pcm", help="response_format (default: pcm)")
     p.add_argument("--repeats", type=int, default=5, help="requests of each kind (default: 5)")
     p.add_argument("--sentences", type=int, nargs="+", default=[3, 20])
-    p.add_argument("--url", help="a running server instead of starting one")
+    p.add_argument("--compare", action="append", default=[], metavar="NAME=SRC_DIR")
     p.add_argument("--serve-arg", action="append", default=[], help="passed to `serve`")
     args = p.parse_args()
 
-    proc = None
-    url = args.url
-    if url is None:
-        url, proc, log = start_server(["--backend", "onnx", "--no-components", *args.serve_arg])
+    trees = {"this": ROOT / "src"}
+    for spec in args.compare:
+        name, _, src = spec.partition("=")
+        trees[name] = Path(src)
+    serve = ["--backend", "onnx", "--no-components", *args.serve_arg]
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    clients: dict[str, httpx.Client] = {}
     try:
+        for name, src in trees.items():
+            url, procs[name], _ = start_server(serve, src)
+            clients[name] = httpx.Client(base_url=url, timeout=300)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         print(f"# {cpu_model()}, {cores} cores, commit {commit()}, format {args.format}")
-        with httpx.Client(base_url=url, timeout=300) as client:
-            base = {"model": "tts", "voice": "alloy", "response_format": args.format}
+        base = {"model": "tts", "voice": "alloy", "response_format": args.format}
+        for client in clients.values():
             for _ in range(2):  # warm up: first calls load the number rules, learn batch times
-                timed(client, {**base, "input": text_of(3)})
-                timed(client, {**base, "input": text_of(3), "stream_format": "audio"})
-            pid = proc.pid if proc is not None else None
-            print(
-                "sentences  whole_last_s  stream_first_s  stream_last_s  first/whole"
-                "  whole_cpu_s  stream_cpu_s"
-            )
-            for n in args.sentences:
-                body = {**base, "input": text_of(n)}
-                whole, first, last, cpu_whole, cpu_stream = [], [], [], [], []
-                for _ in range(args.repeats):
+                timed(client, {**base, "input": text_of(5)})
+                timed(client, {**base, "input": text_of(5), "stream_format": "audio"})
+        print(
+            "server  sentences  whole_last_s  stream_first_s  stream_last_s  first/whole"
+            "  whole_cpu_s  stream_cpu_s"
+        )
+        for n in args.sentences:
+            body = {**base, "input": text_of(n)}
+            runs: dict[str, list[tuple[float, float, float, float, float]]] = {t: [] for t in trees}
+            for _ in range(args.repeats):
+                for name, client in clients.items():  # the servers take turns
+                    pid = procs[name].pid
                     c0 = cpu_seconds(pid)
-                    whole.append(timed(client, body)[1])
+                    whole = timed(client, body)[1]
                     c1 = cpu_seconds(pid)
-                    f, lt, _ = timed(client, {**body, "stream_format": "audio"})
-                    cpu_whole.append(c1 - c0)
-                    cpu_stream.append(cpu_seconds(pid) - c1)
-                    first.append(f)
-                    last.append(lt)
-                w, f, lt, cw, cs = (
-                    statistics.median(x) for x in (whole, first, last, cpu_whole, cpu_stream)
-                )
+                    first, last, _ = timed(client, {**body, "stream_format": "audio"})
+                    runs[name].append((whole, first, last, c1 - c0, cpu_seconds(pid) - c1))
+            for name, rows in runs.items():
+                w, f, lt, cw, cs = (statistics.median(col) for col in zip(*rows, strict=True))
                 print(
-                    f"{n:9d}  {w:12.3f}  {f:14.3f}  {lt:13.3f}  {f / w:11.2f}"
+                    f"{name:6s}  {n:9d}  {w:12.3f}  {f:14.3f}  {lt:13.3f}  {f / w:11.2f}"
                     f"  {cw:11.2f}  {cs:12.2f}"
                 )
     finally:
-        if proc is not None:
+        for client in clients.values():
+            client.close()
+        for proc in procs.values():
             proc.terminate()
             proc.wait(30)
 
