@@ -19,6 +19,13 @@ from speechrt.errors import SpeechRTError
 TEXT = "A client speaks. The server answers."
 
 
+def assert_same_pcm(a: bytes, b: bytes, lsb: int = 2) -> None:
+    """Streamed vs whole 16-bit PCM: a stream vocodes its first frames apart (with real
+    context), so its samples equal the whole response's within float rounding: 2 int16 steps."""
+    x, y = np.frombuffer(a, "<i2").astype(np.int32), np.frombuffer(b, "<i2").astype(np.int32)
+    assert x.shape == y.shape and np.abs(x - y).max() <= lsb
+
+
 def tone(seconds: float = 1.0, sr: int = 16000) -> np.ndarray:
     t = np.arange(int(seconds * sr)) / sr
     return (0.3 * np.sin(2 * np.pi * 440 * t) * (t % 0.3 < 0.2)).astype(np.float32)
@@ -34,11 +41,14 @@ def test_sync_client(speech_server, tmp_path):
             json={"model": "tts", "voice": "0", "input": TEXT, "response_format": "wav"},
             timeout=60,
         )
-        assert wav == direct.content
+        # (bitwise only where batch invariance holds: batches may form differently per call)
+        assert wav[:44] == direct.content[:44]
+        assert_same_pcm(wav[44:], direct.content[44:])
         audio, sr = c.synthesize_array(TEXT)
         ref, ref_sr = sf.read(io.BytesIO(wav), dtype="int16")
-        assert sr == ref_sr and np.array_equal(np.round(audio * 32767).astype(np.int16), ref)
-        assert b"".join(c.stream(TEXT)) == c.synthesize(TEXT, "pcm")
+        assert sr == ref_sr
+        assert_same_pcm(np.round(audio * 32767).astype("<i2").tobytes(), ref.tobytes())
+        assert_same_pcm(b"".join(c.stream(TEXT)), c.synthesize(TEXT, "pcm"))
         assert c.synthesize(TEXT, "flac")[:4] == b"fLaC"
         one = "A single sentence, spoken fast."  # (pauses between sentences keep their length)
         assert len(c.synthesize(one, "pcm", speed=2.0)) < len(c.synthesize(one, "pcm")) * 0.7
@@ -86,7 +96,7 @@ def test_async_client(speech_server):
             audio, sr = await c.synthesize_array(TEXT)
             assert audio.dtype == np.float32 and sr == 22050
             chunks = [chunk async for chunk in c.stream(TEXT)]
-            assert b"".join(chunks) == await c.synthesize(TEXT, "pcm")
+            assert_same_pcm(b"".join(chunks), await c.synthesize(TEXT, "pcm"))
             result = await c.transcribe(tone(), 16000)
             assert isinstance(result["text"], str)
             with pytest.raises(ServerError):

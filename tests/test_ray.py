@@ -170,9 +170,14 @@ def test_split_pipeline_equals_in_process_synthesis(cluster: str) -> None:
     handle = serve.run(app, name="split", route_prefix="/split")
     try:
         options = SynthesisOptions(pace=1.1)
-        got = handle.synthesize.remote(TEXTS, options, [3, 4]).result()
+        # SSML too: its break and prosody applied by the stages as in-process
+        texts = [
+            *TEXTS,
+            '<speak>One. <break time="300ms"/><prosody rate="1.3">Two.</prosody></speak>',
+        ]
+        got = handle.synthesize.remote(texts, options, [3, 4, 5]).result()
         tts = TTS(acoustic, vocoder, backend="onnx")
-        want = tts.synthesize(TEXTS, options, seeds=[3, 4])
+        want = tts.synthesize(texts, options, seeds=[3, 4, 5])
         for g, w in zip(got, want, strict=True):
             assert g.shape == w.shape and g.dtype == np.float32
             assert np.abs(g - w).max() <= SPLIT_ATOL

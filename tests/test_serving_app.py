@@ -36,7 +36,7 @@ class SlowTTS:
             for j, part in enumerate(text.split("|"))
         ]
 
-    def ids_to_audio(self, batch, options):
+    def ids_to_audio(self, batch, options, on_head=None):  # (never a head: pieces this short)
         self.batches.append(len(batch))
         if self.gate is not None and not self.entered.is_set():
             self.entered.set()

@@ -41,6 +41,27 @@ def test_chunks_equal_one_call_with_lengths(preset: str) -> None:
     assert not chunked[1, 93 * hop :].any()  # nothing past an item's end
 
 
+@pytest.mark.parametrize("chunk", [None, 40])
+def test_a_head_is_heard_first_and_is_the_start_of_the_audio(chunk: int | None) -> None:
+    """A stream's first frames, vocoded alone with real right context: no seam."""
+    model = _model("hifigan-v1")
+    hop = model.dims.hop_length
+    mel = torch.randn(2, 80, 170, generator=torch.Generator().manual_seed(3))
+    lengths = torch.tensor([170, 120])
+    heard: list[torch.Tensor] = []
+    with torch.inference_mode():
+        whole, _ = model.mel_to_audio(mel, lengths)
+        audio, _ = vocode_in_chunks(model.mel_to_audio, mel, lengths, chunk, (32, heard.append))
+    assert len(heard) == 1 and heard[0].shape == (2, 32 * hop)
+    assert _rel(heard[0], whole[:, : 32 * hop]) < 1e-5
+    assert torch.equal(audio[:, : 32 * hop], heard[0]) and _rel(audio, whole) < 1e-5
+    with torch.inference_mode():  # an item too short for a head and its context: not heard
+        vocode_in_chunks(
+            model.mel_to_audio, mel, torch.tensor([170, 50]), chunk, (32, heard.append)
+        )
+    assert len(heard) == 1
+
+
 def test_too_little_context_shows(monkeypatch) -> None:
     """The context is what makes chunks exact: with 2 frames the seams differ."""
     model = _model("hifigan-v1")

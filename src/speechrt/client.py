@@ -154,7 +154,8 @@ class Client:
         return _pcm_to_array(resp, resp.content)
 
     def stream(self, text: str, response_format: str = "pcm", **kw: Any) -> Iterator[bytes]:
-        """Audio bytes sentence by sentence (wav: a header of unknown length, then PCM)."""
+        """Audio bytes as the server sends them: the first sentence's first ~0.4 s, then the
+        rest sentence by sentence (wav: a header of unknown length, then PCM)."""
         body = _speech_body(text, response_format, kw)
         body["stream_format"] = "audio"
         try:

@@ -9,9 +9,9 @@ and cuda they run on torch tensors on the pipeline's device.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +19,20 @@ import numpy as np
 
 from speechrt.errors import MaxDecoderStepsWarning, SpeechRTError
 from speechrt.options import SynthesisOptions
+from speechrt.pieces import (  # noqa: F401  (re-exported: the pipeline's units)
+    PAUSE_SECONDS,
+    Piece,
+    Span,
+    TimedAudio,
+    join_pieces,
+    piece_seed,
+    piece_words,
+    word_times,
+)
 from speechrt.repo import ComponentInfo, read_info
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.stages import TTSStages, numpy_stages
+from speechrt.runtime.stages import TTSStages, VocoderStage, numpy_stages
 
 if TYPE_CHECKING:
     import torch
@@ -33,69 +43,10 @@ MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces 
 # ... and a piece whose normalised form is longer ("12345" reads as 40 symbols) is cut at spaces
 # into pieces of at most this many symbol ids: about 30 s of speech, what the model reads at once
 MAX_PIECE_SYMBOLS = 400
-PAUSE_SECONDS = 0.2  # silence inserted between the pieces of one text
-
-
-Span = tuple[str, int, int]  # (word, start, end): ids[start:end] speak the word
-
-
-@dataclass
-class Piece:
-    """One sentence-sized unit of work: item `item` of the request, piece `index` within it."""
-
-    item: int
-    index: int
-    ids: list[int]
-    seed: int
-    # (word, start, end): ids[start:end] speak the word (TextProcessor.word_spans); with words=True
-    words: list[Span] | None = None
-
-
-@dataclass
-class TimedAudio:
-    """A piece's audio (S,) float32 and the mel frames (L,) int64 spent on each of its symbols."""
-
-    audio: np.ndarray
-    frames: np.ndarray
-
-
-def piece_words(ids: list[int], pieces: list[list[int]], spans: list[Span]) -> list[list[Span]]:
-    """Each piece's share of `spans` (word spans over `ids`), its positions piece-relative.
-    pieces: cut from ids in order (TextProcessor.encode_pieces: cut at spaces, which are
-    dropped, and pieces without speech left out)."""
-    out, at = [], 0
-    for piece in pieces:
-        while ids[at : at + len(piece)] != piece:  # skip cut spaces and dropped pieces
-            at += 1
-            if at >= len(ids):
-                raise SpeechRTError("a piece's ids are not within its sentence's ids")
-        end = at + len(piece)
-        out.append(
-            [(w, max(a, at) - at, min(b, end) - at) for w, a, b in spans if a < end and b > at]
-        )
-        at = end
-    return out
-
-
-def word_times(
-    pieces: Sequence[Piece], timed: Sequence[TimedAudio], hop: int, sampling_rate: int
-) -> list[dict[str, Any]]:
-    """[{word, start, end}] in seconds over one text's audio: its pieces in order, joined by
-    PAUSE_SECONDS of silence (as synthesize joins them); a word spans its symbols' frames."""
-    out: list[dict[str, Any]] = []
-    at = 0  # samples
-    pause = int(PAUSE_SECONDS * sampling_rate)
-    for j, (p, t) in enumerate(zip(pieces, timed, strict=True)):
-        at += pause if j else 0
-        bounds = np.concatenate(([0], np.cumsum(t.frames))) * hop  # samples from the piece start
-        for word, a, b in p.words or []:
-            start, end = (
-                (at + int(bounds[a])) / sampling_rate,
-                (at + int(bounds[b])) / sampling_rate,
-            )
-            out.append({"word": word, "start": round(start, 3), "end": round(end, 3)})
-        at += len(t.audio)
-    return out
+# A stream's first audio: the first piece's first this-many mel frames (~0.37 s at 22.05 kHz
+# and hop 256), vocoded on their own (with real right context: no seam) and sent while the rest
+# of the piece is vocoded; it outlasts vocoding the rest of a piece many times over on a CPU
+STREAM_HEAD_FRAMES = 32
 
 
 def check_role(model_dir: str | Path, info: ComponentInfo, role: str) -> None:
@@ -109,38 +60,54 @@ def check_role(model_dir: str | Path, info: ComponentInfo, role: str) -> None:
         raise SpeechRTError(f"{model_dir}: a {info.kind} model is not an {role} model")
 
 
-def piece_seed(item_seed: int, index: int) -> int:
-    # Pieces of one text draw independent noise; the same (seed, index) always gives the same draw.
-    return (item_seed * 1_000_003 + index) % (2**63 - 1)
-
-
 def text_to_pieces(
     text: TextProcessor, texts: Sequence[str], seeds: Sequence[int], words: bool = False
 ) -> list[Piece]:
     """Split each text into sentence pieces and encode them to symbol ids: every piece has
     at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text.
-    `words`: each piece also gets its words' spans (Piece.words). Loads no model: a front end
-    apart from the models (speechrt.serving.ray_tts) calls it with the voice's TextProcessor."""
-    from speechrt.text import split_sentences
+    A text starting with "<speak" is SSML (speechrt.text.ssml): its segments are split
+    alike, and carry their prosody and breaks. `words`: each piece also gets its words'
+    spans (Piece.words). Loads no model: a front end apart from the models
+    (speechrt.serving.ray_tts) calls it with the voice's TextProcessor."""
+    from speechrt.text import ssml
 
     pieces = []
     for item, (t, seed) in enumerate(zip(texts, seeds, strict=True)):
         if not isinstance(t, str) or not t.strip():
             raise SpeechRTError(f"text {item + 1} is empty")
-        parts = [p for p in split_sentences(t, MAX_PIECE_CHARS) if text.has_speech(p)]
-        encoded, spans = [], []
-        for p in parts:
-            cut = text.encode_pieces(p, MAX_PIECE_SYMBOLS)
-            encoded += cut
-            if words:
-                spans += piece_words(text.text_to_ids(p), cut, text.word_spans(p))
-        if not encoded:
+        script = ssml.parse(t) if ssml.is_ssml(t) else ssml.Script((ssml.Segment(t),))
+        mine: list[Piece] = []
+        for seg in script.segments:
+            first = len(mine)
+            for ids, span in encode_text(text, seg.text, words):
+                mine.append(Piece(item, len(mine), ids, piece_seed(seed, len(mine)), span))
+                mine[-1].rate, mine[-1].pitch = seg.rate, seg.pitch
+            if len(mine) > first and (seg.before or not seg.sentence):
+                # a break's silence, and no sentence pause inside a sentence cut by markup
+                pause = PAUSE_SECONDS if seg.sentence and first else 0.0
+                mine[first].before = pause + seg.before
+        if not mine:
             raise SpeechRTError(f"text {item + 1} has nothing to speak: {t[:40]!r}")
-        pieces += [
-            Piece(item, j, ids, piece_seed(seed, j), spans[j] if words else None)
-            for j, ids in enumerate(encoded)
-        ]
+        mine[-1].after = script.after
+        pieces += mine
     return pieces
+
+
+def encode_text(
+    text: TextProcessor, s: str, words: bool
+) -> list[tuple[list[int], list[Span] | None]]:
+    """s -> its sentence pieces' (ids, word spans if `words`)."""
+    from speechrt.text import split_sentences
+
+    parts = [p for p in split_sentences(s, MAX_PIECE_CHARS) if text.has_speech(p)]
+    encoded: list[list[int]] = []
+    spans: list[list[Span]] = []
+    for p in parts:
+        cut = text.encode_pieces(p, MAX_PIECE_SYMBOLS)
+        encoded += cut
+        if words:
+            spans += piece_words(text.text_to_ids(p), cut, text.word_spans(p))
+    return [(ids, spans[j] if words else None) for j, ids in enumerate(encoded)]
 
 
 class TTS:
@@ -294,14 +261,24 @@ class TTS:
             host = audio.clamp(-1.0, 1.0).cpu().numpy()
         return [host[i, : int(n)].copy() for i, n in enumerate(audio_lengths.tolist())]
 
-    def ids_to_audio(self, batch: list[Piece], options: SynthesisOptions) -> list[np.ndarray]:
-        """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item."""
+    def ids_to_audio(
+        self,
+        batch: list[Piece],
+        options: SynthesisOptions,
+        on_head: Callable[[list[np.ndarray]], None] | None = None,
+    ) -> list[np.ndarray]:
+        """One padded batch through acoustic -> vocoder (-> denoiser); audio trimmed per item.
+
+        `on_head(heads)`: where the vocoder runs in spans (a plain vocoder, no denoising) and
+        every item is long enough, it hears each item's first STREAM_HEAD_FRAMES frames of
+        audio before the rest is vocoded (each heads[i] is the start of the item's result, equal
+        to one call's audio within float rounding); else it is not called."""
         if self.numpy:
-            return self._ids_to_audio(batch, options)
+            return self._ids_to_audio(batch, options, on_head=on_head)
         import torch
 
         with torch.inference_mode():
-            return self._ids_to_audio(batch, options)
+            return self._ids_to_audio(batch, options, on_head=on_head)
 
     @property
     def has_durations(self) -> bool:
@@ -329,7 +306,11 @@ class TTS:
             return self._ids_to_audio(batch, options, timed=True)
 
     def _ids_to_audio(
-        self, batch: list[Piece], options: SynthesisOptions, timed: bool = False
+        self,
+        batch: list[Piece],
+        options: SynthesisOptions,
+        timed: bool = False,
+        on_head: Callable[[list[np.ndarray]], None] | None = None,
     ) -> list[Any]:
         ids, lengths, seeds = self.batch_to_tensors(batch)
         with warnings.catch_warnings(record=True) as caught:
@@ -352,7 +333,19 @@ class TTS:
                 )
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
+        if (
+            on_head is not None
+            and options.denoise == 0
+            and isinstance(self.stages.vocoder, VocoderStage)
+        ):
+            h = STREAM_HEAD_FRAMES
+
+            def heard(head: Any) -> None:  # head: (B, h * hop)
+                on_head(self.to_numpy(head, np.full(len(batch), head.shape[1])))
+
+            audio, audio_lengths = self.stages.vocoder(mel, mel_lengths, options, seeds, (h, heard))
+        else:
+            audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
         if options.denoise > 0:
             audio = self.denoise(audio, audio_lengths, options.denoise)
         waves = self.to_numpy(audio, audio_lengths)
@@ -380,12 +373,15 @@ class TTS:
         options = options or SynthesisOptions()
         pieces = self.text_to_pieces([text], [options.seed], words=True)
         timed: list[TimedAudio] = []
-        for start in range(0, len(pieces), batch_size):
-            timed += self.ids_to_timed_audio(pieces[start : start + batch_size], options)
-        pause = np.zeros(int(PAUSE_SECONDS * self.sampling_rate), dtype=np.float32)
-        parts = [x for j, t in enumerate(timed) for x in ((pause, t.audio) if j else (t.audio,))]
+        start = 0
+        while start < len(pieces):  # batches of consecutive pieces read alike
+            end = start + 1
+            while end < min(len(pieces), start + batch_size) and _alike(pieces[end], pieces[start]):
+                end += 1
+            timed += self.ids_to_timed_audio(pieces[start:end], pieces[start].options(options))
+            start = end
         words = word_times(pieces, timed, self.mel.hop_length, self.sampling_rate)
-        return np.concatenate(parts), words
+        return join_pieces(pieces, [t.audio for t in timed], self.sampling_rate), words
 
     def synthesize(
         self,
@@ -407,19 +403,36 @@ class TTS:
             raise SpeechRTError(f"batch size must be >= 1, got {batch_size}")
         seeds = list(seeds) if seeds is not None else [options.seed + i for i in range(len(texts))]
         pieces = self.text_to_pieces(texts, seeds)
-        # Length-sorted batches keep padding small; results are put back in order below.
-        order = sorted(range(len(pieces)), key=lambda k: len(pieces[k].ids), reverse=True)
+        # Length-sorted batches keep padding small (pieces read alike batch together: SSML
+        # prosody); results are put back in order below.
+        order = sorted(
+            range(len(pieces)), key=lambda k: (*_reading(pieces[k]), -len(pieces[k].ids))
+        )
         audio: dict[int, np.ndarray] = {}
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            for k, wav in zip(
-                idx, self.ids_to_audio([pieces[k] for k in idx], options), strict=True
-            ):
-                audio[k] = wav
-            if progress:
-                progress(len(idx))
-        pause = np.zeros(int(PAUSE_SECONDS * self.sampling_rate), dtype=np.float32)
-        out: list[list[np.ndarray]] = [[] for _ in texts]
-        for k, p in enumerate(pieces):
-            out[p.item] += [pause, audio[k]] if out[p.item] else [audio[k]]
-        return [np.concatenate(parts) for parts in out]
+        for _, group in itertools.groupby(order, key=lambda k: _reading(pieces[k])):
+            same = list(group)
+            for start in range(0, len(same), batch_size):
+                idx = same[start : start + batch_size]
+                batch = [pieces[k] for k in idx]
+                for k, wav in zip(
+                    idx, self.ids_to_audio(batch, batch[0].options(options)), strict=True
+                ):
+                    audio[k] = wav
+                if progress:
+                    progress(len(idx))
+        return [
+            join_pieces(
+                [p for p in pieces if p.item == i],
+                [audio[k] for k, p in enumerate(pieces) if p.item == i],
+                self.sampling_rate,
+            )
+            for i in range(len(texts))
+        ]
+
+
+def _reading(piece: Piece) -> tuple[float, float]:
+    return piece.rate, piece.pitch
+
+
+def _alike(a: Piece, b: Piece) -> bool:
+    return _reading(a) == _reading(b)

@@ -13,7 +13,9 @@ MAX_CLI_CHARS = 1_000_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("text", nargs="?", help="text to speak (or use --file)")
+    p.add_argument(
+        "text", nargs="?", help='text to speak, or SSML ("<speak>...</speak>"; or use --file)'
+    )
     p.add_argument("-o", "--output", help="output file for TEXT (default: out.<format>)")
     p.add_argument(
         "--file", help="UTF-8 text file: one phrase per line, written as 1.wav ... N.wav"
@@ -83,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
 
         caption_format(args.timestamps)  # a bad suffix fails before any synthesis
     texts = [args.text] if args.text is not None else read_phrases(args.file)
+    from speechrt.text import ssml
+
+    for text in texts:  # bad SSML fails before any model loads
+        if ssml.is_ssml(text):
+            ssml.parse(text)
     options = SynthesisOptions(
         pace=args.pace,
         pitch_shift=args.pitch_shift,

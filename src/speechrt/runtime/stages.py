@@ -179,29 +179,47 @@ CHUNK_CONTEXT = 24
 CPU_CHUNK_FRAMES = 512
 
 
+def vocode_span(
+    vocode: Callable[[Any, Any], tuple[Any, Any]], mel: Any, mel_lengths: Any, a: int, b: int
+) -> Any:
+    """audio (B, (b - a) * hop) of mel frames [a, b) of mel (B, n_mels, T), vocoded with
+    CHUNK_CONTEXT frames of real context either side, so that spans join without a seam."""
+    T = mel.shape[-1]
+    s, e = max(0, a - CHUNK_CONTEXT), min(T, b + CHUNK_CONTEXT)
+    # an item that ends before this span gets 1 frame here; its audio is cut by the caller
+    audio, _ = vocode(mel[:, :, s:e], (mel_lengths - s).clip(1, e - s))
+    hop = audio.shape[1] // (e - s)  # audio samples per mel frame
+    return audio[:, (a - s) * hop : (b - s) * hop]
+
+
 def vocode_in_chunks(
     vocode: Callable[[Any, Any], tuple[Any, Any]],
     mel: Any,
     mel_lengths: Any,
     chunk_frames: int | None,
+    head: tuple[int, Callable[[Any], None]] | None = None,
 ) -> tuple[Any, Any]:
     """vocode(mel (B, n_mels, t), lengths (B,)) -> (audio (B, t * hop), lengths), over chunks.
 
     A mel longer than chunk_frames (+ CHUNK_CONTEXT) runs as chunks of chunk_frames frames, each
-    with CHUNK_CONTEXT frames of real context either side, and their audio is joined: peak memory
-    follows the chunk, not the utterance, and the audio equals one call's within float rounding
-    (tested). chunk_frames None: one call. Torch tensors or numpy arrays."""
-    T, c = mel.shape[-1], chunk_frames
-    if c is None or c + CHUNK_CONTEXT >= T:
+    with CHUNK_CONTEXT frames of real context either side (vocode_span), and their audio is
+    joined: peak memory follows the chunk, not the utterance, and the audio equals one call's
+    within float rounding (tested). chunk_frames None: one call. Torch tensors or numpy arrays.
+    `head` (frames, on_head): where every item is longer than frames + CHUNK_CONTEXT, the first
+    chunk is `frames` long and on_head(audio (B, frames * hop)) hears it before the rest is
+    vocoded (a stream's first audio); else it is not called."""
+    T, c = mel.shape[-1], chunk_frames or mel.shape[-1]
+    split = head is not None and int(mel_lengths.min()) > head[0] + CHUNK_CONTEXT
+    if not split and c + CHUNK_CONTEXT >= T:
         return vocode(mel, mel_lengths)
+    starts = [0, *range(head[0], T, c)] if split and head is not None else [*range(0, T, c)]
     pieces = []
-    for a in range(0, T, c):
-        b = min(a + c, T)
-        s, e = max(0, a - CHUNK_CONTEXT), min(T, b + CHUNK_CONTEXT)
-        # an item that ends before this chunk gets 1 frame here; its audio is cut below
-        audio, _ = vocode(mel[:, :, s:e], (mel_lengths - s).clip(1, e - s))
-        hop = audio.shape[1] // (e - s)  # audio samples per mel frame
-        pieces.append(audio[:, (a - s) * hop : (b - s) * hop])
+    for a, b in zip(starts, [*starts[1:], T], strict=True):
+        pieces.append(vocode_span(vocode, mel, mel_lengths, a, b))
+        if split and head is not None and a == 0:
+            head[1](pieces[0])
+    hop = pieces[0].shape[1] // starts[1] if len(starts) > 1 else pieces[0].shape[1] // T
+    audio: Any
     if isinstance(mel, np.ndarray):
         audio = np.concatenate(pieces, 1)  # (B, T * hop)
         audio_lengths = mel_lengths * hop
@@ -223,9 +241,15 @@ class VocoderStage:
         self.runner, self.chunk_frames = runner, chunk_frames
 
     def __call__(
-        self, mel: Any, mel_lengths: Any, options: SynthesisOptions, seeds: Any
+        self,
+        mel: Any,
+        mel_lengths: Any,
+        options: SynthesisOptions,
+        seeds: Any,
+        head: tuple[int, Callable[[Any], None]] | None = None,
     ) -> tuple[Any, Any]:
-        return vocode_in_chunks(self.vocode, mel, mel_lengths, self.chunk_frames)
+        """`head`: see vocode_in_chunks (a stream's first frames, heard before the rest)."""
+        return vocode_in_chunks(self.vocode, mel, mel_lengths, self.chunk_frames, head)
 
     def vocode(self, mel: Any, mel_lengths: Any) -> tuple[Any, Any]:
         out = self.runner.run({"mel": as_float32(mel), "mel_lengths": mel_lengths})

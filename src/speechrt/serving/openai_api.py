@@ -10,9 +10,11 @@ OpenAI voice name (alloy, ...: the voice's first speaker); any other is a 400. A
 extra `seed` field (default 0) picks the noise of stochastic models, so the same request gives
 the same bytes; pitch_shift, pitch_scale, pitch_flatten and denoise are the other
 SynthesisOptions. `stream_format: "audio"` streams mp3, opus, wav (a header with unknown length,
-then PCM) or pcm, one sentence at a time as each is ready; a streamed wav or pcm's bytes equal
-the non-streamed response's, a streamed mp3 or opus decodes to the same audio (an mp3 stream
-starts with LAME's encoder delay).
+then PCM) or pcm: the first sentence's first mel frames as soon as they are vocoded, then each
+sentence as it is ready (speechrt.serving.pipelines); a streamed wav or pcm's samples equal the
+non-streamed response's within 2 int16 steps (the first sentence is vocoded in two spans), a
+streamed mp3 or opus decodes to the same audio (an mp3 stream starts with LAME's encoder delay).
+An `input` starting with "<speak" is SSML (speechrt.text.ssml); bad markup is a 400 naming it.
 Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `stream=true`
 answers server-sent events (`transcript.text.delta`, then `transcript.text.done` with the
 text the same request without `stream` returns); `language`,

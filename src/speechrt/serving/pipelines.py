@@ -3,12 +3,17 @@
 A TTS request is split into sentence pieces; every piece is one batch item, so pieces of many
 requests share batches and a streaming request can send each sentence as soon as it is done.
 Each piece carries its own seed, so its audio is the same whatever it is batched with.
+
+A streaming request's first piece is its lead: it batches only with other streams' leads (so
+it never waits for its siblings' compute), and its first mel frames are vocoded and sent on
+their own while the rest of it is vocoded (TTS.ids_to_audio's on_head). The other pieces
+batch as a whole request's do, so a stream costs what the whole request costs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,8 +21,8 @@ import numpy as np
 
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
+from speechrt.pieces import Piece, join_pieces, word_times
 from speechrt.serving.engine import Engine, wait_all
-from speechrt.tts import PAUSE_SECONDS, Piece, word_times
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,9 @@ class TTSItem:
     piece: Piece  # one sentence: ids + its own seed
     options: SynthesisOptions
     timed: bool = False  # also the frames per symbol (TTS.ids_to_timed_audio): word captions
+    # a stream's lead piece: hears its first audio (TTS.ids_to_audio's on_head), on the device
+    # thread, before the rest is vocoded
+    on_head: Callable[[np.ndarray], None] | None = None
 
 
 class TTSAdapter:
@@ -54,15 +62,24 @@ class TTSAdapter:
 
     def run_batch(self, items: list[TTSItem]) -> list[Any]:
         pieces = [it.piece for it in items]
-        if items[0].timed:  # (the key keeps timed and untimed items apart)
+        if items[0].timed:  # (the key keeps timed, lead and other items apart)
             return self.tts.ids_to_timed_audio(pieces, items[0].options)
+        if items[0].on_head is not None:
+
+            def heard(heads: list[np.ndarray]) -> None:
+                for it, head in zip(items, heads, strict=True):
+                    assert it.on_head is not None
+                    it.on_head(head)
+
+            return self.tts.ids_to_audio(pieces, items[0].options, on_head=heard)
         return self.tts.ids_to_audio(pieces, items[0].options)
 
     def length(self, item: TTSItem) -> int:
         return len(item.piece.ids)
 
     def key(self, item: TTSItem) -> Hashable:
-        return replace(item.options, seed=0), item.timed  # the seed is per piece, not per batch
+        # the seed is per piece, not per batch
+        return replace(item.options, seed=0), item.timed, item.on_head is not None
 
 
 class TTSService:
@@ -77,9 +94,6 @@ class TTSService:
     def sampling_rate(self) -> int:
         return int(self.tts.sampling_rate)
 
-    def _pause(self) -> np.ndarray:
-        return np.zeros(int(PAUSE_SECONDS * self.sampling_rate), dtype=np.float32)
-
     async def submit(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
     ) -> list[list[asyncio.Future[np.ndarray]]]:
@@ -92,8 +106,10 @@ class TTSService:
         options: SynthesisOptions,
         seeds: Sequence[int],
         words: bool = False,
+        on_head: Callable[[np.ndarray], None] | None = None,
     ) -> tuple[list[Piece], list[list[asyncio.Future[Any]]]]:
-        """submit(); `words`: the pieces carry their words and the futures give TimedAudio."""
+        """submit(); `words`: the pieces carry their words and the futures give TimedAudio;
+        `on_head`: the first piece is a stream's lead (TTSItem.on_head)."""
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
                 raise SpeechRTError(
@@ -113,7 +129,12 @@ class TTSService:
         else:
             pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
         self._check_pieces(pieces, len(texts))
-        futures = self.engine.submit([TTSItem(p, options, words) for p in pieces])
+        # each piece read with its own SSML prosody (an out-of-range pace is a SpeechRTError)
+        items = [
+            TTSItem(p, p.options(options), words, on_head if k == 0 else None)
+            for k, p in enumerate(pieces)
+        ]
+        futures = self.engine.submit(items)
         per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
@@ -137,16 +158,16 @@ class TTSService:
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
     ) -> list[np.ndarray]:
-        """One waveform per text (pieces joined by short pauses, as TTS.synthesize does)."""
-        per_text = await self.submit(texts, options, seeds)
+        """One waveform per text (pieces joined by their silences, as TTS.synthesize does)."""
+        pieces, per_text = await self._submit(texts, options, seeds)
         flat = [f for fs in per_text for f in fs]
         audio = await wait_all(flat, self.limits.request_timeout_s)
-        out, k, pause = [], 0, self._pause()
+        out, k = [], 0
         for fs in per_text:
-            parts = audio[k : k + len(fs)]
+            out.append(
+                join_pieces(pieces[k : k + len(fs)], audio[k : k + len(fs)], self.sampling_rate)
+            )
             k += len(fs)
-            joined = [x for j, a in enumerate(parts) for x in ((pause, a) if j else (a,))]
-            out.append(np.concatenate(joined))
         return out
 
     async def synthesize_with_words(
@@ -160,31 +181,62 @@ class TTSService:
             )
         pieces, (futures,) = await self._submit([text], options, [seed], words=True)
         timed = await wait_all(futures, self.limits.request_timeout_s)
-        parts = [
-            x for j, t in enumerate(timed) for x in ((self._pause(), t.audio) if j else (t.audio,))
-        ]
-        hop = self.tts.mel.hop_length
-        return np.concatenate(parts), word_times(pieces, timed, hop, self.sampling_rate)
+        hop, sr = self.tts.mel.hop_length, self.sampling_rate
+        audio = join_pieces(pieces, [t.audio for t in timed], sr)
+        return audio, word_times(pieces, timed, hop, sr)
 
     async def stream(
         self, text: str, options: SynthesisOptions, seed: int
     ) -> AsyncIterator[np.ndarray]:
         """Queue every sentence now (so a full queue fails before any byte is sent), then yield
-        each sentence's audio (preceded by the pause) as soon as it and those before it are done.
-        The chunks concatenate to exactly what synthesize() returns."""
-        (futures,) = await self.submit([text], options, [seed])
-        return self._chunks(futures)
+        the first piece's first frames' audio as soon as they are vocoded, and each sentence's
+        audio (the rest of it; preceded by the pause) as soon as it and those before it are
+        done. The chunks concatenate to what synthesize() returns, within float rounding where
+        the first piece was vocoded in two spans (TTS.ids_to_audio's on_head)."""
+        loop = asyncio.get_running_loop()
+        head: asyncio.Future[np.ndarray] = loop.create_future()
 
-    async def _chunks(self, futures: list[asyncio.Future[np.ndarray]]) -> AsyncIterator[np.ndarray]:
+        def on_head(audio: np.ndarray) -> None:  # on the device thread
+            loop.call_soon_threadsafe(_settle_once, head, audio)
+
+        pieces, (futures,) = await self._submit([text], options, [seed], on_head=on_head)
+        return self._chunks(pieces, futures, head)
+
+    async def _chunks(
+        self,
+        pieces: list[Piece],
+        futures: list[asyncio.Future[np.ndarray]],
+        head: asyncio.Future[np.ndarray],
+    ) -> AsyncIterator[np.ndarray]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.request_timeout_s
         try:
-            for j, f in enumerate(futures):
+            # the head, unless the whole first piece is there as soon (or fails first)
+            await asyncio.wait(
+                [head, futures[0]],
+                timeout=max(0.0, deadline - loop.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            sent = 0
+            before, _ = pieces[0].silence(self.sampling_rate)
+            if head.done() and not futures[0].done():
+                sent = len(head.result())
+                yield np.concatenate((before, head.result()))
+            for j, (p, f) in enumerate(zip(pieces, futures, strict=True)):
                 (audio,) = await wait_all([f], max(0.0, deadline - loop.time()))
-                yield np.concatenate((self._pause(), audio)) if j else audio
+                before, after = p.silence(self.sampling_rate)
+                if j == 0 and sent:
+                    before, audio = before[:0], audio[sent:]
+                yield np.concatenate((before, audio, after))
         finally:
+            head.cancel()
             for f in futures:
                 f.cancel()
+
+
+def _settle_once(future: asyncio.Future[np.ndarray], value: np.ndarray) -> None:
+    if not future.done():  # a retried batch may report a head twice; a gone client, never
+        future.set_result(value)
 
 
 # -- ASR -----------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from speechrt.repo import read_info
 from speechrt.serving.errors import HANDLERS, ApiError
 from speechrt.serving.openai_api import SPEED_RANGE, SpeechRequest, speaker_of
 from speechrt.serving.pipelines import Limits
-from speechrt.tts import PAUSE_SECONDS, Piece, text_to_pieces
+from speechrt.tts import Piece, join_pieces, text_to_pieces
 
 MAX_BATCH = 8  # items per stage batch (split_tts_app(max_batch_size=...) sets it)
 WAIT_S = 0.005  # longest wait for batch-mates
@@ -168,10 +168,11 @@ class SplitTTS:
                 f"the input split into {len(pieces)} sentence pieces; the limit is "
                 f"{self.limits.max_pieces} per request"
             )
-        key = replace(options, seed=0)  # the seed travels with each piece
+        base = replace(options, seed=0)  # the seed travels with each piece
+        keys = [p.options(base) for p in pieces]  # SSML prosody applied per piece
         calls = [
-            self.vocoder.run.remote(self.acoustic.run.remote(p.ids, p.seed, key), p.seed, key)
-            for p in pieces
+            self.vocoder.run.remote(self.acoustic.run.remote(p.ids, p.seed, k), p.seed, k)
+            for p, k in zip(pieces, keys, strict=True)
         ]
         try:
             waves = await asyncio.gather(*calls)
@@ -179,11 +180,14 @@ class SplitTTS:
             if isinstance(e.cause, SpeechRTError):
                 raise e.cause from None
             raise
-        pause = np.zeros(int(PAUSE_SECONDS * self.sampling_rate), dtype=np.float32)
-        out: list[list[np.ndarray]] = [[] for _ in texts]
-        for p, wave in zip(pieces, waves, strict=True):
-            out[p.item] += [pause, wave] if out[p.item] else [wave]
-        return [np.concatenate(parts) for parts in out]
+        return [
+            join_pieces(  # the pauses between pieces, and SSML breaks
+                [p for p in pieces if p.item == i],
+                [w for p, w in zip(pieces, waves, strict=True) if p.item == i],
+                self.sampling_rate,
+            )
+            for i in range(len(texts))
+        ]
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return speech_app(self)

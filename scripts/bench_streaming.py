@@ -1,0 +1,175 @@
+"""Streamed vs whole speech through a real `speechrt serve`: first byte and last byte.
+
+    python scripts/bench_streaming.py [--format pcm] [--repeats 5] [--sentences 3 20]
+        [--compare NAME=SRC_DIR ...] [--serve-arg=--max-batch-ms --serve-arg=0]
+
+Starts a server on the bundled voice (onnx backend on a CPU, `--no-components`), warms it up,
+then for each sentence count sends, `repeats` times in turn, one whole request and one
+`stream_format: "audio"` request of the same text, one at a time, and prints the medians:
+the whole request's time to its last byte, the streamed one's time to its first and its last
+byte, and the streamed first byte as a fraction of the whole request's time. Every time is
+from sending the request to the byte's arrival at this client. `--compare NAME=SRC_DIR` also
+starts a server from another tree's `src` (e.g. `git archive REV src | tar -x -C DIR`), and
+the servers take turns request by request, so a machine's changing load weighs on all alike.
+The server's CPU seconds per request (user + system, from /proc) say what each kind of request
+costs. The line above the table names the CPU, the cores this process may use, and the commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "A second sentence follows the first one closely.",
+    "Streaming sends each sentence as soon as it is ready.",
+    "Is this the fourth one, or the fifth?",
+    "Numbers such as 42 are read out in words.",
+)
+
+
+def text_of(n: int) -> str:
+    return " ".join(SENTENCES[i % len(SENTENCES)] for i in range(n))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def start_server(
+    extra: list[str], src: Path = ROOT / "src"
+) -> tuple[str, subprocess.Popen[bytes], Path]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = Path(tempfile.mkstemp(prefix="bench-streaming-", suffix=".log")[1])
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(port), *extra]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return url, proc, log
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit(f"server not ready after 120 s:\n{log.read_text()}")
+
+
+def timed(client: httpx.Client, body: dict[str, object]) -> tuple[float, float, int]:
+    """(seconds to the first body byte, seconds to the last, bytes) of one request."""
+    t0 = time.perf_counter()
+    first, size = None, 0
+    with client.stream("POST", "/v1/audio/speech", json=body) as r:
+        if r.status_code != 200:
+            raise SystemExit(f"HTTP {r.status_code}: {r.read().decode(errors='replace')}")
+        for chunk in r.iter_raw():
+            if chunk and first is None:
+                first = time.perf_counter() - t0
+            size += len(chunk)
+    last = time.perf_counter() - t0
+    return (last if first is None else first), last, size
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process `pid` so far (0 where /proc cannot say)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--format", default="pcm", help="response_format (default: pcm)")
+    p.add_argument("--repeats", type=int, default=5, help="requests of each kind (default: 5)")
+    p.add_argument("--sentences", type=int, nargs="+", default=[3, 20])
+    p.add_argument("--compare", action="append", default=[], metavar="NAME=SRC_DIR")
+    p.add_argument("--serve-arg", action="append", default=[], help="passed to `serve`")
+    args = p.parse_args()
+
+    trees = {"this": ROOT / "src"}
+    for spec in args.compare:
+        name, _, src = spec.partition("=")
+        trees[name] = Path(src)
+    serve = ["--backend", "onnx", "--no-components", *args.serve_arg]
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    clients: dict[str, httpx.Client] = {}
+    try:
+        for name, src in trees.items():
+            url, procs[name], _ = start_server(serve, src)
+            clients[name] = httpx.Client(base_url=url, timeout=300)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        print(f"# {cpu_model()}, {cores} cores, commit {commit()}, format {args.format}")
+        base = {"model": "tts", "voice": "alloy", "response_format": args.format}
+        for client in clients.values():
+            for _ in range(2):  # warm up: first calls load the number rules, learn batch times
+                timed(client, {**base, "input": text_of(5)})
+                timed(client, {**base, "input": text_of(5), "stream_format": "audio"})
+        print(
+            "server  sentences  whole_last_s  stream_first_s  stream_last_s  first/whole"
+            "  whole_cpu_s  stream_cpu_s"
+        )
+        for n in args.sentences:
+            body = {**base, "input": text_of(n)}
+            runs: dict[str, list[tuple[float, float, float, float, float]]] = {t: [] for t in trees}
+            for _ in range(args.repeats):
+                for name, client in clients.items():  # the servers take turns
+                    pid = procs[name].pid
+                    c0 = cpu_seconds(pid)
+                    whole = timed(client, body)[1]
+                    c1 = cpu_seconds(pid)
+                    first, last, _ = timed(client, {**body, "stream_format": "audio"})
+                    runs[name].append((whole, first, last, c1 - c0, cpu_seconds(pid) - c1))
+            for name, rows in runs.items():
+                w, f, lt, cw, cs = (statistics.median(col) for col in zip(*rows, strict=True))
+                print(
+                    f"{name:6s}  {n:9d}  {w:12.3f}  {f:14.3f}  {lt:13.3f}  {f / w:11.2f}"
+                    f"  {cw:11.2f}  {cs:12.2f}"
+                )
+    finally:
+        for client in clients.values():
+            client.close()
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
