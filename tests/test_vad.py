@@ -223,3 +223,21 @@ def test_streaming_partials_stay_empty_in_silence_and_noise(recorded) -> None:
     partials = [sr.push(audio[i : i + 1600]) for i in range(0, audio.size, 1600)]
     assert any(p is not None and p.text for p in partials)
     assert sr.finish().text == asr.transcribe([audio])[0].text
+
+
+def test_hear_then_finish_is_transcribe(recorded) -> None:
+    """The server's split: the device half (hear) decodes nothing; finish gives transcribe's
+    words. The server's ASR adapter runs only the device half on its device thread."""
+    from speechrt.serving.pipelines import ASRAdapter
+
+    asr, first, second = recorded
+    joined = np.concatenate([first, silence(2), second])
+    heard = ASRAdapter(asr).run_batch([first, joined])
+    assert [len(h.segments) for h in heard] == [1, 2]
+    assert all(s.words == [] and s.log_probs is not None for h in heard for s in h.segments)
+    got = [asr.finish(h) for h in heard]
+    want = asr.transcribe([first, joined])
+    assert [(t.text, t.words, t.duration) for t in got] == [
+        (t.text, t.words, t.duration) for t in want
+    ]
+    assert all(s.log_probs is None for h in heard for s in h.segments)  # frames dropped

@@ -75,6 +75,16 @@ class Segment:
     item_seconds: float = math.inf  # the item's duration: words are clipped to [0, this)
     words: list[Word] = field(default_factory=list)
     seconds: float = 0.0  # compute time attributed to this window
+    log_probs: np.ndarray | None = None  # (T', V) float32 on the host, its frames to decode
+
+
+@dataclass
+class Heard:
+    """One item after the acoustic model (ASR.hear): its windows with their log-probs, in time
+    order; ASR.finish decodes them."""
+
+    duration: float  # seconds of audio
+    segments: list[Segment]
 
 
 def as_waveform(audio: np.ndarray, name: str = "audio") -> np.ndarray:
@@ -436,6 +446,17 @@ class ASR:
 
         With dither on, item i draws its noise from seeds[i] (default: the ASR's seed + i).
         """
+        return [self.finish(h) for h in self.hear(audio, batch_size, seeds)]
+
+    def hear(
+        self,
+        audio: Sequence[AudioInput],
+        batch_size: int = 16,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Heard]:
+        """The device half of `transcribe`: audio -> per item its windows (speech_segments),
+        run through the acoustic model longest-first in batches, with their log-probs copied to
+        the host. `finish` decodes them on the CPU: a server runs it off its device thread."""
         if isinstance(audio, (np.ndarray, str, Path, bytes)):
             raise SpeechRTError("transcribe takes a list of audio items")
         if batch_size < 1:
@@ -453,7 +474,9 @@ class ASR:
             batch = [segs[k] for k in order[start : start + batch_size]]
             t0 = time.perf_counter()
             log_probs, lengths = self.log_probs(batch)
-            self.decode(batch, log_probs, lengths)
+            lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V): one copy
+            for seg, row, n in zip(batch, lp, host(lengths).tolist(), strict=True):
+                seg.log_probs = row[: int(n)]
             elapsed = time.perf_counter() - t0
             total = sum(seg.audio.shape[0] for seg in batch)
             for seg in batch:
@@ -461,11 +484,21 @@ class ASR:
         per_item: list[list[Segment]] = [[] for _ in waves]
         for seg in segs:  # in time order within each item
             per_item[seg.item].append(seg)
-        out = []
-        for w, mine in zip(waves, per_item, strict=True):
-            words = [word for s in mine for word in s.words]
-            duration = w.shape[0] / self.sample_rate
-            compute = sum(s.seconds for s in mine)
-            rtf = duration / compute if compute > 0 else float("inf")
-            out.append(Transcript(" ".join(x.word for x in words), words, duration, rtf))
-        return out
+        return [
+            Heard(w.shape[0] / self.sample_rate, mine)
+            for w, mine in zip(waves, per_item, strict=True)
+        ]
+
+    def finish(self, heard: Heard) -> Transcript:
+        """The CPU half of `transcribe`: one item's windows decoded (greedy, or the beam search
+        with the LM) and joined into its Transcript; its RTF counts both halves."""
+        t0 = time.perf_counter()
+        for seg in heard.segments:
+            assert seg.log_probs is not None, "finish takes what hear returned"
+            n = seg.log_probs.shape[0]
+            self.decode([seg], seg.log_probs[None], np.array([n]))
+            seg.log_probs = None  # decoded: the words are kept, the frames dropped
+        words = [word for s in heard.segments for word in s.words]
+        compute = sum(s.seconds for s in heard.segments) + time.perf_counter() - t0
+        rtf = heard.duration / compute if compute > 0 else float("inf")
+        return Transcript(" ".join(x.word for x in words), words, heard.duration, rtf)

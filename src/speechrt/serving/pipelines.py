@@ -243,13 +243,14 @@ def _settle_once(future: asyncio.Future[np.ndarray], value: np.ndarray) -> None:
 
 
 class ASRAdapter:
-    """Batches waveforms of similar length; `asr.transcribe(list of (N,) float32)`."""
+    """Batches waveforms of similar length through the acoustic model (`asr.hear`: features,
+    log-probs); their decoding (`asr.finish`, the beam search) runs off the device thread."""
 
     def __init__(self, asr: Any) -> None:
         self.asr = asr  # speechrt.asr.ASR
 
     def run_batch(self, items: list[np.ndarray]) -> list[Any]:
-        return list(self.asr.transcribe(items, batch_size=len(items)))
+        return list(self.asr.hear(items, batch_size=len(items)))
 
     def length(self, item: np.ndarray) -> int:
         return int(item.shape[0])
@@ -305,5 +306,9 @@ class ASRService:
         return await asyncio.to_thread(self.check_audio, audio, sr)
 
     async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
-        """Waveforms at the model's rate -> one Transcript each."""
-        return await self.engine.infer(list(audios), self.limits.request_timeout_s)
+        """Waveforms at the model's rate -> one Transcript each. The device thread runs the
+        acoustic model only; each item's decoding (the beam search with the LM: ~1 % of real
+        time on a core, tens of times the GPU's share) runs in a worker thread meanwhile, so
+        the device goes on with the next batch."""
+        heard = await self.engine.infer(list(audios), self.limits.request_timeout_s)
+        return await asyncio.gather(*(asyncio.to_thread(self.asr.finish, h) for h in heard))
