@@ -20,14 +20,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from speechrt.asr.beam import BeamOptions, beam_tokens
-from speechrt.asr.ctc import Word, collapse, greedy_ids, host, tokens_to_words
+from speechrt.asr.beam import BeamOptions
+from speechrt.asr.ctc import host
+from speechrt.asr.decoding import Decoder, Heard, Segment, Transcript  # noqa: F401 (re-exported)
 from speechrt.asr.lm import NGramLM
 from speechrt.asr.vad import VadOptions, cut, speech_windows
 from speechrt.audio.features import FeatureConfig, batch_features_numpy
@@ -43,48 +43,6 @@ DECODERS = ("auto", "greedy", "beam")
 
 WINDOW_SECONDS = 20.0  # longer audio is cut into windows of this length ...
 OVERLAP_SECONDS = 4.0  # ... overlapping by this much (each side keeps half of the overlap)
-
-
-@dataclass
-class Transcript:
-    """One audio item's result."""
-
-    text: str
-    words: list[Word]
-    duration: float  # seconds of audio
-    rtf: float  # real-time factor: seconds of audio per second of compute (> 1 = faster)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "words": [w.to_dict() for w in self.words],
-            "duration": round(self.duration, 4),
-            "rtf": round(self.rtf, 3),
-        }
-
-
-@dataclass
-class Segment:
-    """A window of item `item`: audio[start : start + len(audio)] (seconds from `offset`)."""
-
-    item: int
-    audio: np.ndarray  # (N,) float32 at the model's sample rate; a view into the item's audio
-    offset: float  # seconds from the start of the item
-    keep: tuple[float, float]  # words (item time) whose centre falls in [lo, hi) are kept
-    seed: int = 0  # dither noise of this window
-    item_seconds: float = math.inf  # the item's duration: words are clipped to [0, this)
-    words: list[Word] = field(default_factory=list)
-    seconds: float = 0.0  # compute time attributed to this window
-    log_probs: np.ndarray | None = None  # (T', V) float32 on the host, its frames to decode
-
-
-@dataclass
-class Heard:
-    """One item after the acoustic model (ASR.hear): its windows with their log-probs, in time
-    order; ASR.finish decodes them."""
-
-    duration: float  # seconds of audio
-    segments: list[Segment]
 
 
 def as_waveform(audio: np.ndarray, name: str = "audio") -> np.ndarray:
@@ -215,6 +173,11 @@ class ASR:
             )
         self.lm, self.beam_options = self._decoder(decoder, lm, beam_size, alpha, beta)
         self.decoder = "greedy" if self.lm is None else "beam"
+        offset = -int(meta.get("pad_leading", 0)) * self.features.frame_shift
+        self.decoding = Decoder(
+            tuple(self.labels), self.lm, self.beam_options, self.frame_duration, offset,
+            self.sample_rate,
+        )  # fmt: skip
         self.window, self.overlap, self.seed = window, overlap, seed
         self.vad = vad
         self.decode_padding = decode_padding
@@ -415,26 +378,11 @@ class ASR:
 
     def tokens(self, log_probs: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""
-        if self.lm is None or self.beam_options is None:
-            return [collapse(ids, len(self.labels)) for ids in greedy_ids(log_probs, lengths)]
-        lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V)
-        return [
-            beam_tokens(lp[i, : int(n)], self.labels, self.lm, self.beam_options)
-            for i, n in enumerate(host(lengths).tolist())
-        ]
+        return self.decoding.tokens(log_probs, lengths)
 
     def decode(self, batch: list[Segment], log_probs: Any, lengths: Any) -> None:
         """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
-        offset = -self.pad_leading * self.features.frame_shift
-        for seg, tokens in zip(batch, self.tokens(log_probs, lengths), strict=True):
-            # a VAD window's context may reach outside the item (zeros): no word lies there
-            end = seg.offset + seg.audio.shape[0] / self.sample_rate
-            span = (max(seg.offset, 0.0), min(end, seg.item_seconds))
-            dec = tokens_to_words(
-                tokens, self.labels, self.frame_duration, offset + seg.offset, span
-            )
-            lo, hi = seg.keep
-            seg.words = [w for w in dec.words if lo <= (w.start + w.end) / 2 < hi]
+        self.decoding.decode(batch, log_probs, lengths)
 
     def transcribe(
         self,
@@ -492,13 +440,4 @@ class ASR:
     def finish(self, heard: Heard) -> Transcript:
         """The CPU half of `transcribe`: one item's windows decoded (greedy, or the beam search
         with the LM) and joined into its Transcript; its RTF counts both halves."""
-        t0 = time.perf_counter()
-        for seg in heard.segments:
-            assert seg.log_probs is not None, "finish takes what hear returned"
-            n = seg.log_probs.shape[0]
-            self.decode([seg], seg.log_probs[None], np.array([n]))
-            seg.log_probs = None  # decoded: the words are kept, the frames dropped
-        words = [word for s in heard.segments for word in s.words]
-        compute = sum(s.seconds for s in heard.segments) + time.perf_counter() - t0
-        rtf = heard.duration / compute if compute > 0 else float("inf")
-        return Transcript(" ".join(x.word for x in words), words, heard.duration, rtf)
+        return self.decoding.finish(heard)

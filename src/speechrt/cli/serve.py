@@ -99,6 +99,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_decoder_arguments(p)
     p.add_argument("--no-components", action="store_true", help="serve only the pipelines")
+    p.add_argument(
+        "--decode-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="decode transcriptions (the beam search) in N processes, off the device thread "
+        "and over N cores (default 0: a thread per item, sharing one interpreter)",
+    )
     add_ray_arguments(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
@@ -172,6 +180,8 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
     if args.threads is not None and args.threads < 1:
         raise SpeechRTError("--threads must be >= 1")
+    if args.decode_workers < 0:
+        raise SpeechRTError("--decode-workers must be >= 0")
     config = ServeConfig(
         batch=BatchConfig(
             args.max_batch_size,
@@ -189,6 +199,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
             max_component_seconds=args.max_component_seconds,
         ),
         components=not args.no_components,
+        decode_workers=args.decode_workers,
     )
     if args.acoustic is None and args.vocoder is None and args.asr is None:
         from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model

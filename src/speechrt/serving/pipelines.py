@@ -262,10 +262,13 @@ class ASRAdapter:
 class ASRService:
     """Encoded audio or waveforms in, transcripts out, through the `asr` engine."""
 
-    def __init__(self, asr: Any, engine: Engine[np.ndarray, Any], limits: Limits) -> None:
+    def __init__(
+        self, asr: Any, engine: Engine[np.ndarray, Any], limits: Limits, pool: Any = None
+    ) -> None:
         self.asr = asr
         self.engine = engine
         self.limits = limits
+        self.pool = pool  # speechrt.asr.decoding.DecodePool, or None: decode in threads
 
     @property
     def sampling_rate(self) -> int:
@@ -308,7 +311,9 @@ class ASRService:
     async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
         """Waveforms at the model's rate -> one Transcript each. The device thread runs the
         acoustic model only; each item's decoding (the beam search with the LM: ~1 % of real
-        time on a core, tens of times the GPU's share) runs in a worker thread meanwhile, so
-        the device goes on with the next batch."""
+        time on a core, tens of times the GPU's share) runs in a worker thread, or in the
+        decode pool's processes, meanwhile, so the device goes on with the next batch."""
         heard = await self.engine.infer(list(audios), self.limits.request_timeout_s)
+        if self.pool is not None:  # in the pool's processes: the search scales over cores
+            return await asyncio.gather(*(asyncio.wrap_future(self.pool.submit(h)) for h in heard))
         return await asyncio.gather(*(asyncio.to_thread(self.asr.finish, h) for h in heard))

@@ -40,6 +40,7 @@ class ServeConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     limits: Limits = field(default_factory=Limits)
     components: bool = True  # also serve each component over KServe v2
+    decode_workers: int = 0  # ASR decoding processes (speechrt.asr.decoding); 0: a thread each
 
 
 class Server:
@@ -63,7 +64,12 @@ class Server:
             self.v2["tts"] = TTSModel(self.tts)
             self.v2["tts"].set_limits({"batch": self.config.batch.max_batch_size})
         if asr is not None:
-            self.asr = ASRService(asr, self._engine("asr", ASRAdapter(asr)), limits)
+            pool = None
+            if self.config.decode_workers > 0:
+                from speechrt.asr.decoding import DecodePool
+
+                pool = DecodePool(asr.decoding, self.config.decode_workers)
+            self.asr = ASRService(asr, self._engine("asr", ASRAdapter(asr)), limits, pool)
             self.v2["asr"] = ASRModel(self.asr)
             # AUDIO at the model's rate, as long as a transcription may be
             samples = math.ceil(limits.max_audio_seconds * self.asr.sampling_rate)
@@ -211,6 +217,10 @@ class Server:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        import asyncio
+
+        if self.asr is not None and self.asr.pool is not None:
+            await asyncio.to_thread(self.asr.pool.warm)  # ready means the decoders are up
         for engine in self.engines.values():
             engine.start()
         self.ready = True
@@ -226,3 +236,5 @@ class Server:
         self.ready = False
         await asyncio.gather(*(engine.close() for engine in self.engines.values()))
         self.worker.close()
+        if self.asr is not None and self.asr.pool is not None:
+            await asyncio.to_thread(self.asr.pool.close)

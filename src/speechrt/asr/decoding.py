@@ -1,0 +1,169 @@
+"""CTC decoding apart from the acoustic model: what a recogniser needs to turn its windows'
+log-probs into timed words, and a pool of worker processes that does it.
+
+The beam search with the word LM is Python and NumPy: about 1 % of real time on one core, which
+on a GPU is many times the acoustic model's share. A server decodes off its device thread
+(speechrt.serving.pipelines); with `--decode-workers N` it decodes in N processes, each holding
+its own copy of the LM, so the search scales over the CPU's cores instead of sharing one
+interpreter's lock. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from speechrt.asr.beam import BeamOptions, beam_tokens
+from speechrt.asr.ctc import Word, collapse, greedy_ids, host, tokens_to_words
+from speechrt.asr.lm import NGramLM
+
+
+@dataclass
+class Segment:
+    """A window of item `item`: audio[start : start + len(audio)] (seconds from `offset`)."""
+
+    item: int
+    audio: np.ndarray  # (N,) float32 at the model's sample rate; a view into the item's audio
+    offset: float  # seconds from the start of the item
+    keep: tuple[float, float]  # words (item time) whose centre falls in [lo, hi) are kept
+    seed: int = 0  # dither noise of this window
+    item_seconds: float = float("inf")  # the item's duration: words are clipped to [0, this)
+    words: list[Word] = field(default_factory=list)
+    seconds: float = 0.0  # compute time attributed to this window
+    log_probs: np.ndarray | None = None  # (T', V) float32 on the host, its frames to decode
+    samples: int = -1  # len(audio), kept when the audio is dropped (Heard.without_audio)
+
+    def __post_init__(self) -> None:
+        if self.samples < 0:
+            self.samples = int(self.audio.shape[0])
+
+
+@dataclass
+class Heard:
+    """One item after the acoustic model (ASR.hear): its windows with their log-probs, in time
+    order; Decoder.finish decodes them."""
+
+    duration: float  # seconds of audio
+    segments: list[Segment]
+
+    def without_audio(self) -> Heard:
+        """The same, minus the windows' audio (what a decoding process needs, and no more)."""
+        empty = np.zeros(0, np.float32)
+        return Heard(self.duration, [replace(s, audio=empty) for s in self.segments])
+
+
+@dataclass
+class Transcript:
+    """One audio item's result."""
+
+    text: str
+    words: list[Word]
+    duration: float  # seconds of audio
+    rtf: float  # real-time factor: seconds of audio per second of compute (> 1 = faster)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "words": [w.to_dict() for w in self.words],
+            "duration": round(self.duration, 4),
+            "rtf": round(self.rtf, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """What decoding needs of a recogniser: its labels, its LM and beam options (None: greedy),
+    the seconds per output frame and the offset of frame 0. Picklable."""
+
+    labels: tuple[str, ...]
+    lm: NGramLM | None
+    beam: BeamOptions | None
+    frame_duration: float
+    offset: float  # seconds of output frame 0 (negative: leading padding frames)
+    sample_rate: int
+
+    def tokens(self, log_probs: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
+        """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""
+        if self.lm is None or self.beam is None:
+            return [collapse(ids, len(self.labels)) for ids in greedy_ids(log_probs, lengths)]
+        lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V)
+        return [
+            beam_tokens(lp[i, : int(n)], list(self.labels), self.lm, self.beam)
+            for i, n in enumerate(host(lengths).tolist())
+        ]
+
+    def decode(self, batch: Sequence[Segment], log_probs: Any, lengths: Any) -> None:
+        """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
+        for seg, tokens in zip(batch, self.tokens(log_probs, lengths), strict=True):
+            # a VAD window's context may reach outside the item (zeros): no word lies there
+            end = seg.offset + seg.samples / self.sample_rate
+            span = (max(seg.offset, 0.0), min(end, seg.item_seconds))
+            dec = tokens_to_words(
+                tokens, list(self.labels), self.frame_duration, self.offset + seg.offset, span
+            )
+            lo, hi = seg.keep
+            seg.words = [w for w in dec.words if lo <= (w.start + w.end) / 2 < hi]
+
+    def finish(self, heard: Heard, compute: float = 0.0) -> Transcript:
+        """One item's windows decoded and joined into its Transcript; `compute`: seconds spent
+        on it beside its windows' (the RTF counts both)."""
+        import time
+
+        t0 = time.perf_counter()
+        for seg in heard.segments:
+            assert seg.log_probs is not None, "finish takes what hear returned"
+            self.decode([seg], seg.log_probs[None], np.array([seg.log_probs.shape[0]]))
+            seg.log_probs = None  # decoded: the words are kept, the frames dropped
+        words = [word for s in heard.segments for word in s.words]
+        spent = sum(s.seconds for s in heard.segments) + time.perf_counter() - t0 + compute
+        rtf = heard.duration / spent if spent > 0 else float("inf")
+        return Transcript(" ".join(x.word for x in words), words, heard.duration, rtf)
+
+
+_WORKER: Decoder | None = None  # the decoder of this worker process
+
+
+def _start_worker(decoder: Decoder) -> None:
+    global _WORKER
+    _WORKER = decoder
+
+
+def _ping() -> bool:
+    import time
+
+    time.sleep(0.05)  # held a moment, so that each of a pool's pings starts its own worker
+    return _WORKER is not None
+
+
+def _finish_in_worker(heard: Heard) -> Transcript:
+    assert _WORKER is not None
+    return _WORKER.finish(heard)
+
+
+class DecodePool:
+    """Decoder.finish in `workers` spawned processes, each given the decoder (its LM) once."""
+
+    def __init__(self, decoder: Decoder, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"a decode pool needs >= 1 worker, got {workers}")
+        # spawn: a fork of a process holding CUDA or a device thread is not safe
+        self.executor = ProcessPoolExecutor(
+            workers, multiprocessing.get_context("spawn"), _start_worker, (decoder,)
+        )
+        self.workers = workers
+
+    def warm(self) -> None:
+        """Start every worker (each loads the decoder) before the first item needs one."""
+        for f in [self.executor.submit(_ping) for _ in range(self.workers)]:
+            f.result()
+
+    def submit(self, heard: Heard) -> Future[Transcript]:
+        return self.executor.submit(_finish_in_worker, heard.without_audio())
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
