@@ -68,3 +68,23 @@ def test_decode_workers_flag_is_checked(capsys) -> None:
 
     assert main(["serve", "--decode-workers", "-1"]) != 0
     assert "--decode-workers must be >= 0" in capsys.readouterr().err
+
+
+def test_default_pool_only_beside_a_gpu(monkeypatch) -> None:
+    """No --decode-workers: no processes on a CPU backend; on cuda one per spare core."""
+    import os
+
+    from speechrt.asr import ASR
+    from speechrt.serving.server import ServeConfig, Server
+
+    asr = ASR()
+    assert Server(asr=asr, config=ServeConfig(components=False)).asr.pool is None
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(asr, "backend", "cuda")  # what the pool size follows
+    srv = Server(asr=asr, config=ServeConfig(components=False))
+    try:
+        assert srv.asr.pool is not None and srv.asr.pool.workers == 3
+    finally:
+        srv.asr.pool.close()
+    explicit = Server(asr=asr, config=ServeConfig(components=False, decode_workers=0))
+    assert explicit.asr.pool is None

@@ -102,10 +102,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--decode-workers",
         type=int,
-        default=0,
         metavar="N",
         help="decode transcriptions (the beam search) in N processes, off the device thread "
-        "and over N cores (default 0: a thread per item, sharing one interpreter)",
+        "and over N cores; 0: a thread per item (default: on a GPU one per spare core, up to "
+        "8; on a CPU 0)",
     )
     add_ray_arguments(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -180,7 +180,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
     if args.threads is not None and args.threads < 1:
         raise SpeechRTError("--threads must be >= 1")
-    if args.decode_workers < 0:
+    if args.decode_workers is not None and args.decode_workers < 0:
         raise SpeechRTError("--decode-workers must be >= 0")
     config = ServeConfig(
         batch=BatchConfig(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,9 @@ class ServeConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     limits: Limits = field(default_factory=Limits)
     components: bool = True  # also serve each component over KServe v2
-    decode_workers: int = 0  # ASR decoding processes (speechrt.asr.decoding); 0: a thread each
+    # ASR decoding processes (speechrt.asr.decoding); 0: a thread per item; None: as many as
+    # the cores beside the device thread on a GPU (at most 8), none on a CPU
+    decode_workers: int | None = None
 
 
 class Server:
@@ -64,11 +67,14 @@ class Server:
             self.v2["tts"] = TTSModel(self.tts)
             self.v2["tts"].set_limits({"batch": self.config.batch.max_batch_size})
         if asr is not None:
-            pool = None
-            if self.config.decode_workers > 0:
+            pool, workers = None, self.config.decode_workers
+            if workers is None:  # the GPU is idle behind the search; a CPU has no cores spare
+                on_gpu = getattr(asr, "backend", None) == "cuda"
+                workers = min(8, (os.cpu_count() or 1) - 1) if on_gpu else 0
+            if workers > 0:
                 from speechrt.asr.decoding import DecodePool
 
-                pool = DecodePool(asr.decoding, self.config.decode_workers)
+                pool = DecodePool(asr.decoding, workers)
             self.asr = ASRService(asr, self._engine("asr", ASRAdapter(asr)), limits, pool)
             self.v2["asr"] = ASRModel(self.asr)
             # AUDIO at the model's rate, as long as a transcription may be
