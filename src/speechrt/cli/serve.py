@@ -104,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="decode transcriptions (the beam search) in N processes, off the device thread "
-        "and over N cores; 0: a thread per item (default: on a GPU one per spare core, up to "
+        "and over N cores; 0: one decoding thread (default: on a GPU one per spare core, up to "
         "8; on a CPU 0)",
     )
     add_ray_arguments(p)

@@ -41,7 +41,7 @@ class ServeConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     limits: Limits = field(default_factory=Limits)
     components: bool = True  # also serve each component over KServe v2
-    # ASR decoding processes (speechrt.asr.decoding); 0: a thread per item; None: as many as
+    # ASR decoding processes (speechrt.asr.decoding); 0: one decoding thread; None: as many as
     # the cores beside the device thread on a GPU (at most 8), none on a CPU
     decode_workers: int | None = None
 
@@ -242,5 +242,7 @@ class Server:
         self.ready = False
         await asyncio.gather(*(engine.close() for engine in self.engines.values()))
         self.worker.close()
-        if self.asr is not None and self.asr.pool is not None:
-            await asyncio.to_thread(self.asr.pool.close)
+        if self.asr is not None:
+            self.asr.decoder.shutdown(wait=False)
+            if self.asr.pool is not None:
+                await asyncio.to_thread(self.asr.pool.close)
