@@ -108,7 +108,7 @@ def test_score_is_corpus_level_per_source_and_overall(packages) -> None:
         "pocketsphinx/cards/001": "ten of clubs and",  # 1 insertion / 3
     }
     tallies = score(entries, [hyps.get(e.id, e.text) for e in entries])
-    assert set(tallies) == {"asterisk", "alsa", "pocketsphinx", "overall"}
+    assert set(tallies) == {"asterisk", "alsa", "pocketsphinx", "overall", "overall, wideband"}
     assert tallies["alsa"].words == ErrorCounts(0, 1, 0, 4)
     assert tallies["alsa"].words.rate == pytest.approx(0.25)
     assert tallies["asterisk"].words.errors == 0
@@ -121,6 +121,9 @@ def test_score_is_corpus_level_per_source_and_overall(packages) -> None:
     assert overall.to_dict()["minutes"] == pytest.approx(
         sum(e.duration for e in entries) / 60, abs=0.01
     )
+    wide = tallies["overall, wideband"]  # without the 8 kHz asterisk prompts
+    assert wide.utterances == len(entries) - tallies["asterisk"].utterances
+    assert wide.words.errors == 2
     with pytest.raises(ValueError):
         score(entries, ["too few"])
 
@@ -153,4 +156,7 @@ def test_g722_variant_is_decoded_and_kept_out_of_overall(packages) -> None:
     assert tallies["asterisk-g722"].words.ref_len == len(variant[0].text.split())
     assert tallies["overall"].words.ref_len == sum(
         len(e.text.split()) for e in entries if e.source != "asterisk-g722"
+    )
+    assert tallies["overall, wideband"].words.ref_len == sum(
+        len(e.text.split()) for e in entries if e.source != "asterisk"
     )
