@@ -106,7 +106,7 @@ def report(results: dict[str, dict[str, hs.Tally]]) -> None:
     names = list(results)
     table = Table(title="Real human speech (held out)")
     for col in ("source", "utts", "speakers", "min"):
-        table.add_column(col, justify="left" if col == "source" else "right")
+        table.add_column(col, justify="left" if col == "source" else "right", no_wrap=True)
     for name in names:
         table.add_column(f"WER {name}", justify="right")
         table.add_column(f"CER {name}", justify="right")
