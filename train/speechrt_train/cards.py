@@ -23,6 +23,10 @@ bash train/gpu_train.sh 9.3 --export       # train, export fp16, evaluate -> $OU
 PYTHONPATH=src:train python -m speechrt_train cards --metrics $OUT/metrics.json
 ```"""
 
+# Sections a card keeps when it is rewritten: their numbers come from elsewhere (the human-speech
+# evaluation, scripts/eval_human.py), not from the export's metrics.json. Each runs to the end.
+KEPT_SECTIONS = ("## Real human speech (held out)",)
+
 ABOUT = {
     "fastpitch": (
         "FastPitch acoustic model (`voice-acoustic`)",
@@ -204,6 +208,15 @@ def write_cards(
     for model in ABOUT:
         if model in metrics.get("export", {}) and (models is None or model in models):
             path = out / f"{model}.md"
-            path.write_text(card(model, metrics, hardware))
+            path.write_text(card(model, metrics, hardware) + kept_sections(path))
             written.append(path)
     return written
+
+
+def kept_sections(path: Path) -> str:
+    """The first of KEPT_SECTIONS in an existing card, through the end of the file ("" if none)."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    starts = [i for h in KEPT_SECTIONS if (i := text.find(f"\n{h}\n")) >= 0]
+    return text[min(starts) :] if starts else ""
