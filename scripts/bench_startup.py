@@ -32,6 +32,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from speechrt.bench.machine import cpu_model, git_commit
+
 SPEECH = "Speech recognition works well on this small machine."  # about 3 s
 LONG = (
     "The quick brown fox jumps over the lazy dog, while the laptop on the desk hums quietly "
@@ -42,26 +44,6 @@ COMMANDS = {
     "synthesize": ["synthesize", "Hello world.", "-o", "hello.wav"],
     "transcribe": ["transcribe", "speech.wav"],
 }
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def commit() -> str:
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run(
-        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def wall(argv: list[str], cwd: str) -> float:
@@ -219,7 +201,7 @@ def main() -> None:
     stamp = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
-        "commit": commit(),
+        "commit": git_commit(dirty=True),
         "python": platform.python_version(),
         "command": " ".join(["python", *sys.argv]),
         "speech_wav_seconds": speech_seconds,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -29,6 +28,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from speechrt.bench.machine import cpu_model, git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = (
@@ -42,27 +43,6 @@ SENTENCES = (
 
 def text_of(n: int) -> str:
     return " ".join(SENTENCES[i % len(SENTENCES)] for i in range(n))
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
-        return out.stdout.strip() + ("+dirty" if dirty else "")
-    except OSError:
-        return "unknown"
 
 
 def start_server(
@@ -136,7 +116,9 @@ def main() -> None:
             url, procs[name], _ = start_server(serve, src)
             clients[name] = httpx.Client(base_url=url, timeout=300)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        print(f"# {cpu_model()}, {cores} cores, commit {commit()}, format {args.format}")
+        print(
+            f"# {cpu_model()}, {cores} cores, commit {git_commit(dirty=True)}, format {args.format}"
+        )
         base = {"model": "tts", "voice": "alloy", "response_format": args.format}
         for client in clients.values():
             for _ in range(2):  # warm up: first calls load the number rules, learn batch times

@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import platform
-import subprocess
 import sys
 import time
 import zlib
@@ -39,6 +37,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "train")]
 
 import speechrt_train.human_speech as hs  # noqa: E402
 from speechrt.audio.io import resample  # noqa: E402
+from speechrt.bench.machine import cpu_model, git_commit  # noqa: E402
 
 SAMPLE_RATE = 16000
 
@@ -80,23 +79,6 @@ def run_pocketsphinx(waves: list[np.ndarray], ids: list[str]) -> tuple[list[str]
         hyp = decoder.hyp()
         hyps.append(hyp.hypstr if hyp is not None else "")
     return hyps, time.perf_counter() - t0
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
 
 
 def report(results: dict[str, dict[str, hs.Tally]]) -> None:
@@ -159,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     report(results)
     out = {
         "command": " ".join(["python", "scripts/eval_human.py", *(argv or sys.argv[1:])]),
-        "cpu": _cpu(),
-        "commit": _commit(),
+        "cpu": cpu_model(),
+        "commit": git_commit(),
         "audio_minutes": round(seconds / 60, 2),
         "timing": timing,
         "results": {n: {s: t.to_dict() for s, t in r.items()} for n, r in results.items()},

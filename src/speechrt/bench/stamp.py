@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import shlex
-import subprocess
 import sys
 from datetime import datetime, timezone
 from importlib import metadata
-from pathlib import Path
 
 import torch
 
+from speechrt.bench.machine import cpu_model, git_commit
+
 PACKAGES = ("speechrt", "torch", "numpy", "onnxruntime", "triton", "fastapi", "uvicorn")
-
-
-def git_commit() -> str | None:
-    """HEAD of the checkout, or $SPEECHRT_COMMIT where the tree travels without .git."""
-    if os.environ.get("SPEECHRT_COMMIT"):
-        return os.environ["SPEECHRT_COMMIT"]
-    try:
-        root = Path(__file__).resolve().parents[3]
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def stamp(device: torch.device, argv: list[str] | None = None) -> dict:
@@ -47,7 +29,7 @@ def stamp(device: torch.device, argv: list[str] | None = None) -> dict:
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": str(device),
         "gpu": gpu,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cuda": torch.version.cuda if device.type == "cuda" else None,
         "commit": git_commit(),
         "python": platform.python_version(),
