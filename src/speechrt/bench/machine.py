@@ -22,26 +22,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _git(*args: str) -> str:
+    """`git -C ROOT args` -> its output, stripped."""
+    out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=5)
+    return out.stdout.strip()
+
+
 def git_commit(dirty: bool = False) -> str | None:
     """HEAD of the checkout (+"+dirty" when `dirty` and tracked files changed), or
     $SPEECHRT_COMMIT where the tree travels without .git; None when neither is known."""
     if os.environ.get("SPEECHRT_COMMIT"):
         return os.environ["SPEECHRT_COMMIT"]
     try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-        if head and dirty:
-            changed = subprocess.run(
-                ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-            ).stdout.strip()
-            head += "+dirty" if changed else ""
+        head = _git("rev-parse", "--short", "HEAD")
+        if head and dirty and _git("status", "--porcelain", "--untracked-files=no"):
+            head += "+dirty"
         return head or None
     except (OSError, subprocess.SubprocessError):
         return None
