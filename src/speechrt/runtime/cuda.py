@@ -32,7 +32,7 @@ from speechrt.runtime.layout import channels_last_convs
 RECOMPILE_LIMIT = 256  # one compiled variant per bucket shape
 
 
-def compile_fn(fn: Callable, mode: str | None) -> Callable:
+def compile_fn(fn: Callable, mode: str | None, device: torch.device | str = "cuda") -> Callable:
     """torch.compile with static shapes; mode None = no compilation (eager, e.g. on the CPU).
 
     "reduce-overhead": compiled (Inductor's default mode) and replayed as one CUDA graph per
@@ -45,29 +45,29 @@ def compile_fn(fn: Callable, mode: str | None) -> Callable:
         if getattr(dynamo_config, name, RECOMPILE_LIMIT) < RECOMPILE_LIMIT:
             setattr(dynamo_config, name, RECOMPILE_LIMIT)
     if mode == "reduce-overhead":
-        return CapturedGraphs(torch.compile(fn, dynamic=False))
+        return CapturedGraphs(torch.compile(fn, dynamic=False), device)
     return torch.compile(fn, dynamic=False, mode=None if mode == "default" else mode)
 
 
 class CapturedGraphs:
     """fn replayed as a CUDA graph captured once per input signature (shapes, dtypes).
 
-    A call copies its tensors into the graph's static inputs, replays, and returns the graph's
-    static outputs: they are overwritten by the next call of the same signature, so callers copy
-    what they keep (CudaRunner.crop does). Replaying skips the Python of fn, the compiled
-    function's guards and per-kernel launches: one graph launch per call. All graphs of one
-    instance share a memory pool; they run one after another on the current stream.
+    A call copies its tensors (on `device` or in host memory) into the graph's static inputs on
+    `device`, replays, and returns the graph's static outputs: they are overwritten by the next
+    call of the same signature, so callers copy what they keep (CudaRunner.crop does). Replaying
+    skips the Python of fn, the compiled function's guards and per-kernel launches: one graph
+    launch per call. All graphs of one instance share a memory pool; they run one after another
+    on the current stream.
     """
 
-    def __init__(self, fn: Callable) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable, device: torch.device | str = "cuda") -> None:
+        self.fn, self.device = fn, torch.device(device)
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, list[Any], Any]] = {}
         self.pool: Any = None
 
     def __call__(self, *args: Any) -> Any:
         leaves, spec = tree_flatten(args)  # tensors, and constants (e.g. a frame count)
-        key = (spec, *((x.shape, x.dtype, x.device) if isinstance(x, Tensor) else x
-                       for x in leaves))  # fmt: skip
+        key = (spec, *((x.shape, x.dtype) if isinstance(x, Tensor) else x for x in leaves))
         entry = self.graphs.get(key)
         if entry is None:
             entry = self.graphs[key] = self.capture(leaves, spec)
@@ -79,7 +79,7 @@ class CapturedGraphs:
         return out
 
     def capture(self, leaves: list[Any], spec: Any) -> tuple:
-        static = [x.clone() if isinstance(x, Tensor) else x for x in leaves]
+        static = [x.to(self.device, copy=True) if isinstance(x, Tensor) else x for x in leaves]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # compile and warm up outside the capture
@@ -141,7 +141,7 @@ class CudaRunner:
         self.graphs = mode == "reduce-overhead"
         # name -> callable, compiled and plain (plain: the same math, e.g. for verify's hooks)
         self.plain: dict[str, Callable] = {"graph": self.graph}
-        self.compiled = {k: compile_fn(f, mode) for k, f in self.plain.items()}
+        self.compiled = {k: compile_fn(f, mode, self.device) for k, f in self.plain.items()}
 
     def prepare(self, wrapper: nn.Module, dtype: torch.dtype) -> nn.Module:
         """A copy of the wrapper on the device, in dtype and layout, in eval mode; a wrapper
@@ -167,14 +167,19 @@ class CudaRunner:
         derive = getattr(self.graph, "derived_sizes", None)
         return {**sizes, **(derive(sizes) if derive else {})}
 
-    def pad(self, feeds: Mapping[str, Tensor], padded: Mapping[str, int]) -> list[Tensor]:
-        """Contract inputs in order, on the device, padded to the bucket sizes."""
+    def pad(
+        self, feeds: Mapping[str, Tensor], padded: Mapping[str, int], compiled: bool = True
+    ) -> list[Tensor]:
+        """Contract inputs in order, padded to the bucket sizes where they are (host inputs on
+        the host), then moved to the device, except for replayed graphs (compiled, with graphs
+        on), which copy each input once into their own device buffers."""
+        host = compiled and self.graphs
         args = []
         for spec in self.contract.inputs:
-            x = feeds[spec.name].to(self.device, non_blocking=True)
+            x = feeds[spec.name]
             for dim, axis in spec.dynamic_axes().items():
                 x = pad_axis(x, dim, padded[axis], axis == "batch", spec.pad)
-            args.append(x)
+            args.append(x if host else x.to(self.device, non_blocking=True))
         return args
 
     def crop(self, outs: dict[str, Tensor], sizes: Mapping[str, int]) -> dict[str, Tensor]:
@@ -198,7 +203,7 @@ class CudaRunner:
         sizes = self.contract.check_feeds(feeds)
         padded = self.padded_sizes(sizes)
         fn = self._fns(compiled)["graph"]
-        outs = to_contract(self.contract, fn(*self.pad(feeds, padded)))
+        outs = to_contract(self.contract, fn(*self.pad(feeds, padded, compiled)))
         return self.crop(outs, self.with_derived(sizes))
 
 
@@ -219,7 +224,7 @@ class RegulatedCudaRunner(CudaRunner):
         super().__init__(graph_name, wrapper, contract, **kw)
         self.encoder = self.prepare(wrapper, torch.float32)
         self.plain = {"encode": self.encoder.encode, "decode": self.graph.decode}
-        self.compiled = {k: compile_fn(f, self.mode) for k, f in self.plain.items()}
+        self.compiled = {k: compile_fn(f, self.mode, self.device) for k, f in self.plain.items()}
 
     def modules(self) -> list[nn.Module]:
         return [self.encoder, self.graph]
@@ -229,7 +234,7 @@ class RegulatedCudaRunner(CudaRunner):
         sizes = self.contract.check_feeds(feeds)
         padded = self.padded_sizes(sizes)
         fns = self._fns(compiled)
-        e = fns["encode"](*self.pad(feeds, padded))
+        e = fns["encode"](*self.pad(feeds, padded, compiled))
         longest = int(self.graph.frame_lengths(e.reps).max())  # the one scalar read back
         check_frames(self.contract.name, longest, self.graph.max_frames)
         mel, mel_lengths = fns["decode"](e.enc, e.reps, self.buckets.size("frames", longest))

@@ -104,7 +104,7 @@ class Featurizer:
     ) -> None:
         self.cfg, self.device, self.buckets = cfg, device, buckets
         self.module = BatchLogMel(cfg).to(device).eval()
-        self.fn = compile_fn(self.module, compile_mode)
+        self.fn = compile_fn(self.module, compile_mode, device)
         self.graphs = compile_mode == "reduce-overhead"  # outputs live in graph memory
 
     def padded_shape(self, B: int, N: int) -> tuple[int, int]:
