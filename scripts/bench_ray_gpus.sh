@@ -6,9 +6,9 @@
 #
 # FastPitch + HiFi-GAN V1 at default dims (scripts/bench_models.py, random weights), cuda fp16,
 # max batch 8, 5 ms queue delay. Each configuration runs alone on the machine: started with
-# `speechrt serve --ray`, warmed up at 1-64 closed-loop clients (every batch bucket compiled and
-# captured on every replica; not recorded), then swept over 1-64 clients with `speechrt bench tts
-# --url`, and stopped. Results: OUT_DIR/ray-<config>.json (stamped with device, commit and
+# `speechrt serve --ray` (whole-server replicas with --warmup: every batch bucket compiled before
+# they are ready), warmed up at 1-64 closed-loop clients (not recorded; this compiles the split
+# stages), then swept over 1-64 clients with `speechrt bench tts --url`, and stopped. Results: OUT_DIR/ray-<config>.json (stamped with device, commit and
 # command), logs.
 set -euo pipefail
 out=${1:?usage: bench_ray_gpus.sh OUT_DIR}
@@ -34,7 +34,7 @@ bench_config() {  # NAME PORT serve-flags...
     sleep 1
   done
   local url="http://127.0.0.1:$port"
-  $sr bench tts --url "$name=$url" --concurrency 1,2,4,8,16,64 --seconds 6 --out-dir "$out/warmup" \
+  $sr bench tts --url "$name=$url" --concurrency 1,2,4,8,64 --seconds 4 --out-dir "$out/warmup" \
     --name "warmup-$name" > "$out/warmup-$name.log" 2>&1 || true
   $sr bench tts --url "$name=$url" --concurrency "$levels" --seconds "$seconds" \
     --out-dir "$out" --name "ray-$name" 2>&1 | tail -12
@@ -42,6 +42,6 @@ bench_config() {  # NAME PORT serve-flags...
   wait "$pid" || true
 }
 
-bench_config one-gpu 8201 --replicas 1 --gpus-per-replica 1
-bench_config two-gpus 8202 --replicas 2 --gpus-per-replica 1
+bench_config one-gpu 8201 --replicas 1 --gpus-per-replica 1 --warmup
+bench_config two-gpus 8202 --replicas 2 --gpus-per-replica 1 --warmup
 bench_config split 8203 --split-tts 1,1 --gpus-per-replica 1

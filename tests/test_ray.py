@@ -64,13 +64,13 @@ def test_ray_flags_need_ray_and_are_checked() -> None:
     assert options["autoscale"] == (1, 3) and options["max_batch_size"] == 16
 
 
-def test_replicas_take_a_whole_batch() -> None:
+def test_replicas_take_what_their_engine_holds() -> None:
     """Ray's default max_ongoing_requests (5) would cap the engine's batches below
-    --max-batch-size."""
+    --max-batch-size, and any cap below the engine's queue leaves requests in Ray's router."""
     from speechrt.serving.ray_app import replica_options
 
-    opts = replica_options(replicas=2, max_batch_size=16)
-    assert opts["max_ongoing_requests"] >= 16 and opts["num_replicas"] == 2
+    opts = replica_options(replicas=2, max_batch_size=16, max_queue_size=300)
+    assert opts["max_ongoing_requests"] == 316 and opts["num_replicas"] == 2
     auto = replica_options(autoscale=(1, 4), max_batch_size=8)
     assert auto["autoscaling_config"]["max_replicas"] == 4 and "num_replicas" not in auto
 

@@ -255,6 +255,22 @@ def test_shutdown_drains_then_refuses():
     assert late.status_code == 503 and ready.status_code == 503
 
 
+def test_warm_up_runs_every_batch_size_before_ready():
+    """--warmup: each batch bucket up to --max-batch-size (and a stream's lead) runs once on
+    the first piece of the text before the server is ready, as no request has to wait."""
+    tts = SlowTTS()
+    config = ServeConfig(BatchConfig(max_batch_size=6, max_queue_delay_ms=0), warmup="warm|up")
+
+    async def body(client, server):
+        before = list(tts.batches)
+        r = await speak(client, "hi")
+        return before, server.ready, r.status_code
+
+    before, ready, status = run_app(tts, config, body)
+    assert before == [1, 2, 4, 6, 1] and ready and status == 200
+    assert tts.batches == [1, 2, 4, 6, 1, 1]
+
+
 def test_text_limits_count_what_the_model_reads():
     """Pieces and symbols are counted after splitting and encoding, before anything is queued."""
     tts = SlowTTS()

@@ -100,6 +100,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_decoder_arguments(p)
     p.add_argument("--no-components", action="store_true", help="serve only the pipelines")
     p.add_argument(
+        "--warmup",
+        nargs="?",
+        const=True,
+        metavar="TEXT",
+        help="before reporting ready, run every batch size once: TTS on TEXT (default: a "
+        "128-character sentence), ASR on 7 s of audio; the cuda backend compiles its graphs "
+        "then, not in the first requests",
+    )
+    p.add_argument(
         "--decode-workers",
         type=int,
         metavar="N",
@@ -164,6 +173,19 @@ def log_to_stderr(level: str) -> None:
         logger.addHandler(handler)
 
 
+def warmup_text(flag: str | bool | None) -> str | None:
+    """--warmup's text: None (no warm-up), the benchmark sentence (no TEXT given), or TEXT."""
+    if flag is None:
+        return None
+    if flag is True:
+        from speechrt.bench.inprocess import TTS_TEXT
+
+        return TTS_TEXT
+    if not str(flag).strip():
+        raise SpeechRTError("--warmup TEXT is empty")
+    return str(flag)
+
+
 def serve_config(args: argparse.Namespace) -> ServeConfig:
     """The flags' batching and limits, checked (SpeechRTError); with no model given, `args`
     gets the bundled defaults' directories. Loads nothing."""
@@ -200,6 +222,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         ),
         components=not args.no_components,
         decode_workers=args.decode_workers,
+        warmup=warmup_text(args.warmup),
     )
     if args.acoustic is None and args.vocoder is None and args.asr is None:
         from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model

@@ -61,6 +61,7 @@ def ray_options(args: argparse.Namespace) -> dict[str, Any]:
         "gpus": gpus,
         "cpus": cpus,
         "max_batch_size": args.max_batch_size,
+        "max_queue_size": args.max_queue_size,
     }
 
 
@@ -72,6 +73,10 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
     split = parse_split(args.split_tts) if args.split_tts is not None else None
     if split is not None and args.acoustic is None:
         raise SpeechRTError("--split-tts serves a voice: give --acoustic DIR --vocoder DIR")
+    if split is not None and args.warmup is not None:
+        raise SpeechRTError(
+            "--warmup warms whole-server replicas; --split-tts stages warm up on load"
+        )
     try:
         import ray
         from ray import serve
@@ -151,6 +156,7 @@ def split_app(
         acoustic_replicas=split[0],
         vocoder_replicas=split[1],
         max_batch_size=args.max_batch_size,
+        max_queue_size=args.max_queue_size,
         backend=args.backend,
         device=args.device,
         precision=args.precision,

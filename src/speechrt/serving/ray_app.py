@@ -89,14 +89,16 @@ def replica_options(
     gpus: float = 0.0,
     cpus: float = 1.0,
     max_batch_size: int = 8,
+    max_queue_size: int = 256,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """serve.deployment options for `replicas` (or `autoscale` = (min, max)) copies."""
     options: dict[str, Any] = {
-        # Ray's default (5) would cap the engine's batches below max_batch_size: let a whole
-        # batch run while the next one gathers in the engine's queue, which answers 503 itself
-        # when it is full (--max-queue-size).
-        "max_ongoing_requests": 2 * max_batch_size,
+        # As many as the replica's engine holds (a batch running, a full queue), which answers
+        # 503 itself beyond that. Fewer would leave requests in Ray's router, which retries a
+        # full replica with growing back-off: one replica capped at 16 ongoing served 161
+        # requests/s to 16 clients and 13 to 64 (H100).
+        "max_ongoing_requests": max_batch_size + max_queue_size,
         "ray_actor_options": {
             "num_cpus": cpus,
             "num_gpus": gpus,

@@ -231,6 +231,7 @@ def split_tts_app(
     acoustic_replicas: int = 1,
     vocoder_replicas: int = 1,
     max_batch_size: int = MAX_BATCH,
+    max_queue_size: int = 256,
     backend: str = "auto",
     device: str = "auto",
     precision: str = "fp32",
@@ -239,10 +240,13 @@ def split_tts_app(
     limits: Limits | None = None,
 ) -> Any:
     """The split pipeline as one Serve application (ingress SplitTTS); `cpus`, `gpus`: per
-    stage replica; `limits`: max_text_chars and max_pieces apply."""
+    stage replica; `max_queue_size`: requests a deployment holds beyond one batch;
+    `limits`: max_text_chars and max_pieces apply."""
     actor = {"num_cpus": cpus, "num_gpus": gpus}
     stage = (acoustic, vocoder, backend, device, precision, max_batch_size)
-    ongoing = 2 * max_batch_size  # serve.batch needs >= max_batch_size; one batch gathers
+    # serve.batch needs >= max_batch_size; more wait in the stage's batch queue, not in Ray's
+    # router, which retries a full replica with growing back-off
+    ongoing = max_batch_size + max_queue_size
     acoustic_model = (
         serve.deployment(AcousticModel)
         .options(
@@ -262,7 +266,7 @@ def split_tts_app(
     # The ingress runs the text front end only (milliseconds a sentence) and waits on the
     # stages: it reserves no CPU, as Ray's own proxy does, so A + V replicas fit A + V CPUs.
     ingress = serve.deployment(SplitTTS).options(
-        max_ongoing_requests=64, ray_actor_options={"num_cpus": 0}
+        max_ongoing_requests=ongoing, ray_actor_options={"num_cpus": 0}
     )
     rate = info.mel.sampling_rate
     return ingress.bind(acoustic_model, vocoder_model, acoustic, rate, limits or Limits())

@@ -17,7 +17,14 @@ from speechrt.errors import SpeechRTError
 from speechrt.runtime.base import BACKENDS as RUNTIME_BACKENDS
 from speechrt.serving.engine import BatchConfig, DeviceWorker, Engine
 from speechrt.serving.metrics import Metrics
-from speechrt.serving.pipelines import ASRAdapter, ASRService, Limits, TTSAdapter, TTSService
+from speechrt.serving.pipelines import (
+    ASRAdapter,
+    ASRService,
+    Limits,
+    TTSAdapter,
+    TTSItem,
+    TTSService,
+)
 from speechrt.serving.v2models import (
     ASRModel,
     ComponentAdapter,
@@ -44,6 +51,9 @@ class ServeConfig:
     # ASR decoding processes (speechrt.asr.decoding); 0: one decoding thread; None: as many as
     # the cores beside the device thread on a GPU (at most 8), none on a CPU
     decode_workers: int | None = None
+    # warm-up text: before the server is ready, every batch size it can form runs once on it
+    # (and on 7 s of speech-like audio for the recogniser), see Server.warm_up; None: none
+    warmup: str | None = None
 
 
 class Server:
@@ -227,6 +237,8 @@ class Server:
 
         if self.asr is not None and self.asr.pool is not None:
             await asyncio.to_thread(self.asr.pool.warm)  # ready means the decoders are up
+        if self.config.warmup is not None:
+            await self.warm_up(self.config.warmup)
         for engine in self.engines.values():
             engine.start()
         self.ready = True
@@ -234,6 +246,39 @@ class Server:
         log.info("serving %s", ", ".join(f"{n} [{m.backend}]" for n, m in self.v2.items()))
         for name, why in self.unserved.items():
             log.warning("not serving %s: %s", name, why)
+
+    async def warm_up(self, text: str) -> None:
+        """Run each batch size the engines can form (the runtime's batch buckets up to
+        --max-batch-size) once, on the device thread: TTS on `text` (and a stream's first chunk),
+        ASR on 7 s of speech-like audio. A compiled backend (cuda) builds its graphs for those
+        shapes here instead of in the first requests, which would otherwise wait seconds."""
+        import asyncio
+        import time
+
+        from speechrt.bench.inprocess import synthetic_speechlike
+        from speechrt.options import SynthesisOptions
+        from speechrt.runtime.buckets import DEFAULT_BUCKETS
+
+        if not text.strip():
+            raise SpeechRTError("the warm-up text is empty")
+        top = self.config.batch.max_batch_size
+        sizes = sorted({b for b in DEFAULT_BUCKETS["batch"] if b < top} | {top})
+        t0 = time.perf_counter()
+        if self.tts is not None:
+            tts = self.tts.tts
+            piece = (await asyncio.to_thread(tts.text_to_pieces, [text], [0]))[0]
+            item = TTSItem(piece, piece.options(SynthesisOptions()))
+            adapter = TTSAdapter(tts)
+            for b in sizes:
+                await self.worker.run(adapter.run_batch, [item] * b)
+            lead = TTSItem(piece, item.options, on_head=lambda audio: None)
+            await self.worker.run(adapter.run_batch, [lead])
+        if self.asr is not None:
+            audio = synthetic_speechlike(7.0, self.asr.sampling_rate)
+            heard = ASRAdapter(self.asr.asr)
+            for b in sizes:
+                await self.worker.run(heard.run_batch, [audio] * b)
+        log.info("warmed up batch sizes %s in %.1f s", sizes, time.perf_counter() - t0)
 
     async def stop(self) -> None:
         """Refuse new work, let every queued and running batch finish, stop the device thread."""
