@@ -2,16 +2,18 @@
 # The committed GPU benchmark behind docs/benchmarks.md.
 #
 #   bash scripts/bench_gpu.sh OUT_DIR [PART ...]
-#   PART: fastpitch onnx onnx-tacotron2 tacotron2 jasper quartznet server (default: all)
+#   PART: fastpitch onnx onnx-tacotron2 tacotron2 jasper quartznet server ttfa (default: all)
 #
 # Builds default-dims random-weight models (scripts/bench_models.py; no trained weights can be
 # downloaded), then runs side by side, in one process per pipeline: eager fp32, eager fp16,
-# cuda fp16 and onnx (CPU) at batch 1 and 8; and a server sweep, static (max batch 1) vs dynamic
-# batching. Results: OUT_DIR/*.json, *.csv, *.png.
+# cuda fp16 and onnx (CPU) at batch 1 and 8 (FastPitch + HiFi-GAN also 4); a server sweep, static
+# (max batch 1) vs dynamic batching; and the time to first audio of a streamed ~10 s utterance
+# (3 sentences) with dynamic batching. Servers run cuda fp16 with --warmup. Results:
+# OUT_DIR/*.json, *.csv, *.png.
 set -euo pipefail
 out=${1:?usage: bench_gpu.sh OUT_DIR [PART ...]}
 shift
-parts=${*:-fastpitch onnx onnx-tacotron2 tacotron2 jasper quartznet server}
+parts=${*:-fastpitch onnx onnx-tacotron2 tacotron2 jasper quartznet server ttfa}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 models=${BENCH_MODELS:-/tmp/speechrt-bench-models}
 sr="python3 -m speechrt.cli"
@@ -23,7 +25,7 @@ for part in $parts; do
   case $part in
   fastpitch)
     $sr bench tts --acoustic "$models/fastpitch" --vocoder "$models/hifigan" \
-      --variants eager:fp32,eager:fp16,cuda:fp16 --batch-sizes 1,8 --warmup 10 --iters 100 \
+      --variants eager:fp32,eager:fp16,cuda:fp16 --batch-sizes 1,4,8 --warmup 10 --iters 100 \
       --out-dir "$out" --name fastpitch-hifigan ;;
   onnx)  # CPU onnxruntime (the GPU image has no onnxruntime-gpu): batch 1 and 8, few iterations
     $sr export "$models/fastpitch" && $sr export "$models/hifigan"
@@ -54,15 +56,21 @@ for part in $parts; do
       set -- $spec
       $sr serve --port "$2" --acoustic "$models/fastpitch" --vocoder "$models/hifigan" \
         --device cuda --precision fp16 --max-batch-size "$3" --max-queue-delay-ms 5 \
-        --max-queue-size 4096 > "$out/serve-$1.log" 2>&1 &
+        --max-queue-size 4096 --warmup > "$out/serve-$1.log" 2>&1 &
       pids+=($!)
     done
     for port in 8101 8102; do
-      for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 1; done
+      for _ in $(seq 900); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 1; done
     done
     $sr bench tts --url static=http://127.0.0.1:8101 --url dynamic=http://127.0.0.1:8102 \
       --concurrency 1,2,4,8,16,32 --seconds 8 --out-dir "$out" --name server-sweep
     kill "${pids[@]}"; wait || true ;;
+  ttfa)  # streamed vs whole, one request at a time, dynamic batching on (max batch 8, 5 ms)
+    python3 scripts/bench_streaming.py --sentences 3 --repeats 20 --ready-timeout 900 \
+      --serve-arg=--acoustic="$models/fastpitch" --serve-arg=--vocoder="$models/hifigan" \
+      --serve-arg=--backend=cuda --serve-arg=--device=cuda --serve-arg=--precision=fp16 \
+      --serve-arg=--max-batch-size=8 --serve-arg=--max-queue-delay-ms=5 --serve-arg=--warmup \
+      --json "$out/ttfa.json" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

@@ -2,15 +2,19 @@
 
     python scripts/bench_streaming.py [--format pcm] [--repeats 5] [--sentences 3 20]
         [--compare NAME=SRC_DIR ...] [--serve-arg=--max-batch-ms --serve-arg=0]
+        [--ready-timeout S] [--json OUT.json]
 
 Starts a server on the bundled voice (onnx backend on a CPU, `--no-components`), warms it up,
 then for each sentence count sends, `repeats` times in turn, one whole request and one
 `stream_format: "audio"` request of the same text, one at a time, and prints the medians:
 the whole request's time to its last byte, the streamed one's time to its first and its last
-byte, and the streamed first byte as a fraction of the whole request's time. Every time is
+byte, the streamed first byte as a fraction of the whole request's time, and the seconds of
+audio (pcm: 2 bytes a sample at --sample-rate). Every time is
 from sending the request to the byte's arrival at this client. `--compare NAME=SRC_DIR` also
 starts a server from another tree's `src` (e.g. `git archive REV src | tar -x -C DIR`), and
 the servers take turns request by request, so a machine's changing load weighs on all alike.
+On a GPU: `--serve-arg=--backend=cuda --serve-arg=--warmup --ready-timeout 900` (the warm-up
+compiles before the server is ready; the script's own warm-up then sends every measured size).
 The server's CPU seconds per request (user + system, from /proc) say what each kind of request
 costs. The line above the table names the CPU, the cores this process may use, and the commit.
 """
@@ -18,6 +22,7 @@ costs. The line above the table names the CPU, the cores this process may use, a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -46,7 +51,7 @@ def text_of(n: int) -> str:
 
 
 def start_server(
-    extra: list[str], src: Path = ROOT / "src"
+    extra: list[str], src: Path = ROOT / "src", ready_timeout: float = 120.0
 ) -> tuple[str, subprocess.Popen[bytes], Path]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -57,7 +62,7 @@ def start_server(
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"server exited:\n{log.read_text()}")
@@ -68,7 +73,7 @@ def start_server(
             pass
         time.sleep(0.2)
     proc.terminate()
-    raise SystemExit(f"server not ready after 120 s:\n{log.read_text()}")
+    raise SystemExit(f"server not ready after {ready_timeout:.0f} s:\n{log.read_text()}")
 
 
 def timed(client: httpx.Client, body: dict[str, object]) -> tuple[float, float, int]:
@@ -84,6 +89,18 @@ def timed(client: httpx.Client, body: dict[str, object]) -> tuple[float, float, 
             size += len(chunk)
     last = time.perf_counter() - t0
     return (last if first is None else first), last, size
+
+
+def gpu_name() -> str | None:
+    """The first GPU's name (nvidia-smi), None without one."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -102,6 +119,9 @@ def main() -> None:
     p.add_argument("--sentences", type=int, nargs="+", default=[3, 20])
     p.add_argument("--compare", action="append", default=[], metavar="NAME=SRC_DIR")
     p.add_argument("--serve-arg", action="append", default=[], help="passed to `serve`")
+    p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds (default: 120)")
+    p.add_argument("--sample-rate", type=int, default=22050, help="pcm rate (default: 22050)")
+    p.add_argument("--json", type=Path, default=None, help="also write the medians here")
     args = p.parse_args()
 
     trees = {"this": ROOT / "src"}
@@ -113,38 +133,58 @@ def main() -> None:
     clients: dict[str, httpx.Client] = {}
     try:
         for name, src in trees.items():
-            url, procs[name], _ = start_server(serve, src)
+            url, procs[name], _ = start_server(serve, src, args.ready_timeout)
             clients[name] = httpx.Client(base_url=url, timeout=300)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        print(
-            f"# {cpu_model()}, {cores} cores, commit {git_commit(dirty=True)}, format {args.format}"
-        )
+        stamp = {
+            "cpu": cpu_model(),
+            "cores": cores,
+            "gpu": gpu_name(),
+            "commit": git_commit(dirty=True),
+            "command": " ".join(["python", *sys.argv]),
+        }
+        print(f"# {stamp['cpu']}, {cores} cores, {stamp['gpu'] or 'no GPU'}, commit "
+              f"{stamp['commit']}, format {args.format}")  # fmt: skip
         base = {"model": "tts", "voice": "alloy", "response_format": args.format}
         for client in clients.values():
-            for _ in range(2):  # warm up: first calls load the number rules, learn batch times
-                timed(client, {**base, "input": text_of(5)})
-                timed(client, {**base, "input": text_of(5), "stream_format": "audio"})
+            # warm up: the first calls load the number rules, learn batch times and (on a GPU)
+            # meet each size's shapes
+            for n in sorted({5, *args.sentences}):
+                for _ in range(2):
+                    timed(client, {**base, "input": text_of(n)})
+                    timed(client, {**base, "input": text_of(n), "stream_format": "audio"})
         print(
-            "server  sentences  whole_last_s  stream_first_s  stream_last_s  first/whole"
-            "  whole_cpu_s  stream_cpu_s"
+            "server  sentences  audio_s  whole_last_s  stream_first_s  stream_last_s"
+            "  first/whole  whole_cpu_s  stream_cpu_s"
         )
+        results = []
         for n in args.sentences:
             body = {**base, "input": text_of(n)}
-            runs: dict[str, list[tuple[float, float, float, float, float]]] = {t: [] for t in trees}
+            runs: dict[str, list[tuple[float, ...]]] = {t: [] for t in trees}
             for _ in range(args.repeats):
                 for name, client in clients.items():  # the servers take turns
                     pid = procs[name].pid
                     c0 = cpu_seconds(pid)
-                    whole = timed(client, body)[1]
+                    _, whole, size = timed(client, body)
                     c1 = cpu_seconds(pid)
                     first, last, _ = timed(client, {**body, "stream_format": "audio"})
-                    runs[name].append((whole, first, last, c1 - c0, cpu_seconds(pid) - c1))
+                    cs = cpu_seconds(pid) - c1
+                    runs[name].append((size, whole, first, last, c1 - c0, cs))
             for name, rows in runs.items():
-                w, f, lt, cw, cs = (statistics.median(col) for col in zip(*rows, strict=True))
+                sz, w, f, lt, cw, cs = (statistics.median(c) for c in zip(*rows, strict=True))
+                audio_s = sz / 2 / args.sample_rate if args.format == "pcm" else float("nan")
                 print(
-                    f"{name:6s}  {n:9d}  {w:12.3f}  {f:14.3f}  {lt:13.3f}  {f / w:11.2f}"
-                    f"  {cw:11.2f}  {cs:12.2f}"
+                    f"{name:6s}  {n:9d}  {audio_s:7.2f}  {w:12.4f}  {f:14.4f}  {lt:13.4f}"
+                    f"  {f / w:11.2f}  {cw:11.2f}  {cs:12.2f}"
                 )
+                results.append({
+                    "server": name, "sentences": n, "audio_s": audio_s, "whole_last_s": w,
+                    "stream_first_s": f, "stream_last_s": lt, "whole_cpu_s": cw,
+                    "stream_cpu_s": cs, "repeats": args.repeats,
+                })  # fmt: skip
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"stamp": stamp, "rows": results}, indent=1) + "\n")
     finally:
         for client in clients.values():
             client.close()
