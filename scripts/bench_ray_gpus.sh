@@ -2,7 +2,7 @@
 # speechrt on Ray Serve: one replica on one GPU against one replica per GPU, and the split
 # pipeline (acoustic and vocoder deployments on different GPUs), on a machine with two GPUs.
 #
-#   bash scripts/bench_ray_gpus.sh OUT_DIR
+#   [CONFIGS="one-gpu two-gpus split"] bash scripts/bench_ray_gpus.sh OUT_DIR
 #
 # FastPitch + HiFi-GAN V1 at default dims (scripts/bench_models.py, random weights), cuda fp16,
 # max batch 8, 5 ms queue delay. Each configuration runs alone on the machine: started with
@@ -38,10 +38,15 @@ bench_config() {  # NAME PORT serve-flags...
     --name "warmup-$name" > "$out/warmup-$name.log" 2>&1 || true
   $sr bench tts --url "$name=$url" --concurrency "$levels" --seconds "$seconds" \
     --out-dir "$out" --name "ray-$name" 2>&1 | tail -12
-  kill -INT "$pid"
+  kill -TERM "$pid"  # (a background job of a script ignores SIGINT)
   wait "$pid" || true
 }
 
-bench_config one-gpu 8201 --replicas 1 --gpus-per-replica 1 --warmup
-bench_config two-gpus 8202 --replicas 2 --gpus-per-replica 1 --warmup
-bench_config split 8203 --split-tts 1,1 --gpus-per-replica 1
+for config in ${CONFIGS:-one-gpu two-gpus split}; do
+  case $config in
+  one-gpu) bench_config one-gpu 8201 --replicas 1 --gpus-per-replica 1 --warmup ;;
+  two-gpus) bench_config two-gpus 8202 --replicas 2 --gpus-per-replica 1 --warmup ;;
+  split) bench_config split 8203 --split-tts 1,1 --gpus-per-replica 1 ;;
+  *) echo "unknown config $config" >&2; exit 2 ;;
+  esac
+done
