@@ -257,9 +257,11 @@ def test_shutdown_drains_then_refuses():
 
 def test_warm_up_runs_every_batch_size_before_ready():
     """--warmup: each batch bucket up to --max-batch-size (and a stream's lead) runs once on
-    the first piece of the text before the server is ready, as no request has to wait."""
+    the first piece of each text before the server is ready, as no request has to wait."""
     tts = SlowTTS()
-    config = ServeConfig(BatchConfig(max_batch_size=6, max_queue_delay_ms=0), warmup="warm|up")
+    config = ServeConfig(
+        BatchConfig(max_batch_size=6, max_queue_delay_ms=0), warmup=("warm|up", "longer text")
+    )
 
     async def body(client, server):
         before = list(tts.batches)
@@ -267,8 +269,18 @@ def test_warm_up_runs_every_batch_size_before_ready():
         return before, server.ready, r.status_code
 
     before, ready, status = run_app(tts, config, body)
-    assert before == [1, 2, 4, 6, 1] and ready and status == 200
-    assert tts.batches == [1, 2, 4, 6, 1, 1]
+    assert before == [1, 2, 4, 6, 1] * 2 and ready and status == 200
+    assert tts.batches == [*before, 1]
+
+
+def test_warmup_flag_gives_the_texts(capsys) -> None:
+    from speechrt.bench.inprocess import TTS_TEXT
+    from speechrt.cli.serve import warmup_texts
+
+    assert warmup_texts(None) is None and warmup_texts([]) == (TTS_TEXT,)
+    assert warmup_texts(["a b", "c"]) == ("a b", "c")
+    with pytest.raises(SpeechRTError, match="empty"):
+        warmup_texts(["ok", " "])
 
 
 def test_text_limits_count_what_the_model_reads():

@@ -101,12 +101,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-components", action="store_true", help="serve only the pipelines")
     p.add_argument(
         "--warmup",
-        nargs="?",
-        const=True,
+        nargs="*",
         metavar="TEXT",
-        help="before reporting ready, run every batch size once: TTS on TEXT (default: a "
-        "128-character sentence), ASR on 7 s of audio; the cuda backend compiles its graphs "
-        "then, not in the first requests",
+        help="before reporting ready, run every batch size once: TTS on each TEXT (default: a "
+        "128-character sentence; texts of other lengths warm their length buckets too), ASR on "
+        "7 s of audio; the cuda backend compiles its graphs then, not in the first requests",
     )
     p.add_argument(
         "--decode-workers",
@@ -173,17 +172,17 @@ def log_to_stderr(level: str) -> None:
         logger.addHandler(handler)
 
 
-def warmup_text(flag: str | bool | None) -> str | None:
-    """--warmup's text: None (no warm-up), the benchmark sentence (no TEXT given), or TEXT."""
+def warmup_texts(flag: list[str] | None) -> tuple[str, ...] | None:
+    """--warmup's texts: None (no warm-up), the benchmark sentence (no TEXT given), or TEXTs."""
     if flag is None:
         return None
-    if flag is True:
+    if not flag:
         from speechrt.bench.inprocess import TTS_TEXT
 
-        return TTS_TEXT
-    if not str(flag).strip():
+        return (TTS_TEXT,)
+    if not all(t.strip() for t in flag):
         raise SpeechRTError("--warmup TEXT is empty")
-    return str(flag)
+    return tuple(flag)
 
 
 def serve_config(args: argparse.Namespace) -> ServeConfig:
@@ -222,7 +221,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         ),
         components=not args.no_components,
         decode_workers=args.decode_workers,
-        warmup=warmup_text(args.warmup),
+        warmup=warmup_texts(args.warmup),
     )
     if args.acoustic is None and args.vocoder is None and args.asr is None:
         from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,9 +52,9 @@ class ServeConfig:
     # ASR decoding processes (speechrt.asr.decoding); 0: one decoding thread; None: as many as
     # the cores beside the device thread on a GPU (at most 8), none on a CPU
     decode_workers: int | None = None
-    # warm-up text: before the server is ready, every batch size it can form runs once on it
+    # warm-up texts: before the server is ready, every batch size it can form runs once on each
     # (and on 7 s of speech-like audio for the recogniser), see Server.warm_up; None: none
-    warmup: str | None = None
+    warmup: tuple[str, ...] | None = None
 
 
 class Server:
@@ -247,11 +248,12 @@ class Server:
         for name, why in self.unserved.items():
             log.warning("not serving %s: %s", name, why)
 
-    async def warm_up(self, text: str) -> None:
+    async def warm_up(self, texts: Sequence[str]) -> None:
         """Run each batch size the engines can form (the runtime's batch buckets up to
-        --max-batch-size) once, on the device thread: TTS on `text` (and a stream's first chunk),
-        ASR on 7 s of speech-like audio. A compiled backend (cuda) builds its graphs for those
-        shapes here instead of in the first requests, which would otherwise wait seconds."""
+        --max-batch-size) once, on the device thread: TTS on the first sentence of each text
+        (and a stream's first chunk), ASR on 7 s of speech-like audio. A compiled backend (cuda)
+        builds its graphs for those shapes here instead of in the first requests, which would
+        otherwise wait seconds."""
         import asyncio
         import time
 
@@ -259,20 +261,20 @@ class Server:
         from speechrt.options import SynthesisOptions
         from speechrt.runtime.buckets import DEFAULT_BUCKETS
 
-        if not text.strip():
-            raise SpeechRTError("the warm-up text is empty")
+        if not texts or not all(t.strip() for t in texts):
+            raise SpeechRTError("a warm-up text is empty")
         top = self.config.batch.max_batch_size
         sizes = sorted({b for b in DEFAULT_BUCKETS["batch"] if b < top} | {top})
         t0 = time.perf_counter()
         if self.tts is not None:
-            tts = self.tts.tts
-            piece = (await asyncio.to_thread(tts.text_to_pieces, [text], [0]))[0]
-            item = TTSItem(piece, piece.options(SynthesisOptions()))
-            adapter = TTSAdapter(tts)
-            for b in sizes:
-                await self.worker.run(adapter.run_batch, [item] * b)
-            lead = TTSItem(piece, item.options, on_head=lambda audio: None)
-            await self.worker.run(adapter.run_batch, [lead])
+            tts, adapter = self.tts.tts, TTSAdapter(self.tts.tts)
+            for text in texts:
+                piece = (await asyncio.to_thread(tts.text_to_pieces, [text], [0]))[0]
+                item = TTSItem(piece, piece.options(SynthesisOptions()))
+                for b in sizes:
+                    await self.worker.run(adapter.run_batch, [item] * b)
+                lead = TTSItem(piece, item.options, on_head=lambda audio: None)
+                await self.worker.run(adapter.run_batch, [lead])
         if self.asr is not None:
             audio = synthetic_speechlike(7.0, self.asr.sampling_rate)
             heard = ASRAdapter(self.asr.asr)
