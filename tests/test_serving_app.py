@@ -274,7 +274,7 @@ def test_warm_up_runs_every_batch_size_before_ready():
 
 
 def test_warmup_flag_gives_the_texts(capsys) -> None:
-    from speechrt.bench.inprocess import TTS_TEXT
+    from speechrt.bench.inputs import TTS_TEXT
     from speechrt.cli.serve import warmup_texts
 
     assert warmup_texts(None) is None and warmup_texts([]) == (TTS_TEXT,)

@@ -16,17 +16,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from speechrt.bench.inputs import TTS_TEXT, synthetic_speechlike
 from speechrt.bench.stats import summarize
 
 if TYPE_CHECKING:
     from speechrt.asr import ASR
     from speechrt.tts import TTS
 
-# A 128-character LJSpeech sentence, the seeds' TTS benchmark input length.
-TTS_TEXT = (
-    "The forms of printed letters should be beautiful, and that their arrangement on the page "
-    "should be reasonable and a help to the shape"
-)
 ASR_DURATIONS = (2.0, 7.0, 16.7)  # seconds, as in the Jasper/QuartzNet benchmark tables
 
 
@@ -138,16 +134,6 @@ def bench_tts(
             )
             rows.append(r)
     return rows
-
-
-def synthetic_speechlike(seconds: float, sample_rate: int, seed: int = 0) -> np.ndarray:
-    """Deterministic noise shaped by a syllable-rate envelope: realistic compute, no download."""
-    rng = np.random.default_rng(seed)
-    n = int(round(seconds * sample_rate))
-    t = np.arange(n) / sample_rate
-    envelope = 0.55 + 0.45 * np.sin(2 * np.pi * 4.0 * t)
-    tone = np.sin(2 * np.pi * (150 + 50 * np.sin(2 * np.pi * 0.5 * t)) * t)
-    return (0.1 * envelope * (tone + 0.3 * rng.standard_normal(n))).astype(np.float32)
 
 
 def bench_asr(

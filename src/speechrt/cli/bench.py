@@ -135,7 +135,7 @@ def run_load(args: argparse.Namespace) -> int:
 
     import torch
 
-    from speechrt.bench.inprocess import TTS_TEXT, synthetic_speechlike
+    from speechrt.bench.inputs import TTS_TEXT, synthetic_speechlike
     from speechrt.bench.load import load_sweep, plot_sweep, wav_bytes
     from speechrt.bench.report import print_load_table
     from speechrt.bench.stamp import stamp

@@ -177,7 +177,7 @@ def warmup_texts(flag: list[str] | None) -> tuple[str, ...] | None:
     if flag is None:
         return None
     if not flag:
-        from speechrt.bench.inprocess import TTS_TEXT
+        from speechrt.bench.inputs import TTS_TEXT
 
         return (TTS_TEXT,)
     if not all(t.strip() for t in flag):

@@ -257,7 +257,7 @@ class Server:
         import asyncio
         import time
 
-        from speechrt.bench.inprocess import synthetic_speechlike
+        from speechrt.bench.inputs import synthetic_speechlike
         from speechrt.options import SynthesisOptions
         from speechrt.runtime.buckets import DEFAULT_BUCKETS
 
