@@ -84,3 +84,14 @@ def test_bench_load_against_a_server(speech_server, tmp_path):
         assert r["latency_s"]["p99"] >= r["latency_s"]["p50"] > 0
         assert r["server_compute_ms_per_item"] > 0 and r["mean_batch_size"] >= 1
     assert (tmp_path / "tts-load.png").stat().st_size > 1000
+
+
+def test_to_host_passes_numpy_and_copies_cpu_tensors() -> None:
+    import numpy as np
+    import torch
+
+    from speechrt.device import to_host
+
+    a, b = np.arange(3), torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    ha, hb = to_host(a, b)
+    assert ha is a and isinstance(hb, np.ndarray) and hb.tolist() == b.tolist()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
+import numpy as np
 import torch
 
 from speechrt.errors import SpeechRTError
@@ -108,3 +110,22 @@ def set_batch_invariant(on: bool = True) -> None:
         # MKL_CBWR stays: MKL has read it
         torch.backends.mkldnn.enabled = _mkldnn_before  # type: ignore[assignment]
     _batch_invariant = on
+
+
+def to_host(*arrays: torch.Tensor | np.ndarray) -> list[np.ndarray]:
+    """Tensors (any device) -> numpy arrays, from a GPU in one wait: each tensor is copied into
+    pinned host memory without blocking, then the stream is synchronised once. numpy arrays
+    pass through."""
+    out: list[Any] = []
+    streams = {}
+    for x in arrays:
+        if isinstance(x, np.ndarray) or x.device.type != "cuda":
+            out.append(x)
+            continue
+        host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+        host.copy_(x, non_blocking=True)
+        streams[x.device] = torch.cuda.current_stream(x.device)
+        out.append(host)
+    for stream in streams.values():
+        stream.synchronize()
+    return [x if isinstance(x, np.ndarray) else x.detach().numpy() for x in out]

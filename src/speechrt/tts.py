@@ -254,12 +254,15 @@ class TTS:
 
     @staticmethod
     def to_numpy(audio: Any, audio_lengths: Any) -> list[np.ndarray]:
-        """The one device -> host copy: (B, S) -> B waveforms trimmed to their lengths."""
+        """The one device -> host copy: (B, S) -> B waveforms trimmed to their lengths, each a
+        row of one clipped host batch (views: no copy per item)."""
         if isinstance(audio, np.ndarray):
-            host = np.clip(audio, -1.0, 1.0)
+            host, n = np.clip(audio, -1.0, 1.0), np.asarray(audio_lengths)
         else:
-            host = audio.clamp(-1.0, 1.0).cpu().numpy()
-        return [host[i, : int(n)].copy() for i, n in enumerate(audio_lengths.tolist())]
+            from speechrt.device import to_host
+
+            host, n = to_host(audio.clamp(-1.0, 1.0).float(), audio_lengths)
+        return [host[i, : int(k)] for i, k in enumerate(n.tolist())]
 
     def ids_to_audio(
         self,

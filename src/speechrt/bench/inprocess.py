@@ -1,7 +1,10 @@
 """`speechrt bench tts|asr`: pipelines timed in-process, stage by stage, as the seeds measure them.
 
 Latency is host input (padded ids or audio) to host output (audio or text); text processing is
-excluded as in DLE. GPU stages are timed with device synchronisation; warm-up runs are excluded.
+excluded as in DLE. Warm-up runs are excluded. Each row times the pipeline twice over: stage by
+stage with a device synchronisation around every stage (`latency_s` is the sum, `stages_s` the
+parts), and end to end with no synchronisation but the pipeline's own (`end_to_end_s`: what a
+caller waits, with the host preparing a stage while the device still runs the one before).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ class Variant:
 
 
 class StageTimer:
-    """Accumulates synchronised wall time per named stage for one iteration."""
+    """Accumulates synchronised wall time per named stage for one iteration; sync=False: times
+    nothing and never synchronises (an end-to-end iteration)."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, sync: bool = True) -> None:
+        self.device, self.sync = device, sync
         self.times: dict[str, float] = {}
 
     def _sync(self) -> None:
@@ -45,6 +49,9 @@ class StageTimer:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        if not self.sync:
+            yield
+            return
         self._sync()
         t0 = time.perf_counter()
         yield
@@ -54,21 +61,34 @@ class StageTimer:
 
 def run_iterations(
     step: Callable[[StageTimer], dict], device: torch.device, warmup: int, iters: int, desc: str
-) -> tuple[list[dict[str, float]], list[dict]]:
-    """Run `step` warmup + iters times; returns the per-iteration stage times and step results."""
+) -> tuple[list[dict[str, float]], list[dict], list[float]]:
+    """Run `step` warmup + iters times stage by stage, then iters times end to end; returns the
+    per-iteration stage times, step results and end-to-end seconds."""
     for _ in range(warmup):
         step(StageTimer(device))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    times, infos = [], []
+    times, infos, whole = [], [], []
     for _ in tqdm(range(iters), desc=desc, leave=False, unit="it"):
         timer = StageTimer(device)
         infos.append(step(timer))
         times.append(timer.times)
-    return times, infos
+    for _ in tqdm(range(iters), desc=f"{desc} end to end", leave=False, unit="it"):
+        timer = StageTimer(device, sync=False)
+        t0 = time.perf_counter()
+        step(timer)
+        timer._sync()
+        whole.append(time.perf_counter() - t0)
+    return times, infos, whole
 
 
-def row(variant: Variant, batch_size: int, times: list[dict[str, float]], device) -> dict:
+def row(
+    variant: Variant,
+    batch_size: int,
+    times: list[dict[str, float]],
+    device: torch.device,
+    whole: list[float],
+) -> dict:
     latencies = [sum(t.values()) for t in times]
     stages = {name: float(np.mean([t[name] for t in times])) for name in times[0]}
     out = {
@@ -77,6 +97,7 @@ def row(variant: Variant, batch_size: int, times: list[dict[str, float]], device
         "batch_size": batch_size,
         "iterations": len(times),
         "latency_s": summarize(latencies),
+        "end_to_end_s": summarize(whole),
         "stages_s": stages,
     }
     if device.type == "cuda":
@@ -120,8 +141,8 @@ def bench_tts(
 
             desc = f"tts {variant.backend}/{variant.precision} b{bs}"
             device = torch.device(tts.device)  # a name where the pipeline runs on numpy (onnx)
-            times, infos = run_iterations(step, device, warmup, iters, desc)
-            r = row(variant, bs, times, device)
+            times, infos, whole = run_iterations(step, device, warmup, iters, desc)
+            r = row(variant, bs, times, device, whole)
             mean_latency = r["latency_s"]["mean"]
             samples = float(np.mean([i["samples"] for i in infos]))
             audio_s = samples / tts.sampling_rate
@@ -129,6 +150,7 @@ def bench_tts(
                 avg_mel_frames=float(np.mean([i["frames"] for i in infos])) / bs,
                 avg_audio_s=audio_s / bs,
                 throughput_samples_s=samples / mean_latency,
+                throughput_end_to_end_samples_s=samples / r["end_to_end_s"]["mean"],
                 inferences_s=bs / mean_latency,
                 rtf=audio_s / mean_latency,  # seconds of audio per second of compute
             )
@@ -165,8 +187,8 @@ def bench_asr(
 
                 desc = f"asr {variant.backend}/{variant.precision} {seconds}s b{bs}"
                 device = torch.device(asr.device)  # a name on numpy (onnx)
-                times, infos = run_iterations(step, device, warmup, iters, desc)
-                r = row(variant, bs, times, device)
+                times, infos, whole = run_iterations(step, device, warmup, iters, desc)
+                r = row(variant, bs, times, device, whole)
                 mean_latency = r["latency_s"]["mean"]
                 r.update(
                     audio_s=seconds,

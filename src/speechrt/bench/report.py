@@ -35,7 +35,8 @@ def speedups(rows: list[dict], baseline: tuple[str, str] = ("eager", "fp16")) ->
 def print_table(rows: list[dict], title: str, console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title=title)
-    cols = ["backend", "prec", "BS", "avg ms", "std", "p50", "p90", "p95", "p99", "RTF", "items/s"]
+    cols = ["backend", "prec", "BS", "avg ms", "std", "p50", "p90", "p95", "p99", "e2e ms", "RTF"]
+    cols += ["items/s"]
     extra = [k for k in ("audio_s",) if any(k in r for r in rows)]
     for c in extra + cols + ["speed-up"]:
         table.add_column(c, justify="right")
@@ -50,6 +51,7 @@ def print_table(rows: list[dict], title: str, console: Console | None = None) ->
             f"{lat['mean']:.2f}",
             f"{lat['std']:.2f}",
             *(f"{lat[p]:.2f}" for p in ("p50", "p90", "p95", "p99")),
+            f"{r['end_to_end_s']['mean'] * 1e3:.2f}" if r.get("end_to_end_s") else "-",
             f"{r['rtf']:.1f}" if r.get("rtf") is not None else "-",
             f"{r['inferences_s']:.1f}",
             f"{sp:.2f}x" if sp else "-",
