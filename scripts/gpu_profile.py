@@ -6,6 +6,8 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
 - micro: HiFi-GAN V1 and Jasper 10x5 alone in fp16 at fixed shapes, each variant (NCHW or
   channels-last convs x cuDNN autotuning off/on) captured in a CUDA graph and replayed, so the
   time is the GPU's alone; with FLOPs (torch's counter), achieved TFLOP/s and the kernel table.
+- fusedconv: HiFi-GAN's resblock conv as cuDNN runs it against the fused Triton kernel (tile
+  sweep), and the vocoder with fused resblocks against cuDNN + Inductor.
 - decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
 - waveglow: WaveGlow 256's NCHW conv graph against its GEMM form, graph-replayed.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import json
 import statistics
 import time
@@ -240,6 +243,79 @@ def waveglow(models: Path) -> list[dict]:
     return rows
 
 
+def fusedconv(models: Path) -> list[dict]:
+    """HiFi-GAN V1's resblock convs: cuDNN's conv (channels-last) alone against the fused Triton
+    kernel (leaky ReLU, conv, bias, mask, residual) over a sweep of its tile sizes, at each
+    stage's channels and length for 704 frames, K=7, dilation 3; then the whole vocoder at 704
+    frames in the cuda runner, resblocks fused against cuDNN + Inductor."""
+    import torch.nn.functional as F
+    from triton.testing import do_bench
+
+    from speechrt.registry import contract
+    from speechrt.runtime.cuda import cuda_runner
+    from speechrt.runtime.fused_conv import launch, tile_sizes
+    from speechrt.runtime.graphs.hifigan import HiFiGANGraph
+
+    dev, rows = torch.device("cuda"), []
+    for c, T in ((256, 704 * 8), (128, 704 * 64), (64, 704 * 128), (32, 704 * 256)):
+        x = torch.randn(1, T, c, device=dev, dtype=torch.float16).transpose(1, 2)
+        w = torch.randn(c, c, 7, device=dev, dtype=torch.float16) * 0.05
+        bias = torch.zeros(c, device=dev, dtype=torch.float16)
+        mask = torch.ones(1, 1, T, device=dev, dtype=torch.float16)
+        w4 = w.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        x4 = x.unsqueeze(2)
+        cudnn = do_bench(functools.partial(F.conv2d, x4, w4, bias, 1, (0, 9), (1, 3)))
+        flop = 2 * T * c * c * 7
+        ref = F.conv1d(F.leaky_relu(x.float(), 0.1), w.float(), bias.float(), 1, 9, 3) + x.float()
+        w_kio = w.permute(2, 1, 0).contiguous()
+        conv = functools.partial(launch, x, w_kio, bias, 3, 0.1, mask, x)
+        best: dict = {}
+        for bt in (64, 128):
+            for bco in sorted({min(c, 64), min(c, 128)}):
+                for bci in sorted({min(c, 32), min(c, 64)}):
+                    for warps, stages in ((4, 3), (8, 3), (4, 4)):
+                        tiles = (bt, bco, bci, warps, stages)
+                        try:
+                            y = conv(tiles=tiles)
+                            err = float((y.float() - ref).abs().max() / ref.abs().max())
+                            ms = do_bench(functools.partial(conv, tiles=tiles))
+                        except Exception as e:  # e.g. out of shared memory
+                            print(c, tiles, type(e).__name__, flush=True)
+                            continue
+                        r = {"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4),
+                             "rel_err": err, "default": tiles == tile_sizes(c, c)}  # fmt: skip
+                        rows.append(r)
+                        if not best or ms < best["ms"]:
+                            best = r
+        print(json.dumps({"channels": c, "T": T, "cudnn_ms": round(cudnn, 4),
+                          "cudnn_tflops": round(flop / cudnn / 1e9, 1), "best": best,
+                          "default": [r for r in rows if r["channels"] == c and r["default"]]}),
+              flush=True)  # fmt: skip
+        rows.append({"channels": c, "T": T, "cudnn_ms": round(cudnn, 4)})
+    model, info = load_component(models / "hifigan")
+    c = contract("hifigan", info.dims)
+    mel = torch.randn(1, 80, 704, device=dev) - 5
+    feeds = {"mel": mel, "mel_lengths": torch.tensor([704], device=dev)}
+    for name in ("cudnn", "fused"):
+        wrapper = HiFiGANGraph(model.float())
+        if name == "cudnn":
+            wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
+        runner = cuda_runner("hifigan", wrapper, c, device=dev)
+        for _ in range(3):
+            runner.run(feeds)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            runner.run(feeds)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        r = {"vocoder": name, "frames": 704, "ms": round(statistics.median(times), 4)}
+        print(json.dumps(r), flush=True)
+        rows.append(r)
+    return rows
+
+
 def pipelines(models: Path, parts: list[str]) -> list[dict]:
     from speechrt.asr import ASR
     from speechrt.bench.inprocess import TTS_TEXT, Variant, bench_asr, bench_tts
@@ -314,6 +390,9 @@ def main() -> None:
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "waveglow" in parts:
         result["waveglow"] = waveglow(args.models)
+        (args.out / "profile.json").write_text(json.dumps(result, indent=1))
+    if "fusedconv" in parts:
+        result["fusedconv"] = fusedconv(args.models)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
         result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))

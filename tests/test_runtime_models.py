@@ -191,3 +191,67 @@ def test_quartznet_graph_equals_module() -> None:
 
     got = JasperGraph(model)(feats, lengths)
     assert torch.equal(ref[0], got[0]) and torch.equal(ref[1], got[1])
+
+
+@pytest.mark.parametrize("preset_name", ["tiny", "hifigan-v3"])
+def test_hifigan_fused_resblocks_equal_graph(preset_name: str) -> None:
+    """HiFiGANGraph.fused() (each resblock conv with its leaky ReLU, mask and residual sum one
+    lrelu_conv; torch ops on the CPU) is the graph's function: audio within 1e-6 of its peak
+    for a batch of different lengths (ResBlock1 and ResBlock2)."""
+    from runtime_models import HOP16
+    from speechrt.models.hifigan import HiFiGAN
+    from speechrt.registry import preset
+    from speechrt.runtime.graphs.hifigan import HiFiGANGraph
+    from speechrt.runtime.graphs.hifigan import example as hg_example
+
+    model = HiFiGAN(preset("hifigan", preset_name, n_mels=MEL.n_mels, **HOP16)).eval()
+    randomize(model, 3, 0.1)
+    graph = HiFiGANGraph(model)
+    feeds = hg_example(graph, 3, 20, seed=2)
+    with torch.no_grad():
+        ref, ref_lengths = graph(*feeds.values())
+        got, lengths = graph.fused()(*feeds.values())
+    assert torch.equal(lengths, ref_lengths) and got.shape == ref.shape
+    n = int(lengths[2])
+    assert n < ref.shape[1] and (got[2, n:] == 0).all()
+    assert float((got - ref).abs().max()) <= 1e-6 * float(ref.abs().max())
+
+
+FUSED_CONV_CHECK = """
+import torch, torch.nn.functional as F
+from speechrt.runtime.fused_conv import fused_conv1d  # noqa: F401 (registers the op)
+g = torch.Generator().manual_seed(0)
+worst = 0.0
+for B, ci, co, T, K, d, channels_last, res in [(2, 8, 16, 37, 3, 1, False, False),
+                                              (2, 16, 16, 50, 7, 3, True, True),
+                                              (1, 32, 8, 20, 11, 5, True, True)]:
+    x = torch.randn(B, ci, T, generator=g)
+    if channels_last:
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    w, bias = torch.randn(co, ci, K, generator=g) * 0.1, torch.randn(co, generator=g)
+    mask = (torch.arange(T)[None, None] < torch.tensor([T // 3, T][:B])[:, None, None]).float()
+    r = torch.randn(B, co, T, generator=g) if res else None
+    ref = F.conv1d(F.leaky_relu(x, 0.1), w, bias, padding=d * (K - 1) // 2, dilation=d) * mask
+    ref = ref + r if res else ref
+    y = torch.ops.speechrt.fused_conv1d(x, w.permute(2, 1, 0).contiguous(), bias, d, 0.1, mask, r)
+    assert y.shape == ref.shape and (y.stride(1) == 1) == channels_last
+    worst = max(worst, float((y - ref).abs().max()))
+assert worst < 1e-5, worst
+print("ok", worst)
+"""
+
+
+def test_fused_conv_kernel_in_triton_interpreter() -> None:
+    """The Triton kernel of lrelu_conv, run by Triton's CPU interpreter where Triton is
+    installed (a GPU install; the CPU install lacks it): within 1e-5 of torch's conv1d after
+    leaky ReLU, times the mask, plus the residual, at three shapes and both layouts."""
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", FUSED_CONV_CHECK], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0 and run.stdout.startswith("ok"), run.stderr[-2000:]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+from typing import cast
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechrt.arch.hifigan import derived_sizes
-from speechrt.models.hifigan import HiFiGAN
+from speechrt.models.hifigan import LRELU_SLOPE, HiFiGAN, ResBlock1, ResBlock2
 
 
 class HiFiGANGraph(nn.Module):
@@ -23,6 +27,75 @@ class HiFiGANGraph(nn.Module):
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         return derived_sizes(self.model.dims, sizes)
+
+    def fused(self) -> HiFiGANGraph:
+        """The same function with every resblock conv one fused kernel on a GPU (FusedResBlock;
+        the cuda runner's form)."""
+        model = copy.deepcopy(self.model)
+        for stage in model.resblocks:
+            blocks = cast(nn.ModuleList, stage)
+            for j, block in enumerate(blocks):
+                blocks[j] = FusedResBlock(cast(ResBlock1 | ResBlock2, block))
+        return HiFiGANGraph(model)
+
+
+def lrelu_conv(
+    x: Tensor,
+    w_kio: Tensor,
+    bias: Tensor,
+    dilation: int,
+    mask: Tensor | None,
+    residual: Tensor | None = None,
+) -> Tensor:
+    """mask * conv(lrelu(x)) (+ residual): x (B, C, T), w_kio (K, C, C'), mask (B, 1, T) ->
+    (B, C', T). On a GPU one Triton kernel (speechrt.runtime.fused_conv), elsewhere torch ops."""
+    if x.is_cuda:
+        return torch.ops.speechrt.fused_conv1d(
+            x, w_kio, bias, dilation, LRELU_SLOPE, mask, residual
+        )
+    K = w_kio.shape[0]
+    y = F.conv1d(
+        F.leaky_relu(x, LRELU_SLOPE), w_kio.permute(2, 1, 0), bias,
+        padding=dilation * (K - 1) // 2, dilation=dilation,
+    )  # fmt: skip
+    y = y if mask is None else y * mask
+    return y if residual is None else y + residual
+
+
+class FusedResBlock(nn.Module):
+    """ResBlock1 / ResBlock2 with each conv and the leaky ReLU before it, its mask and its
+    residual sum in one lrelu_conv: the same function (tested)."""
+
+    def __init__(self, block: ResBlock1 | ResBlock2) -> None:
+        super().__init__()
+        branches: list[list[nn.Conv1d]]  # each residual branch's convs, in order
+        if isinstance(block, ResBlock1):
+            branches = [[a, b] for a, b in zip(block.convs1, block.convs2, strict=True)]  # type: ignore[list-item]
+        else:
+            branches = [[c] for c in block.convs]  # type: ignore[list-item]
+        self.weights = nn.ParameterList()  # (K, C_in, C_out) per conv, branch by branch
+        self.biases = nn.ParameterList()
+        self.dilations = [[c.dilation[0] for c in convs] for convs in branches]
+        for c in (c for convs in branches for c in convs):
+            assert c.bias is not None and c.padding == (
+                c.dilation[0] * (c.kernel_size[0] - 1) // 2,
+            )
+            self.weights.append(
+                nn.Parameter(c.weight.detach().permute(2, 1, 0).contiguous(), False)
+            )
+            self.biases.append(nn.Parameter(c.bias.detach(), False))
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        # x: (B, C, T), zero beyond each item's length; mask: (B, 1, T) or None
+        k = 0
+        for dilations in self.dilations:
+            xt = x
+            for i, d in enumerate(dilations):
+                residual = x if i == len(dilations) - 1 else None
+                xt = lrelu_conv(xt, self.weights[k], self.biases[k], d, mask, residual)
+                k += 1
+            x = xt
+        return x
 
 
 def build(model: HiFiGAN, info: object = None) -> HiFiGANGraph:

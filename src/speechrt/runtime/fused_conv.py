@@ -1,0 +1,132 @@
+"""A 1-D convolution with its neighbours fused in: leaky ReLU on the input, bias, length mask
+and residual sum on the output, as one Triton kernel (the cuda runner's HiFi-GAN resblocks).
+
+    y[b, :, t] = mask[b, 0, t] * (bias + sum_j W[:, :, j] @ lrelu(x[b, :, t + j * dil - pad]))
+                 + res[b, :, t]          (mask: 1 or 0 per time step, e.g. inside an item's length)
+
+cuDNN runs the convolution alone, so every conv of a resblock costs one more pass over the
+activations for the activation, mask and residual sum (Inductor fuses those into one kernel per
+conv). Here the activation is applied to the input tile as it is loaded and the rest to the
+accumulator before it is stored: one read of the input and one write of the output per conv.
+
+The kernel is an implicit GEMM over (time, output channel) tiles of one batch item: for each
+of the K taps, the input rows shifted by j * dil (zeros outside [0, T)) times that tap's
+(C_in, C_out) weights. Tensors are (B, C, T) views of (B, T, C) memory (the runner's
+channels-last layout) or any other strides; the weights are given as (K, C_in, C_out).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the CPU install has no Triton; the cuda runner needs it
+    triton = None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _conv_kernel(
+        x, w, bias, res, mask, y,
+        T,
+        sxb, sxc, sxt, srb, src, srt, smb, smt, syb, syc, syt,
+        C_IN: tl.constexpr, C_OUT: tl.constexpr, K: tl.constexpr, DIL: tl.constexpr,
+        PAD: tl.constexpr, SLOPE: tl.constexpr, HAS_RES: tl.constexpr, HAS_MASK: tl.constexpr,
+        BLOCK_T: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
+    ):  # fmt: skip
+        b = tl.program_id(2)
+        t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)  # (BLOCK_T,) output times
+        co = tl.program_id(1) * BLOCK_CO + tl.arange(0, BLOCK_CO)  # (BLOCK_CO,) out channels
+        acc = tl.zeros((BLOCK_T, BLOCK_CO), dtype=tl.float32)
+        for j in tl.static_range(K):
+            ts = t + (j * DIL - PAD)  # input times of tap j
+            inside = (ts >= 0) & (ts < T)
+            for c0 in range(0, C_IN, BLOCK_CI):
+                ci = c0 + tl.arange(0, BLOCK_CI)
+                a = tl.load(
+                    x + b * sxb + ts[:, None] * sxt + ci[None, :] * sxc,
+                    mask=inside[:, None] & (ci[None, :] < C_IN),
+                    other=0.0,
+                )  # (BLOCK_T, BLOCK_CI)
+                a = tl.where(a >= 0, a, a * SLOPE)
+                wj = tl.load(
+                    w + (j * C_IN + ci[:, None]) * C_OUT + co[None, :],
+                    mask=(ci[:, None] < C_IN) & (co[None, :] < C_OUT),
+                    other=0.0,
+                )  # (BLOCK_CI, BLOCK_CO)
+                acc = tl.dot(a, wj, acc)
+        acc += tl.load(bias + co, mask=co < C_OUT, other=0.0).to(tl.float32)[None, :]
+        if HAS_MASK:
+            keep = tl.load(mask + b * smb + t * smt, mask=t < T, other=0.0)
+            acc = tl.where((keep != 0)[:, None], acc, 0.0)
+        out = (t < T)[:, None] & (co < C_OUT)[None, :]
+        if HAS_RES:
+            r = tl.load(res + b * srb + t[:, None] * srt + co[None, :] * src, mask=out, other=0.0)
+            acc += r.to(tl.float32)
+        tl.store(y + b * syb + t[:, None] * syt + co[None, :] * syc, acc.to(y.dtype.element_ty),
+                 mask=out)  # fmt: skip
+
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("speechrt::fused_conv1d", mutates_args=())
+    def fused_conv1d(
+        x: Tensor,
+        w_kio: Tensor,
+        bias: Tensor,
+        dilation: int,
+        slope: float,
+        mask: Tensor | None = None,
+        residual: Tensor | None = None,
+    ) -> Tensor:
+        """x (B, C_in, T), w_kio (K, C_in, C_out), bias (C_out,) -> (B, C_out, T) ("same"
+        padding, odd K), computed as the module doc writes; mask (B, 1, T) of 0 / 1, residual
+        (B, C_out, T). The result has x's layout (channels-last memory for channels-last x)."""
+        return launch(x, w_kio, bias, dilation, slope, mask, residual, wrap_triton(_conv_kernel))
+
+
+def launch(
+    x: Tensor,
+    w_kio: Tensor,
+    bias: Tensor,
+    dilation: int,
+    slope: float,
+    mask: Tensor | None,
+    residual: Tensor | None,
+    kernel: Any = None,
+    tiles: tuple[int, int, int, int, int] | None = None,
+) -> Tensor:
+    """fused_conv1d's work: the output allocated in x's layout and the kernel launched with
+    `tiles` (default: tile_sizes); `kernel` is the wrapped kernel inside the custom op."""
+    B, c_in, T = x.shape
+    K, _, c_out = w_kio.shape
+    if x.stride(1) == 1 and c_in > 1:  # channels-last memory in, channels-last out
+        out = torch.empty((B, T, c_out), dtype=x.dtype, device=x.device).transpose(1, 2)
+    else:
+        out = torch.empty((B, c_out, T), dtype=x.dtype, device=x.device)
+    res = residual if residual is not None else out
+    keep = mask if mask is not None else out
+    bt, bco, bci, warps, stages = tiles or tile_sizes(c_in, c_out)
+    grid = (triton.cdiv(T, bt), triton.cdiv(c_out, bco), B)
+    (kernel or _conv_kernel)[grid](
+        x, w_kio, bias, res, keep, out,
+        T,
+        x.stride(0), x.stride(1), x.stride(2), res.stride(0), res.stride(1), res.stride(2),
+        keep.stride(0), keep.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        C_IN=c_in, C_OUT=c_out, K=K, DIL=dilation, PAD=dilation * (K - 1) // 2, SLOPE=slope,
+        HAS_RES=residual is not None, HAS_MASK=mask is not None,
+        BLOCK_T=bt, BLOCK_CO=bco, BLOCK_CI=bci, num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    return out
+
+
+def tile_sizes(c_in: int, c_out: int) -> tuple[int, int, int, int, int]:
+    """(BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages) for a conv's channel counts."""
+    block_co = min(max(triton.next_power_of_2(c_out), 16), 128)
+    block_ci = min(max(triton.next_power_of_2(c_in), 16), 64)
+    return 128, block_co, block_ci, 4 if block_co <= 64 else 8, 3
