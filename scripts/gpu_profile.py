@@ -6,8 +6,9 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
 - micro: HiFi-GAN V1 and Jasper 10x5 alone in fp16 at fixed shapes, each variant (NCHW or
   channels-last convs x cuDNN autotuning off/on) captured in a CUDA graph and replayed, so the
   time is the GPU's alone; with FLOPs (torch's counter), achieved TFLOP/s and the kernel table.
-- fusedconv: HiFi-GAN's resblock conv as cuDNN runs it against the fused Triton kernel (tile
-  sweep), and the vocoder with fused resblocks against cuDNN + Inductor.
+- fusedconv: the vocoder (cuda runner, 704 frames, batch 1 / 4 / 8) with fused resblocks against
+  cuDNN + Inductor, with kernel tables; fusedconv-sweep also times HiFi-GAN's resblock conv as
+  cuDNN runs it against the fused Triton kernel over a sweep of its tile sizes.
 - decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
 - waveglow: WaveGlow 256's NCHW conv graph against its GEMM form, graph-replayed.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
@@ -243,7 +244,7 @@ def waveglow(models: Path) -> list[dict]:
     return rows
 
 
-def fusedconv(models: Path) -> list[dict]:
+def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     """HiFi-GAN V1's resblock convs: cuDNN's conv (channels-last) alone against the fused Triton
     kernel (leaky ReLU, conv, bias, mask, residual) over a sweep of its tile sizes, at each
     stage's channels and length for 704 frames, K=7, dilation 3; then the whole vocoder at 704
@@ -257,7 +258,8 @@ def fusedconv(models: Path) -> list[dict]:
     from speechrt.runtime.graphs.hifigan import HiFiGANGraph
 
     dev, rows = torch.device("cuda"), []
-    for c, T in ((256, 704 * 8), (128, 704 * 64), (64, 704 * 128), (32, 704 * 256)):
+    shapes = ((256, 704 * 8), (128, 704 * 64), (64, 704 * 128), (32, 704 * 256))
+    for c, T in shapes if sweep else ():
         x = torch.randn(1, T, c, device=dev, dtype=torch.float16).transpose(1, 2)
         w = torch.randn(c, c, 7, device=dev, dtype=torch.float16) * 0.05
         bias = torch.zeros(c, device=dev, dtype=torch.float16)
@@ -294,25 +296,32 @@ def fusedconv(models: Path) -> list[dict]:
         rows.append({"channels": c, "T": T, "cudnn_ms": round(cudnn, 4)})
     model, info = load_component(models / "hifigan")
     c = contract("hifigan", info.dims)
-    mel = torch.randn(1, 80, 704, device=dev) - 5
-    feeds = {"mel": mel, "mel_lengths": torch.tensor([704], device=dev)}
     for name in ("cudnn", "fused"):
         wrapper = HiFiGANGraph(model.float())
         if name == "cudnn":
             wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
         runner = cuda_runner("hifigan", wrapper, c, device=dev)
-        for _ in range(3):
-            runner.run(feeds)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(50):
-            t0 = time.perf_counter()
-            runner.run(feeds)
+        for b in (1, 4, 8):
+            mel = torch.randn(b, 80, 704, device=dev) - 5
+            feeds = {"mel": mel, "mel_lengths": torch.full((b,), 704, device=dev)}
+            for _ in range(3):
+                runner.run(feeds)
             torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-        r = {"vocoder": name, "frames": 704, "ms": round(statistics.median(times), 4)}
-        print(json.dumps(r), flush=True)
-        rows.append(r)
+            times = []
+            for _ in range(30):
+                t0 = time.perf_counter()
+                runner.run(feeds)
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) * 1e3)
+            r = {
+                "vocoder": name,
+                "batch": b,
+                "frames": 704,
+                "ms": round(statistics.median(times), 4),
+            }
+            r["profile"] = kernel_table(lambda runner=runner, feeds=feeds: runner.run(feeds))
+            print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
+            rows.append(r)
     return rows
 
 
@@ -391,8 +400,8 @@ def main() -> None:
     if "waveglow" in parts:
         result["waveglow"] = waveglow(args.models)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
-    if "fusedconv" in parts:
-        result["fusedconv"] = fusedconv(args.models)
+    if "fusedconv" in parts or "fusedconv-sweep" in parts:
+        result["fusedconv"] = fusedconv(args.models, sweep="fusedconv-sweep" in parts)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
         result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))

@@ -53,26 +53,3 @@ def test_lengths_limit_decoding() -> None:
     lp = torch.cat([one_hot(ids), one_hot([A, A, B, EYE, EYE])])
     out = greedy_decode(lp, torch.tensor([3, 5]), LABELS, 0.02)
     assert [d.text for d in out] == ["hi", "ai"]
-
-
-def collapse_loop(ids: list[int], blank: int) -> list[tuple[int, int, int]]:
-    """The frame-by-frame reference of collapse."""
-    out: list[tuple[int, int, int]] = []
-    prev = None
-    for f, i in enumerate(ids):
-        if i == prev:
-            if i != blank:
-                out[-1] = (out[-1][0], out[-1][1], f)
-            continue
-        prev = i
-        if i != blank:
-            out.append((i, f, f))
-    return out
-
-
-def test_collapse_matches_the_frame_loop_on_random_paths() -> None:
-    g = torch.Generator().manual_seed(0)
-    for n in [1, 2, 7, 350]:
-        for _ in range(20):  # few classes: long runs and repeats across blanks
-            ids = torch.randint(0, 4, (n,), generator=g).tolist()
-            assert collapse(ids, 3) == collapse_loop(ids, 3)

@@ -37,18 +37,20 @@ class Decoded:
     words: tuple[Word, ...]
 
 
-def collapse(ids: Sequence[int] | np.ndarray, blank: int) -> list[tuple[int, int, int]]:
-    """Frame-wise ids -> (label, first frame, last frame) per emitted label: each run of one
-    id is one token, and runs of the blank are dropped."""
-    ids = np.asarray(ids)
-    if ids.size == 0:
-        return []
-    starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))  # run starts
-    ends = np.concatenate([starts[1:] - 1, [ids.size - 1]])
-    labels = ids[starts]
-    keep = labels != blank
-    firsts, lasts = starts[keep].tolist(), ends[keep].tolist()
-    return list(zip(labels[keep].tolist(), firsts, lasts, strict=True))
+def collapse(ids: Sequence[int], blank: int) -> list[tuple[int, int, int]]:
+    """Frame-wise ids -> (label, first frame, last frame) per emitted label (repeats merged)."""
+    out: list[tuple[int, int, int]] = []
+    prev = None
+    for f, i in enumerate(ids):
+        if i == prev:
+            if i != blank:
+                lab, first, _ = out[-1]
+                out[-1] = (lab, first, f)
+            continue
+        prev = i
+        if i != blank:
+            out.append((i, f, f))
+    return out
 
 
 def tokens_to_words(
@@ -84,17 +86,11 @@ def tokens_to_words(
     return Decoded(" ".join(w.word for w in words), tuple(words))
 
 
-def greedy_ids(log_probs: torch.Tensor | np.ndarray, lengths: Any) -> list[np.ndarray]:
+def greedy_ids(log_probs: torch.Tensor | np.ndarray, lengths: Any) -> list[list[int]]:
     """log_probs: (B, T, V), lengths: (B,) frames to decode (torch or numpy) -> per-item
-    argmax ids (from a GPU: the argmax and the lengths copied to the host in one wait)."""
-    best = log_probs.argmax(-1)  # (B, T)
-    if isinstance(best, np.ndarray):
-        n = host(lengths)
-    else:
-        from speechrt.device import to_host
-
-        best, n = to_host(best, lengths)
-    return [best[i, : int(k)] for i, k in enumerate(n.tolist())]
+    argmax ids."""
+    best = host(log_probs.argmax(-1))
+    return [best[i, : int(n)].tolist() for i, n in enumerate(host(lengths).tolist())]
 
 
 def host(x: Any) -> np.ndarray:

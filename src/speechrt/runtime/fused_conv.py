@@ -27,6 +27,7 @@ try:
     import triton.language as tl
 except ImportError:  # the CPU install has no Triton; the cuda runner needs it
     triton = None
+fused_conv1d: Any = None  # the custom op speechrt::fused_conv1d, where Triton is installed
 
 
 if triton is not None:
@@ -126,7 +127,11 @@ def launch(
 
 
 def tile_sizes(c_in: int, c_out: int) -> tuple[int, int, int, int, int]:
-    """(BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages) for a conv's channel counts."""
+    """(BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages) for a conv's channel counts: the fastest of
+    a sweep at HiFi-GAN V1's resblocks (`gpu_profile.py --parts fusedconv`, H100)."""
     block_co = min(max(triton.next_power_of_2(c_out), 16), 128)
-    block_ci = min(max(triton.next_power_of_2(c_in), 16), 64)
-    return 128, block_co, block_ci, 4 if block_co <= 64 else 8, 3
+    if c_in >= 128:  # 128 and 256 channels: short time tiles, 32 channels per step
+        return 64, block_co, 32, 4, 4 if c_in >= 256 else 3
+    if c_in >= 64:
+        return 64, block_co, 64, 4, 4
+    return 128, block_co, max(triton.next_power_of_2(c_in), 16), 4, 3

@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechrt.arch.hifigan import derived_sizes
+from speechrt.errors import SpeechRTError
 from speechrt.models.hifigan import LRELU_SLOPE, HiFiGAN, ResBlock1, ResBlock2
+from speechrt.runtime.fused_conv import fused_conv1d
 
 
 class HiFiGANGraph(nn.Module):
@@ -50,9 +52,11 @@ def lrelu_conv(
     """mask * conv(lrelu(x)) (+ residual): x (B, C, T), w_kio (K, C, C'), mask (B, 1, T) ->
     (B, C', T). On a GPU one Triton kernel (speechrt.runtime.fused_conv), elsewhere torch ops."""
     if x.is_cuda:
-        return torch.ops.speechrt.fused_conv1d(
-            x, w_kio, bias, dilation, LRELU_SLOPE, mask, residual
-        )
+        if fused_conv1d is None:
+            raise SpeechRTError(
+                "HiFi-GAN's fused convolutions on a GPU need Triton (pip install triton)"
+            )
+        return fused_conv1d(x, w_kio, bias, dilation, LRELU_SLOPE, mask, residual)
     K = w_kio.shape[0]
     y = F.conv1d(
         F.leaky_relu(x, LRELU_SLOPE), w_kio.permute(2, 1, 0), bias,
