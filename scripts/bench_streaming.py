@@ -57,7 +57,8 @@ def start_server(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = Path(tempfile.mkstemp(prefix="bench-streaming-", suffix=".log")[1])
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    path = os.environ.get("PYTHONPATH")  # kept after src: packages may come from there
+    env = {**os.environ, "PYTHONPATH": str(src) + (os.pathsep + path if path else "")}
     cmd = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(port), *extra]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
