@@ -255,9 +255,11 @@ def test_shutdown_drains_then_refuses():
     assert late.status_code == 503 and ready.status_code == 503
 
 
-def test_warm_up_runs_every_batch_size_before_ready():
+def test_warm_up_runs_every_batch_size_before_ready(caplog):
     """--warmup: each batch bucket up to --max-batch-size (and a stream's lead) runs once on
-    the first piece of each text before the server is ready, as no request has to wait."""
+    the first piece of each text before the server is ready, as no request has to wait; each
+    step is logged as it ends."""
+    caplog.set_level("INFO", logger="speechrt.serving")
     tts = SlowTTS()
     config = ServeConfig(
         BatchConfig(max_batch_size=6, max_queue_delay_ms=0), warmup=("warm|up", "longer text")
@@ -271,6 +273,9 @@ def test_warm_up_runs_every_batch_size_before_ready():
     before, ready, status = run_app(tts, config, body)
     assert before == [1, 2, 4, 6, 1] * 2 and ready and status == 200
     assert tts.batches == [*before, 1]
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warm-up ")]
+    assert len(steps) == 10 and steps[0].startswith("warm-up 1/10: tts text 1, batch 1 (")
+    assert steps[-1].startswith("warm-up 10/10: tts text 2, a stream's lead (")
 
 
 def test_warmup_flag_gives_the_texts(capsys) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,21 +265,30 @@ class Server:
             raise SpeechRTError("a warm-up text is empty")
         top = self.config.batch.max_batch_size
         sizes = sorted({b for b in DEFAULT_BUCKETS["batch"] if b < top} | {top})
-        t0 = time.perf_counter()
+        steps = len(texts) * (len(sizes) + 1) * (self.tts is not None)
+        steps += len(sizes) * (self.asr is not None)
+        t0, done = time.perf_counter(), 0
+
+        async def step(what: str, fn: Callable[[list[Any]], Any], batch: list[Any]) -> None:
+            nonlocal done
+            await self.worker.run(fn, batch)
+            done += 1  # a compiled backend takes tens of seconds for a new shape: say so
+            log.info("warm-up %d/%d: %s (%.1f s)", done, steps, what, time.perf_counter() - t0)
+
         if self.tts is not None:
             tts, adapter = self.tts.tts, TTSAdapter(self.tts.tts)
-            for text in texts:
+            for i, text in enumerate(texts):
                 piece = (await asyncio.to_thread(tts.text_to_pieces, [text], [0]))[0]
                 item = TTSItem(piece, piece.options(SynthesisOptions()))
                 for b in sizes:
-                    await self.worker.run(adapter.run_batch, [item] * b)
+                    await step(f"tts text {i + 1}, batch {b}", adapter.run_batch, [item] * b)
                 lead = TTSItem(piece, item.options, on_head=lambda audio: None)
-                await self.worker.run(adapter.run_batch, [lead])
+                await step(f"tts text {i + 1}, a stream's lead", adapter.run_batch, [lead])
         if self.asr is not None:
             audio = synthetic_speechlike(7.0, self.asr.sampling_rate)
             heard = ASRAdapter(self.asr.asr)
             for b in sizes:
-                await self.worker.run(heard.run_batch, [audio] * b)
+                await step(f"asr, batch {b}", heard.run_batch, [audio] * b)
         log.info("warmed up batch sizes %s in %.1f s", sizes, time.perf_counter() - t0)
 
     async def stop(self) -> None:
