@@ -50,17 +50,17 @@ for part in $parts; do
   quartznet)  # 15x5, 7 s only (the row)
     $sr bench asr --model "$models/quartznet" --variants eager:fp32,eager:fp16,cuda:fp16 \
       --durations 7 --batch-sizes 1,8 --warmup 5 --iters 30 --out-dir "$out" --name quartznet ;;
-  server)
+  server)  # one server warms up at a time: two compiling side by side took over 300 s
     pids=()
     for spec in "static 8101 1" "dynamic 8102 8"; do
       set -- $spec
+      t0=$(date +%s)
       $sr serve --port "$2" --acoustic "$models/fastpitch" --vocoder "$models/hifigan" \
         --device cuda --precision fp16 --max-batch-size "$3" --max-queue-delay-ms 5 \
         --max-queue-size 4096 --warmup > "$out/serve-$1.log" 2>&1 &
       pids+=($!)
-    done
-    for port in 8101 8102; do
-      for _ in $(seq 900); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 1; done
+      for _ in $(seq 900); do curl -sf "http://127.0.0.1:$2/v2/health/ready" >/dev/null && break; sleep 1; done
+      echo "server $1 ready after $(( $(date +%s) - t0 )) s" | tee -a "$out/serve-ready.txt"
     done
     $sr bench tts --url static=http://127.0.0.1:8101 --url dynamic=http://127.0.0.1:8102 \
       --concurrency 1,2,4,8,16,32 --seconds 8 --out-dir "$out" --name server-sweep
