@@ -276,7 +276,7 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
             for bco in sorted({min(c, 64), min(c, 128)}):
                 for bci in sorted({min(c, 32), min(c, 64)}):
                     for warps, stages in ((4, 3), (8, 3), (4, 4)):
-                        tiles = (bt, bco, bci, warps, stages)
+                        tiles = (bt, bco, bci, warps, stages, False)
                         try:
                             y = conv(tiles=tiles)
                             err = float((y.float() - ref).abs().max() / ref.abs().max())
@@ -285,10 +285,15 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
                             print(c, tiles, type(e).__name__, flush=True)
                             continue
                         r = {"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4),
-                             "rel_err": err, "default": tiles == tile_sizes(c, c)}  # fmt: skip
+                             "rel_err": err, "default": tiles == tile_sizes(c, c, 7)}  # fmt: skip
                         rows.append(r)
                         if not best or ms < best["ms"]:
                             best = r
+        if best:  # the best tiles again with one flat loop over (tap, channel block)
+            tiles = (*best["tiles"][:5], True)
+            ms = do_bench(functools.partial(conv, tiles=tiles))
+            rows.append({"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4)})
+            print(json.dumps(rows[-1]), flush=True)
         print(json.dumps({"channels": c, "T": T, "cudnn_ms": round(cudnn, 4),
                           "cudnn_tflops": round(flop / cudnn / 1e9, 1), "best": best,
                           "default": [r for r in rows if r["channels"] == c and r["default"]]}),
@@ -320,6 +325,99 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
                 "ms": round(statistics.median(times), 4),
             }
             r["profile"] = kernel_table(lambda runner=runner, feeds=feeds: runner.run(feeds))
+            print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
+            rows.append(r)
+    return rows
+
+
+JASPER_TILES = (  # (BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat loop)
+    (32, 64, 64, 4, 4, True), (32, 128, 64, 4, 4, True), (64, 64, 64, 4, 4, True),
+    (64, 128, 32, 4, 4, True), (64, 128, 64, 4, 3, True), (64, 128, 64, 8, 3, True),
+    (128, 64, 64, 4, 3, True), (128, 128, 32, 4, 4, True), (128, 128, 64, 8, 3, True),
+    (64, 64, 32, 4, 5, True), (32, 64, 32, 4, 5, True), (128, 128, 64, 4, 3, True),
+)  # fmt: skip
+
+
+def jasperconv(models: Path, sweep: bool = True) -> list[dict]:
+    """Jasper 10x5's convs at 7 s (800 feature frames: 400 after the prologue's stride), batch 1
+    and 8: cuDNN's conv (channels-last) alone against the fused Triton kernel (input masked to
+    the lengths, conv, bias, ReLU) over JASPER_TILES; then the acoustic model in the cuda runner,
+    fused blocks against cuDNN + Inductor, with kernel tables."""
+    import torch.nn.functional as F
+    from triton.testing import do_bench
+
+    from speechrt.registry import contract
+    from speechrt.runtime.cuda import cuda_runner
+    from speechrt.runtime.fused_conv import launch, tile_sizes
+    from speechrt.runtime.graphs.jasper import JasperGraph
+
+    dev, rows, T = torch.device("cuda"), [], 400
+    shapes = ((256, 256, 11, 1), (384, 384, 13, 1), (512, 512, 17, 1), (640, 640, 21, 1),
+              (768, 768, 25, 1), (768, 896, 29, 2))  # fmt: skip
+    for (ci, co, k, d), b in ((s, b) for s in shapes for b in (1, 8)) if sweep else ():
+        x = torch.randn(b, T, ci, device=dev, dtype=torch.float16).transpose(1, 2)
+        w = torch.randn(co, ci, k, device=dev, dtype=torch.float16) * (1 / (ci * k) ** 0.5)
+        bias = torch.randn(co, device=dev, dtype=torch.float16) * 0.1
+        lengths = torch.full((b,), 358, device=dev)
+        w4 = w.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        pad = (0, d * (k - 1) // 2)
+        cudnn = do_bench(functools.partial(F.conv2d, x.unsqueeze(2), w4, bias, 1, pad, (1, d)))
+        flop = 2 * b * T * ci * co * k
+        xm = x.float() * (torch.arange(T, device=dev) < 358)
+        ref = F.relu(F.conv1d(xm, w.float(), bias.float(), 1, pad[1], d))
+        w_kio = w.permute(2, 1, 0).contiguous()
+        conv = functools.partial(launch, x, w_kio, bias, d, 1.0, None, None, lengths, True)
+        best: dict = {}
+        for tiles in JASPER_TILES:
+            try:
+                y = conv(tiles=tiles)
+                err = float((y.float() - ref).abs().max() / ref.abs().max())
+                ms = do_bench(functools.partial(conv, tiles=tiles))
+            except Exception as e:  # e.g. out of shared memory
+                print(ci, co, k, tiles, type(e).__name__, flush=True)
+                continue
+            r = {"shape": (ci, co, k, d), "batch": b, "tiles": tiles, "ms": round(ms, 4),
+                 "tflops": round(flop / ms / 1e9, 1), "rel_err": err,
+                 "default": tiles == tile_sizes(ci, co, k)}  # fmt: skip
+            rows.append(r)
+            if not best or ms < best["ms"]:
+                best = r
+        print(json.dumps({"shape": (ci, co, k, d), "batch": b, "cudnn_ms": round(cudnn, 4),
+                          "cudnn_tflops": round(flop / cudnn / 1e9, 1), "best": best}),
+              flush=True)  # fmt: skip
+        rows.append({"shape": (ci, co, k, d), "batch": b, "cudnn_ms": round(cudnn, 4)})
+    model, info = load_component(models / "jasper")
+    c = contract("jasper", info.dims)
+    outs: dict[int, torch.Tensor] = {}
+    for name in ("cudnn", "fused"):
+        wrapper = JasperGraph(model.float())
+        if name == "cudnn":
+            wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
+        runner = cuda_runner("jasper", wrapper, c, device=dev)
+        for b in (1, 8):
+            g = torch.Generator(device=dev).manual_seed(b)
+            feeds = {"features": torch.randn(b, 64, 800, device=dev, generator=g),
+                     "feature_lengths": torch.full((b,), 716, device=dev)}  # fmt: skip
+            for _ in range(3):
+                out = runner.run(feeds)["log_probs"]
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(30):
+                t0 = time.perf_counter()
+                runner.run(feeds)
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) * 1e3)
+            r = {
+                "acoustic": name,
+                "batch": b,
+                "frames": 800,
+                "ms": round(statistics.median(times), 4),
+            }
+            r["profile"] = kernel_table(lambda runner=runner, feeds=feeds: runner.run(feeds))
+            if name == "cudnn":
+                outs[b] = out.float().clone()
+            else:  # log-probs of the fused model against cuDNN's, same fp16 weights
+                r["max_abs_diff_vs_cudnn"] = float((out.float() - outs[b]).abs().max())
             print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
             rows.append(r)
     return rows
@@ -402,6 +500,9 @@ def main() -> None:
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "fusedconv" in parts or "fusedconv-sweep" in parts:
         result["fusedconv"] = fusedconv(args.models, sweep="fusedconv-sweep" in parts)
+        (args.out / "profile.json").write_text(json.dumps(result, indent=1))
+    if "jasperconv" in parts or "jasperconv-sweep" in parts:
+        result["jasperconv"] = jasperconv(args.models, sweep="jasperconv-sweep" in parts)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
         result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))
