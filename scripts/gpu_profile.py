@@ -276,7 +276,7 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
             for bco in sorted({min(c, 64), min(c, 128)}):
                 for bci in sorted({min(c, 32), min(c, 64)}):
                     for warps, stages in ((4, 3), (8, 3), (4, 4)):
-                        tiles = (bt, bco, bci, warps, stages, False)
+                        tiles = (bt, bco, bci, warps, stages, False, 1)
                         try:
                             y = conv(tiles=tiles)
                             err = float((y.float() - ref).abs().max() / ref.abs().max())
@@ -284,13 +284,14 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
                         except Exception as e:  # e.g. out of shared memory
                             print(c, tiles, type(e).__name__, flush=True)
                             continue
+                        default = tiles == tile_sizes(c, c, 7, T)
                         r = {"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4),
-                             "rel_err": err, "default": tiles == tile_sizes(c, c, 7)}  # fmt: skip
+                             "rel_err": err, "default": default}  # fmt: skip
                         rows.append(r)
                         if not best or ms < best["ms"]:
                             best = r
         if best:  # the best tiles again with one flat loop over (tap, channel block)
-            tiles = (*best["tiles"][:5], True)
+            tiles = (*best["tiles"][:5], True, 1)
             ms = do_bench(functools.partial(conv, tiles=tiles))
             rows.append({"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4)})
             print(json.dumps(rows[-1]), flush=True)
@@ -330,11 +331,13 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     return rows
 
 
-JASPER_TILES = (  # (BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat loop)
-    (32, 64, 64, 4, 4, True), (32, 128, 64, 4, 4, True), (64, 64, 64, 4, 4, True),
-    (64, 128, 32, 4, 4, True), (64, 128, 64, 4, 3, True), (64, 128, 64, 8, 3, True),
-    (128, 64, 64, 4, 3, True), (128, 128, 32, 4, 4, True), (128, 128, 64, 8, 3, True),
-    (64, 64, 32, 4, 5, True), (32, 64, 32, 4, 5, True), (128, 128, 64, 4, 3, True),
+JASPER_TILES = (  # (BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat loop, split)
+    (32, 64, 64, 4, 4, True, 1), (32, 128, 64, 4, 4, True, 1), (64, 64, 64, 4, 4, True, 1),
+    (64, 128, 32, 4, 4, True, 1), (64, 128, 64, 4, 3, True, 1), (64, 128, 64, 8, 3, True, 1),
+    (128, 64, 64, 4, 3, True, 1), (128, 128, 32, 4, 4, True, 1), (128, 128, 64, 8, 3, True, 1),
+    (64, 64, 32, 4, 5, True, 1), (32, 64, 32, 4, 5, True, 1), (128, 128, 64, 4, 3, True, 1),
+    (128, 128, 64, 8, 3, True, 2), (128, 128, 64, 8, 3, True, 4), (128, 128, 64, 8, 3, True, 8),
+    (64, 128, 64, 4, 3, True, 2), (64, 128, 64, 4, 3, True, 4), (128, 64, 64, 4, 3, True, 4),
 )  # fmt: skip
 
 
@@ -378,7 +381,7 @@ def jasperconv(models: Path, sweep: bool = True) -> list[dict]:
                 continue
             r = {"shape": (ci, co, k, d), "batch": b, "tiles": tiles, "ms": round(ms, 4),
                  "tflops": round(flop / ms / 1e9, 1), "rel_err": err,
-                 "default": tiles == tile_sizes(ci, co, k)}  # fmt: skip
+                 "default": tiles == tile_sizes(ci, co, k, b * T)}  # fmt: skip
             rows.append(r)
             if not best or ms < best["ms"]:
                 best = r

@@ -265,14 +265,16 @@ for B, ci, co, T, K, d, channels_last, res in [(2, 8, 16, 37, 3, 1, False, False
     assert y.shape == ref.shape and (y.stride(1) == 1) == channels_last
     worst = max(worst, float((y - ref).abs().max()))
 from speechrt.runtime.fused_conv import launch
-for B, ci, co, T, K, d, flat in [(3, 16, 8, 40, 5, 2, True), (2, 16, 24, 33, 3, 1, False)]:
+for B, ci, co, T, K, d, flat, split in [(3, 16, 8, 40, 5, 2, True, 1),
+                                        (2, 16, 24, 33, 3, 1, False, 1),
+                                        (2, 16, 24, 45, 5, 1, True, 3)]:
     x = torch.randn(B, ci, T, generator=g).transpose(1, 2).contiguous().transpose(1, 2)
     w, bias = torch.randn(co, ci, K, generator=g) * 0.1, torch.randn(co, generator=g)
     lengths, r = torch.tensor([T, T // 2, 3][:B]), torch.randn(B, co, T, generator=g)
     xm = x * (torch.arange(T)[None, None] < lengths[:, None, None])
     ref = F.relu(F.conv1d(xm, w, bias, padding=d * (K - 1) // 2, dilation=d) + r)
     y = launch(x, w.permute(2, 1, 0).contiguous(), bias, d, 1.0, None, r, lengths, True,
-               tiles=(16, 16, 8, 4, 2, flat))
+               tiles=(16, 16, 8, 4, 2, flat, split))
     worst = max(worst, float((y - ref).abs().max()))
 assert worst < 1e-5, worst
 print("ok", worst)
