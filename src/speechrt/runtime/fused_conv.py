@@ -167,6 +167,38 @@ if triton is not None:
             kernels=(wrap_triton(_conv_kernel), wrap_triton(_finish_kernel)),
         )  # fmt: skip
 
+    @torch.library.custom_op("speechrt::fused_conv1d_opaque", mutates_args=())
+    def fused_conv1d_opaque(
+        x: Tensor,
+        w_kio: Tensor,
+        bias: Tensor,
+        dilation: int,
+        slope: float,
+        mask: Tensor | None = None,
+        residual: Tensor | None = None,
+        lengths: Tensor | None = None,
+        relu_out: bool = False,
+    ) -> Tensor:
+        """fused_conv1d as an op torch.compile does not look into (an extern call)."""
+        return launch(x, w_kio, bias, dilation, slope, mask, residual, lengths, relu_out)
+
+    @fused_conv1d_opaque.register_fake
+    def _(
+        x: Tensor,
+        w_kio: Tensor,
+        bias: Tensor,
+        dilation: int,
+        slope: float,
+        mask: Tensor | None = None,
+        residual: Tensor | None = None,
+        lengths: Tensor | None = None,
+        relu_out: bool = False,
+    ) -> Tensor:
+        B, c_in, T = x.shape
+        if x.stride(1) == 1 and c_in > 1:
+            return x.new_empty((B, T, w_kio.shape[2])).transpose(1, 2)
+        return x.new_empty((B, w_kio.shape[2], T))
+
 
 def launch(
     x: Tensor,
