@@ -9,6 +9,8 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
 - fusedconv: the vocoder (cuda runner, 704 frames, batch 1 / 4 / 8) with fused resblocks against
   cuDNN + Inductor, with kernel tables; fusedconv-sweep also times HiFi-GAN's resblock conv as
   cuDNN runs it against the fused Triton kernel over a sweep of its tile sizes.
+- compiletime: the cuda runner's first call (compile + capture) of HiFi-GAN at batch 2, its
+  fused kernels as a triton_op, as an opaque custom_op, and cuDNN's resblocks instead.
 - decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
 - waveglow: WaveGlow 256's NCHW conv graph against its GEMM form, graph-replayed.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
@@ -276,7 +278,7 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
             for bco in sorted({min(c, 64), min(c, 128)}):
                 for bci in sorted({min(c, 32), min(c, 64)}):
                     for warps, stages in ((4, 3), (8, 3), (4, 4)):
-                        tiles = (bt, bco, bci, warps, stages, False, 1)
+                        tiles = (bt, bco, bci, warps, stages)
                         try:
                             y = conv(tiles=tiles)
                             err = float((y.float() - ref).abs().max() / ref.abs().max())
@@ -284,17 +286,12 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
                         except Exception as e:  # e.g. out of shared memory
                             print(c, tiles, type(e).__name__, flush=True)
                             continue
-                        default = tiles == tile_sizes(c, c, 7, T)
+                        default = tiles == tile_sizes(c, c)
                         r = {"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4),
                              "rel_err": err, "default": default}  # fmt: skip
                         rows.append(r)
                         if not best or ms < best["ms"]:
                             best = r
-        if best:  # the best tiles again with one flat loop over (tap, channel block)
-            tiles = (*best["tiles"][:5], True, 1)
-            ms = do_bench(functools.partial(conv, tiles=tiles))
-            rows.append({"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4)})
-            print(json.dumps(rows[-1]), flush=True)
         print(json.dumps({"channels": c, "T": T, "cudnn_ms": round(cudnn, 4),
                           "cudnn_tflops": round(flop / cudnn / 1e9, 1), "best": best,
                           "default": [r for r in rows if r["channels"] == c and r["default"]]}),
@@ -331,140 +328,44 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     return rows
 
 
-JASPER_TILES = (  # (BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat loop, split)
-    (32, 64, 64, 4, 4, True, 1), (64, 64, 64, 4, 4, True, 1), (64, 128, 64, 4, 3, True, 1),
-    (128, 128, 64, 8, 3, True, 1), (64, 128, 32, 4, 4, True, 1),
-    (128, 128, 64, 8, 3, True, 4), (64, 128, 64, 4, 3, True, 2), (64, 128, 64, 4, 3, True, 4),
-)  # fmt: skip
-
-
-def jasperconv(models: Path, sweep: bool = True) -> list[dict]:
-    """Jasper 10x5's convs at 7 s (800 feature frames: 400 after the prologue's stride), batch 1
-    and 8: cuDNN's conv (channels-last) alone against the fused Triton kernel (input masked to
-    the lengths, conv, bias, ReLU) over JASPER_TILES; then the acoustic model in the cuda runner,
-    fused blocks against cuDNN + Inductor, with kernel tables."""
-    import torch.nn.functional as F
-    from triton.testing import do_bench
-
-    from speechrt.registry import contract
-    from speechrt.runtime.cuda import cuda_runner
-    from speechrt.runtime.fused_conv import launch, tile_sizes
-    from speechrt.runtime.graphs.jasper import JasperGraph
-
-    dev, rows, T = torch.device("cuda"), [], 400
-    shapes = ((256, 256, 11, 1), (512, 512, 17, 1), (768, 768, 25, 1))
-    for (ci, co, k, d), b in ((s, b) for s in shapes for b in (1, 8)) if sweep else ():
-        x = torch.randn(b, T, ci, device=dev, dtype=torch.float16).transpose(1, 2)
-        w = torch.randn(co, ci, k, device=dev, dtype=torch.float16) * (1 / (ci * k) ** 0.5)
-        bias = torch.randn(co, device=dev, dtype=torch.float16) * 0.1
-        lengths = torch.full((b,), 358, device=dev)
-        w4 = w.unsqueeze(2).contiguous(memory_format=torch.channels_last)
-        pad = (0, d * (k - 1) // 2)
-        cudnn = do_bench(functools.partial(F.conv2d, x.unsqueeze(2), w4, bias, 1, pad, (1, d)))
-        flop = 2 * b * T * ci * co * k
-        xm = x.float() * (torch.arange(T, device=dev) < 358)
-        ref = F.relu(F.conv1d(xm, w.float(), bias.float(), 1, pad[1], d))
-        w_kio = w.permute(2, 1, 0).contiguous()
-        conv = functools.partial(launch, x, w_kio, bias, d, 1.0, None, None, lengths, True)
-        best: dict = {}
-        for tiles in JASPER_TILES:
-            try:
-                y = conv(tiles=tiles)
-                err = float((y.float() - ref).abs().max() / ref.abs().max())
-                ms = do_bench(functools.partial(conv, tiles=tiles))
-            except Exception as e:  # e.g. out of shared memory
-                print(ci, co, k, tiles, type(e).__name__, flush=True)
-                continue
-            print(f"  {ci}x{co} k{k} b{b} {tiles}: {ms * 1e3:.1f} us", flush=True)
-            r = {"shape": (ci, co, k, d), "batch": b, "tiles": tiles, "ms": round(ms, 4),
-                 "tflops": round(flop / ms / 1e9, 1), "rel_err": err,
-                 "default": tiles == tile_sizes(ci, co, k, b * T)}  # fmt: skip
-            rows.append(r)
-            if not best or ms < best["ms"]:
-                best = r
-        print(json.dumps({"shape": (ci, co, k, d), "batch": b, "cudnn_ms": round(cudnn, 4),
-                          "cudnn_tflops": round(flop / cudnn / 1e9, 1), "best": best}),
-              flush=True)  # fmt: skip
-        rows.append({"shape": (ci, co, k, d), "batch": b, "cudnn_ms": round(cudnn, 4)})
-    model, info = load_component(models / "jasper")
-    c = contract("jasper", info.dims)
-    outs: dict[int, torch.Tensor] = {}
-    for name in ("cudnn", "fused"):
-        wrapper = JasperGraph(model.float())
-        if name == "cudnn":
-            wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
-        runner = cuda_runner("jasper", wrapper, c, device=dev)
-        for b in (1, 8):
-            g = torch.Generator(device=dev).manual_seed(b)
-            feeds = {"features": torch.randn(b, 64, 800, device=dev, generator=g),
-                     "feature_lengths": torch.full((b,), 716, device=dev)}  # fmt: skip
-            for _ in range(3):
-                out = runner.run(feeds)["log_probs"]
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(30):
-                t0 = time.perf_counter()
-                runner.run(feeds)
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) * 1e3)
-            r = {
-                "acoustic": name,
-                "batch": b,
-                "frames": 800,
-                "ms": round(statistics.median(times), 4),
-            }
-            r["profile"] = kernel_table(lambda runner=runner, feeds=feeds: runner.run(feeds))
-            if name == "cudnn":
-                outs[b] = out.float().clone()
-            else:  # log-probs of the fused model against cuDNN's, same fp16 weights
-                r["max_abs_diff_vs_cudnn"] = float((out.float() - outs[b]).abs().max())
-            print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
-            rows.append(r)
-    return rows
-
-
 def compiletime(models: Path) -> list[dict]:
-    """The cuda runner's first call (compile + capture) and its replays, HiFi-GAN at 704 frames,
-    batch 2, with the fused kernels registered as a
-    Triton op that Inductor reads (torch.library.triton_op) against an op it calls as it is
-    (torch.library.custom_op). The opaque op runs first, so the Triton kernels it compiles are
-    in Triton's cache for the other: the triton_op times are a lower bound."""
+    """The cuda runner's first call (compile + capture) and its replays: HiFi-GAN, 704 frames,
+    batch 2, with the fused resblock kernels as a Triton op that Inductor reads
+    (torch.library.triton_op), as an op it calls as it is (torch.library.custom_op), and with
+    cuDNN's resblocks (no fused kernels). The custom op runs first, so the Triton kernels it
+    compiles are in Triton's cache for the triton_op: its time is a lower bound."""
     import speechrt.runtime.graphs.hifigan as hg
-    import speechrt.runtime.graphs.jasper as jg
     from speechrt.registry import contract
     from speechrt.runtime import fused_conv
     from speechrt.runtime.cuda import cuda_runner
 
-    dev, rows = torch.device("cuda"), []
-    for op in ("custom_op", "triton_op"):
-        fn = fused_conv.fused_conv1d_opaque if op == "custom_op" else fused_conv.fused_conv1d
-        hg.fused_conv1d = jg.fused_conv1d = fn
-        for name, graph_cls, length in (("hifigan", hg.HiFiGANGraph, 704),):
-            model, info = load_component(models / name)
-            runner = cuda_runner(name, graph_cls(model.float()), contract(name, info.dims),
-                                 device=dev)  # fmt: skip
-            for b in (2,):
-                if name == "hifigan":
-                    feeds = {"mel": torch.randn(b, 80, length, device=dev) - 5,
-                             "mel_lengths": torch.full((b,), length, device=dev)}  # fmt: skip
-                else:
-                    feeds = {"features": torch.randn(b, 64, length, device=dev),
-                             "feature_lengths": torch.full((b,), 716, device=dev)}  # fmt: skip
-                t0 = time.perf_counter()
-                runner.run(feeds)
-                torch.cuda.synchronize()
-                first = time.perf_counter() - t0
-                times = []
-                for _ in range(20):
-                    t0 = time.perf_counter()
-                    runner.run(feeds)
-                    torch.cuda.synchronize()
-                    times.append((time.perf_counter() - t0) * 1e3)
-                r = {"op": op, "model": name, "batch": b, "first_call_s": round(first, 2),
-                     "ms": round(statistics.median(times), 4)}  # fmt: skip
-                print(json.dumps(r), flush=True)
-                rows.append(r)
-    hg.fused_conv1d = jg.fused_conv1d = fused_conv.fused_conv1d
+    dev, rows, b, frames = torch.device("cuda"), [], 2, 704
+    model, info = load_component(models / "hifigan")
+    feeds = {"mel": torch.randn(b, 80, frames, device=dev) - 5,
+             "mel_lengths": torch.full((b,), frames, device=dev)}  # fmt: skip
+    for op in ("custom_op", "triton_op", "cudnn"):
+        hg.fused_conv1d = (
+            fused_conv.fused_conv1d_opaque if op == "custom_op" else fused_conv.fused_conv1d
+        )
+        wrapper = hg.HiFiGANGraph(model.float())
+        if op == "cudnn":
+            wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
+        runner = cuda_runner("hifigan", wrapper, contract("hifigan", info.dims), device=dev)
+        t0 = time.perf_counter()
+        runner.run(feeds)
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(30):
+            t0 = time.perf_counter()
+            runner.run(feeds)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        r = {"op": op, "model": "hifigan", "batch": b, "frames": frames,
+             "first_call_s": round(first, 2), "ms": round(statistics.median(times), 4)}  # fmt: skip
+        print(json.dumps(r), flush=True)
+        rows.append(r)
+    hg.fused_conv1d = fused_conv.fused_conv1d
     return rows
 
 
@@ -545,9 +446,6 @@ def main() -> None:
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "fusedconv" in parts or "fusedconv-sweep" in parts:
         result["fusedconv"] = fusedconv(args.models, sweep="fusedconv-sweep" in parts)
-        (args.out / "profile.json").write_text(json.dumps(result, indent=1))
-    if "jasperconv" in parts or "jasperconv-sweep" in parts:
-        result["jasperconv"] = jasperconv(args.models, sweep="jasperconv-sweep" in parts)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "compiletime" in parts:
         result["compiletime"] = compiletime(args.models)

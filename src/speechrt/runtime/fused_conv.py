@@ -28,87 +28,40 @@ try:
 except ImportError:  # the CPU install has no Triton; the cuda runner needs it
     triton = None
 fused_conv1d: Any = None  # the custom op speechrt::fused_conv1d, where Triton is installed
-# (BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat loop over (tap, channel block), split)
-Tiles = tuple[int, int, int, int, int, bool, int]
 
 
 if triton is not None:
 
     @triton.jit
     def _conv_kernel(
-        x, w, bias, res, mask, lens, y, part,
-        T, NB,
+        x, w, bias, res, mask, y,
+        T,
         sxb, sxc, sxt, srb, src, srt, smb, smt, syb, syc, syt,
         C_IN: tl.constexpr, C_OUT: tl.constexpr, K: tl.constexpr, DIL: tl.constexpr,
         PAD: tl.constexpr, SLOPE: tl.constexpr, HAS_RES: tl.constexpr, HAS_MASK: tl.constexpr,
-        HAS_LEN: tl.constexpr, RELU_OUT: tl.constexpr, FLAT: tl.constexpr, SPLIT: tl.constexpr,
-        CHUNK: tl.constexpr,
         BLOCK_T: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
     ):  # fmt: skip
-        b = tl.program_id(2) // SPLIT
-        split = tl.program_id(2) % SPLIT  # this program's share of the reduction (flat loop)
+        b = tl.program_id(2)
         t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)  # (BLOCK_T,) output times
         co = tl.program_id(1) * BLOCK_CO + tl.arange(0, BLOCK_CO)  # (BLOCK_CO,) out channels
-        t_end = T  # input frames at or past t_end read as zeros
-        if HAS_LEN:
-            t_end = tl.minimum(tl.load(lens + b).to(tl.int32), T)
         acc = tl.zeros((BLOCK_T, BLOCK_CO), dtype=tl.float32)
-        if FLAT:  # one loop over (tap, input channel) blocks: C_IN % BLOCK_CI == 0
-            for k0 in range(0, CHUNK, BLOCK_CI):  # this split's CHUNK rows of (tap, channel)
-                kk = split * CHUNK + k0
-                live = kk < K * C_IN  # the last split's chunk may run past the end
-                j = kk // C_IN
-                ts = t + (j * DIL - PAD)
-                inside = (ts >= 0) & (ts < t_end) & live
-                ci = kk - j * C_IN + tl.arange(0, BLOCK_CI)
+        for j in tl.static_range(K):
+            ts = t + (j * DIL - PAD)  # input times of tap j
+            inside = (ts >= 0) & (ts < T)
+            for c0 in range(0, C_IN, BLOCK_CI):
+                ci = c0 + tl.arange(0, BLOCK_CI)
                 a = tl.load(
                     x + b * sxb + ts[:, None] * sxt + ci[None, :] * sxc,
-                    mask=inside[:, None],
+                    mask=inside[:, None] & (ci[None, :] < C_IN),
                     other=0.0,
                 )  # (BLOCK_T, BLOCK_CI)
-                if SLOPE != 1.0:
-                    a = tl.where(a >= 0, a, a * SLOPE)
-                rows = kk + tl.arange(0, BLOCK_CI)
+                a = tl.where(a >= 0, a, a * SLOPE)
                 wj = tl.load(
-                    w + rows[:, None] * C_OUT + co[None, :],
-                    mask=(co[None, :] < C_OUT) & live,
+                    w + (j * C_IN + ci[:, None]) * C_OUT + co[None, :],
+                    mask=(ci[:, None] < C_IN) & (co[None, :] < C_OUT),
                     other=0.0,
                 )  # (BLOCK_CI, BLOCK_CO)
                 acc = tl.dot(a, wj, acc)
-        else:
-            for j in tl.static_range(K):
-                ts = t + (j * DIL - PAD)  # input times of tap j
-                inside = (ts >= 0) & (ts < t_end)
-                for c0 in range(0, C_IN, BLOCK_CI):
-                    ci = c0 + tl.arange(0, BLOCK_CI)
-                    a = tl.load(
-                        x + b * sxb + ts[:, None] * sxt + ci[None, :] * sxc,
-                        mask=inside[:, None] & (ci[None, :] < C_IN),
-                        other=0.0,
-                    )  # (BLOCK_T, BLOCK_CI)
-                    if SLOPE != 1.0:
-                        a = tl.where(a >= 0, a, a * SLOPE)
-                    wj = tl.load(
-                        w + (j * C_IN + ci[:, None]) * C_OUT + co[None, :],
-                        mask=(ci[:, None] < C_IN) & (co[None, :] < C_OUT),
-                        other=0.0,
-                    )  # (BLOCK_CI, BLOCK_CO)
-                    acc = tl.dot(a, wj, acc)
-        if SPLIT > 1:  # float32 partial sums (SPLIT, B, T, C_OUT); _finish_kernel ends them
-            out = (t < T)[:, None] & (co < C_OUT)[None, :]
-            tl.store(part + ((split * NB + b) * T + t[:, None]) * C_OUT + co[None, :], acc,
-                     mask=out)  # fmt: skip
-        else:
-            _epilogue(acc, b, t, co, T, bias, res, mask, y, srb, src, srt, smb, smt, syb, syc,
-                      syt, C_OUT, HAS_RES, HAS_MASK, RELU_OUT)  # fmt: skip
-
-    @triton.jit
-    def _epilogue(
-        acc, b, t, co, T, bias, res, mask, y, srb, src, srt, smb, smt, syb, syc, syt,
-        C_OUT: tl.constexpr, HAS_RES: tl.constexpr, HAS_MASK: tl.constexpr,
-        RELU_OUT: tl.constexpr,
-    ):  # fmt: skip
-        """acc (BLOCK_T, BLOCK_CO) float32 -> y: + bias, * mask, + residual, ReLU."""
         acc += tl.load(bias + co, mask=co < C_OUT, other=0.0).to(tl.float32)[None, :]
         if HAS_MASK:
             keep = tl.load(mask + b * smb + t * smt, mask=t < T, other=0.0)
@@ -117,31 +70,8 @@ if triton is not None:
         if HAS_RES:
             r = tl.load(res + b * srb + t[:, None] * srt + co[None, :] * src, mask=out, other=0.0)
             acc += r.to(tl.float32)
-        if RELU_OUT:
-            acc = tl.maximum(acc, 0.0)
         tl.store(y + b * syb + t[:, None] * syt + co[None, :] * syc, acc.to(y.dtype.element_ty),
                  mask=out)  # fmt: skip
-
-    @triton.jit
-    def _finish_kernel(
-        part, bias, res, mask, y,
-        T, NB,
-        srb, src, srt, smb, smt, syb, syc, syt,
-        C_OUT: tl.constexpr, HAS_RES: tl.constexpr, HAS_MASK: tl.constexpr,
-        RELU_OUT: tl.constexpr, SPLIT: tl.constexpr, BLOCK_T: tl.constexpr,
-        BLOCK_CO: tl.constexpr,
-    ):  # fmt: skip
-        """A split reduction's end: the SPLIT partial sums added, then _epilogue."""
-        b = tl.program_id(2)
-        t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-        co = tl.program_id(1) * BLOCK_CO + tl.arange(0, BLOCK_CO)
-        out = (t < T)[:, None] & (co < C_OUT)[None, :]
-        acc = tl.zeros((BLOCK_T, BLOCK_CO), dtype=tl.float32)
-        for s in tl.static_range(SPLIT):
-            acc += tl.load(part + ((s * NB + b) * T + t[:, None]) * C_OUT + co[None, :],
-                           mask=out, other=0.0)  # fmt: skip
-        _epilogue(acc, b, t, co, T, bias, res, mask, y, srb, src, srt, smb, smt, syb, syc,
-                  syt, C_OUT, HAS_RES, HAS_MASK, RELU_OUT)  # fmt: skip
 
     from torch.library import triton_op, wrap_triton
 
@@ -154,18 +84,11 @@ if triton is not None:
         slope: float,
         mask: Tensor | None = None,
         residual: Tensor | None = None,
-        lengths: Tensor | None = None,
-        relu_out: bool = False,
     ) -> Tensor:
         """x (B, C_in, T), w_kio (K, C_in, C_out), bias (C_out,) -> (B, C_out, T) ("same"
-        padding, odd K), computed as the module doc writes; slope 1.0: no activation; mask
-        (B, 1, T) of 0 / 1; residual (B, C_out, T); lengths (B,): input frames at or past an
-        item's length read as zeros; relu_out: ReLU last. The result has x's layout
-        (channels-last memory for channels-last x)."""
-        return launch(
-            x, w_kio, bias, dilation, slope, mask, residual, lengths, relu_out,
-            kernels=(wrap_triton(_conv_kernel), wrap_triton(_finish_kernel)),
-        )  # fmt: skip
+        padding, odd K), computed as the module doc writes; mask (B, 1, T) of 0 / 1, residual
+        (B, C_out, T). The result has x's layout (channels-last memory for channels-last x)."""
+        return launch(x, w_kio, bias, dilation, slope, mask, residual, wrap_triton(_conv_kernel))
 
     @torch.library.custom_op("speechrt::fused_conv1d_opaque", mutates_args=())
     def fused_conv1d_opaque(
@@ -176,11 +99,9 @@ if triton is not None:
         slope: float,
         mask: Tensor | None = None,
         residual: Tensor | None = None,
-        lengths: Tensor | None = None,
-        relu_out: bool = False,
     ) -> Tensor:
         """fused_conv1d as an op torch.compile does not look into (an extern call)."""
-        return launch(x, w_kio, bias, dilation, slope, mask, residual, lengths, relu_out)
+        return launch(x, w_kio, bias, dilation, slope, mask, residual)
 
     @fused_conv1d_opaque.register_fake
     def _(
@@ -191,8 +112,6 @@ if triton is not None:
         slope: float,
         mask: Tensor | None = None,
         residual: Tensor | None = None,
-        lengths: Tensor | None = None,
-        relu_out: bool = False,
     ) -> Tensor:
         B, c_in, T = x.shape
         if x.stride(1) == 1 and c_in > 1:
@@ -208,15 +127,11 @@ def launch(
     slope: float,
     mask: Tensor | None,
     residual: Tensor | None,
-    lengths: Tensor | None = None,
-    relu_out: bool = False,
-    kernels: tuple[Any, Any] | None = None,
-    tiles: Tiles | None = None,
+    kernel: Any = None,
+    tiles: tuple[int, int, int, int, int] | None = None,
 ) -> Tensor:
-    """fused_conv1d's work: the output allocated in x's layout and the kernel(s) launched with
-    `tiles` (default: tile_sizes); `kernels`: the conv and finish kernels as the custom op wraps
-    them. A split reduction (tiles' last entry > 1, flat loop only) writes float32 partial sums
-    that a second kernel adds up before the epilogue: more programs for short inputs."""
+    """fused_conv1d's work: the output allocated in x's layout and the kernel launched with
+    `tiles` (default: tile_sizes); `kernel` is the wrapped kernel inside the custom op."""
     B, c_in, T = x.shape
     K, _, c_out = w_kio.shape
     if x.stride(1) == 1 and c_in > 1:  # channels-last memory in, channels-last out
@@ -225,46 +140,26 @@ def launch(
         out = torch.empty((B, c_out, T), dtype=x.dtype, device=x.device)
     res = residual if residual is not None else out
     keep = mask if mask is not None else out
-    bt, bco, bci, warps, stages, flat, split = tiles or tile_sizes(c_in, c_out, K, B * T)
-    if c_in % bci:
-        flat, split = False, 1  # a flat loop's channel blocks must not straddle two taps
-    split = split if flat else 1
-    part = (
-        torch.empty((split, B, T, c_out), dtype=torch.float32, device=x.device)
-        if split > 1
-        else out
-    )
-    conv, finish = kernels or (_conv_kernel, _finish_kernel)
-    grid = (triton.cdiv(T, bt), triton.cdiv(c_out, bco), B * split)
-    conv[grid](
-        x, w_kio, bias, res, keep, lengths if lengths is not None else bias, out, part,
-        T, B,
+    bt, bco, bci, warps, stages = tiles or tile_sizes(c_in, c_out)
+    grid = (triton.cdiv(T, bt), triton.cdiv(c_out, bco), B)
+    (kernel or _conv_kernel)[grid](
+        x, w_kio, bias, res, keep, out,
+        T,
         x.stride(0), x.stride(1), x.stride(2), res.stride(0), res.stride(1), res.stride(2),
         keep.stride(0), keep.stride(2), out.stride(0), out.stride(1), out.stride(2),
         C_IN=c_in, C_OUT=c_out, K=K, DIL=dilation, PAD=dilation * (K - 1) // 2, SLOPE=slope,
-        HAS_RES=residual is not None, HAS_MASK=mask is not None, HAS_LEN=lengths is not None,
-        RELU_OUT=relu_out, FLAT=flat, SPLIT=split, CHUNK=triton.cdiv(K * c_in // bci, split) * bci,
+        HAS_RES=residual is not None, HAS_MASK=mask is not None,
         BLOCK_T=bt, BLOCK_CO=bco, BLOCK_CI=bci, num_warps=warps, num_stages=stages,
     )  # fmt: skip
-    if split > 1:
-        finish[(triton.cdiv(T, 64), triton.cdiv(c_out, 64), B)](
-            part, bias, res, keep, out,
-            T, B,
-            res.stride(0), res.stride(1), res.stride(2), keep.stride(0), keep.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
-            C_OUT=c_out, HAS_RES=residual is not None, HAS_MASK=mask is not None,
-            RELU_OUT=relu_out, SPLIT=split, BLOCK_T=64, BLOCK_CO=64, num_warps=4,
-        )  # fmt: skip
     return out
 
 
-def tile_sizes(c_in: int, c_out: int, k: int = 7, rows: int = 0) -> Tiles:
-    """(BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat loop, split) for a conv's channel
-    counts, taps and output rows (batch x time): the fastest of a sweep at HiFi-GAN V1's
-    resblocks (`gpu_profile.py --parts fusedconv`, H100)."""
+def tile_sizes(c_in: int, c_out: int) -> tuple[int, int, int, int, int]:
+    """(BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages) for a conv's channel counts: the fastest of
+    a sweep at HiFi-GAN V1's resblocks (`gpu_profile.py --parts fusedconv`, H100)."""
     block_co = min(max(triton.next_power_of_2(c_out), 16), 128)
     if c_in >= 128:  # 128 and 256 channels: short time tiles, 32 channels per step
-        return 64, block_co, 32, 4, 4 if c_in >= 256 else 3, False, 1
+        return 64, block_co, 32, 4, 4 if c_in >= 256 else 3
     if c_in >= 64:
-        return 64, block_co, 64, 4, 4, False, 1
-    return 128, block_co, max(triton.next_power_of_2(c_in), 16), 4, 3, False, 1
+        return 64, block_co, 64, 4, 4
+    return 128, block_co, max(triton.next_power_of_2(c_in), 16), 4, 3
