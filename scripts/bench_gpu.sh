@@ -65,11 +65,13 @@ for part in $parts; do
     $sr bench tts --url static=http://127.0.0.1:8101 --url dynamic=http://127.0.0.1:8102 \
       --concurrency 1,2,4,8,16,32 --seconds 8 --out-dir "$out" --name server-sweep
     kill "${pids[@]}"; wait || true ;;
-  ttfa)  # streamed vs whole, one request at a time, dynamic batching on (max batch 8, 5 ms)
+  ttfa)  # streamed vs whole, one request at a time, dynamic batching on (max batch 8, 5 ms);
+    # the script's own warm-up sends each measured size once: new shapes compile in them
     python3 scripts/bench_streaming.py --sentences 3 --repeats 20 --ready-timeout 900 \
       --serve-arg=--acoustic="$models/fastpitch" --serve-arg=--vocoder="$models/hifigan" \
       --serve-arg=--backend=cuda --serve-arg=--device=cuda --serve-arg=--precision=fp16 \
       --serve-arg=--max-batch-size=8 --serve-arg=--max-queue-delay-ms=5 --serve-arg=--warmup \
+      --serve-arg=--request-timeout=600 \
       --json "$out/ttfa.json" ;;
   *) echo "unknown part $part" >&2; exit 2 ;;
   esac

@@ -9,8 +9,8 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
 - fusedconv: the vocoder (cuda runner, 704 frames, batch 1 / 4 / 8) with fused resblocks against
   cuDNN + Inductor, with kernel tables; fusedconv-sweep also times HiFi-GAN's resblock conv as
   cuDNN runs it against the fused Triton kernel over a sweep of its tile sizes.
-- compiletime: the cuda runner's first call (compile + capture) of HiFi-GAN at batch 2, its
-  fused kernels as a triton_op, as an opaque custom_op, and cuDNN's resblocks instead.
+- compiletime: the cuda runner's first call (compile + capture) of HiFi-GAN at batch 2 and 4,
+  fused resblocks against cuDNN's.
 - decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
 - waveglow: WaveGlow 256's NCHW conv graph against its GEMM form, graph-replayed.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
@@ -330,42 +330,38 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
 
 def compiletime(models: Path) -> list[dict]:
     """The cuda runner's first call (compile + capture) and its replays: HiFi-GAN, 704 frames,
-    batch 2, with the fused resblock kernels as a Triton op that Inductor reads
-    (torch.library.triton_op), as an op it calls as it is (torch.library.custom_op), and with
-    cuDNN's resblocks (no fused kernels). The custom op runs first, so the Triton kernels it
-    compiles are in Triton's cache for the triton_op: its time is a lower bound."""
+    batch 2 then 4, with the fused resblock kernels (custom op) and with cuDNN's resblocks. The
+    fused model runs first: its first call includes compiling the Triton kernels (one per conv
+    shape), which batch 4 then finds compiled."""
     import speechrt.runtime.graphs.hifigan as hg
     from speechrt.registry import contract
-    from speechrt.runtime import fused_conv
     from speechrt.runtime.cuda import cuda_runner
 
-    dev, rows, b, frames = torch.device("cuda"), [], 2, 704
+    dev, rows, frames = torch.device("cuda"), [], 704
     model, info = load_component(models / "hifigan")
-    feeds = {"mel": torch.randn(b, 80, frames, device=dev) - 5,
-             "mel_lengths": torch.full((b,), frames, device=dev)}  # fmt: skip
-    for op in ("custom_op", "triton_op", "cudnn"):
-        hg.fused_conv1d = (
-            fused_conv.fused_conv1d_opaque if op == "custom_op" else fused_conv.fused_conv1d
-        )
+    for resblocks in ("fused", "cudnn"):
         wrapper = hg.HiFiGANGraph(model.float())
-        if op == "cudnn":
+        if resblocks == "cudnn":
             wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
         runner = cuda_runner("hifigan", wrapper, contract("hifigan", info.dims), device=dev)
-        t0 = time.perf_counter()
-        runner.run(feeds)
-        torch.cuda.synchronize()
-        first = time.perf_counter() - t0
-        times = []
-        for _ in range(30):
+        for b in (2, 4):
+            feeds = {"mel": torch.randn(b, 80, frames, device=dev) - 5,
+                     "mel_lengths": torch.full((b,), frames, device=dev)}  # fmt: skip
             t0 = time.perf_counter()
             runner.run(feeds)
             torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-        r = {"op": op, "model": "hifigan", "batch": b, "frames": frames,
-             "first_call_s": round(first, 2), "ms": round(statistics.median(times), 4)}  # fmt: skip
-        print(json.dumps(r), flush=True)
-        rows.append(r)
-    hg.fused_conv1d = fused_conv.fused_conv1d
+            first = time.perf_counter() - t0
+            times = []
+            for _ in range(30):
+                t0 = time.perf_counter()
+                runner.run(feeds)
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) * 1e3)
+            r = {"resblocks": resblocks, "model": "hifigan", "batch": b, "frames": frames,
+                 "first_call_s": round(first, 2),
+                 "ms": round(statistics.median(times), 4)}  # fmt: skip
+            print(json.dumps(r), flush=True)
+            rows.append(r)
     return rows
 
 
