@@ -278,6 +278,20 @@ def test_warm_up_runs_every_batch_size_before_ready(caplog):
     assert steps[-1].startswith("warm-up 10/10: tts text 2, a stream's lead (")
 
 
+def test_start_up_objects_are_frozen_while_serving():
+    """What start-up built is out of the cyclic collector's sight while the server runs (a full
+    collection then scans only what requests allocate), and back in it once the server stops."""
+    import gc
+
+    async def body(client, server):
+        r = await speak(client, "hi")
+        return gc.get_freeze_count(), r.status_code
+
+    frozen, status = run_app(SlowTTS(), ServeConfig(), body)
+    assert frozen > 0 and status == 200
+    assert gc.get_freeze_count() == 0
+
+
 def test_warmup_flag_gives_the_texts(capsys) -> None:
     from speechrt.bench.inputs import TTS_TEXT
     from speechrt.cli.serve import warmup_texts

@@ -6,6 +6,7 @@ honour the pipeline interfaces (`TTS.text_to_pieces / ids_to_audio`, `ASR.transc
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -242,6 +243,12 @@ class Server:
             await self.warm_up(self.config.warmup)
         for engine in self.engines.values():
             engine.start()
+        # What start-up built (models, dictionaries, compiled graphs) lives as long as the
+        # server: out of the cyclic collector's sight, a full collection under load scans only
+        # what requests allocate. The bundled voice and recogniser hold ~160,000 objects: a
+        # full collection took 47 ms with them, ~0 ms frozen (2-core CPU).
+        gc.collect()
+        gc.freeze()
         self.ready = True
         # e.g. "serving tts [onnx], asr [onnx], fastpitch [onnx], ...": each model's backend
         log.info("serving %s", ", ".join(f"{n} [{m.backend}]" for n, m in self.v2.items()))
@@ -298,6 +305,7 @@ class Server:
         self.ready = False
         await asyncio.gather(*(engine.close() for engine in self.engines.values()))
         self.worker.close()
+        gc.unfreeze()  # what start-up froze can be collected once the server is gone
         if self.asr is not None:
             self.asr.decoder.shutdown(wait=False)
             if self.asr.pool is not None:
