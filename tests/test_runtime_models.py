@@ -236,6 +236,15 @@ for B, ci, co, T, K, d, channels_last, res in [(2, 8, 16, 37, 3, 1, False, False
     y = torch.ops.speechrt.fused_conv1d(x, w.permute(2, 1, 0).contiguous(), bias, d, 0.1, mask, r)
     assert y.shape == ref.shape and (y.stride(1) == 1) == channels_last
     worst = max(worst, float((y - ref).abs().max()))
+from speechrt.runtime.fused_conv import launch
+for flat in (False, True):  # both loop forms with small tiles: several channel blocks per tap
+    x = torch.randn(2, 16, 45, generator=g).transpose(1, 2).contiguous().transpose(1, 2)
+    w, bias = torch.randn(24, 16, 5, generator=g) * 0.1, torch.randn(24, generator=g)
+    r, mask = torch.randn(2, 24, 45, generator=g), torch.ones(2, 1, 45)
+    ref = F.conv1d(F.leaky_relu(x, 0.1), w, bias, padding=4, dilation=2) + r
+    y = launch(x, w.permute(2, 1, 0).contiguous(), bias, 2, 0.1, mask, r,
+               tiles=(16, 16, 8, 4, 2, flat))
+    worst = max(worst, float((y - ref).abs().max()))
 assert worst < 1e-5, worst
 print("ok", worst)
 """
@@ -244,7 +253,8 @@ print("ok", worst)
 def test_fused_conv_kernel_in_triton_interpreter() -> None:
     """The Triton kernel of lrelu_conv, run by Triton's CPU interpreter where Triton is
     installed (a GPU install; the CPU install lacks it): within 1e-5 of torch's conv1d after
-    leaky ReLU, times the mask, plus the residual, at three shapes and both layouts."""
+    leaky ReLU, times the mask, plus the residual, at three shapes and both layouts, and with
+    the taps unrolled and as one flat loop."""
     pytest.importorskip("triton")
     import os
     import subprocess

@@ -28,6 +28,9 @@ try:
 except ImportError:  # the CPU install has no Triton; the cuda runner needs it
     triton = None
 fused_conv1d: Any = None  # the custom op speechrt::fused_conv1d, where Triton is installed
+# (BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat): flat = one loop over (tap, channel block)
+# pairs instead of the taps unrolled, each with its loop over channel blocks
+Tiles = tuple[int, int, int, int, int, bool]
 
 
 if triton is not None:
@@ -39,29 +42,47 @@ if triton is not None:
         sxb, sxc, sxt, srb, src, srt, smb, smt, syb, syc, syt,
         C_IN: tl.constexpr, C_OUT: tl.constexpr, K: tl.constexpr, DIL: tl.constexpr,
         PAD: tl.constexpr, SLOPE: tl.constexpr, HAS_RES: tl.constexpr, HAS_MASK: tl.constexpr,
-        BLOCK_T: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
+        FLAT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_CO: tl.constexpr,
+        BLOCK_CI: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(2)
         t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)  # (BLOCK_T,) output times
         co = tl.program_id(1) * BLOCK_CO + tl.arange(0, BLOCK_CO)  # (BLOCK_CO,) out channels
         acc = tl.zeros((BLOCK_T, BLOCK_CO), dtype=tl.float32)
-        for j in tl.static_range(K):
-            ts = t + (j * DIL - PAD)  # input times of tap j
-            inside = (ts >= 0) & (ts < T)
-            for c0 in range(0, C_IN, BLOCK_CI):
-                ci = c0 + tl.arange(0, BLOCK_CI)
+        if FLAT:  # one loop over (tap, channel block) pairs (C_IN % BLOCK_CI == 0)
+            for kk in range(0, K * C_IN, BLOCK_CI):
+                j = kk // C_IN
+                ts = t + (j * DIL - PAD)
+                ci = kk - j * C_IN + tl.arange(0, BLOCK_CI)
                 a = tl.load(
                     x + b * sxb + ts[:, None] * sxt + ci[None, :] * sxc,
-                    mask=inside[:, None] & (ci[None, :] < C_IN),
+                    mask=((ts >= 0) & (ts < T))[:, None],
                     other=0.0,
                 )  # (BLOCK_T, BLOCK_CI)
                 a = tl.where(a >= 0, a, a * SLOPE)
+                rows = kk + tl.arange(0, BLOCK_CI)
                 wj = tl.load(
-                    w + (j * C_IN + ci[:, None]) * C_OUT + co[None, :],
-                    mask=(ci[:, None] < C_IN) & (co[None, :] < C_OUT),
-                    other=0.0,
+                    w + rows[:, None] * C_OUT + co[None, :], mask=co[None, :] < C_OUT, other=0.0
                 )  # (BLOCK_CI, BLOCK_CO)
                 acc = tl.dot(a, wj, acc)
+        else:  # the taps unrolled, a loop over channel blocks in each
+            for j in tl.static_range(K):
+                ts = t + (j * DIL - PAD)  # input times of tap j
+                inside = (ts >= 0) & (ts < T)
+                for c0 in range(0, C_IN, BLOCK_CI):
+                    ci = c0 + tl.arange(0, BLOCK_CI)
+                    a = tl.load(
+                        x + b * sxb + ts[:, None] * sxt + ci[None, :] * sxc,
+                        mask=inside[:, None] & (ci[None, :] < C_IN),
+                        other=0.0,
+                    )  # (BLOCK_T, BLOCK_CI)
+                    a = tl.where(a >= 0, a, a * SLOPE)
+                    wj = tl.load(
+                        w + (j * C_IN + ci[:, None]) * C_OUT + co[None, :],
+                        mask=(ci[:, None] < C_IN) & (co[None, :] < C_OUT),
+                        other=0.0,
+                    )  # (BLOCK_CI, BLOCK_CO)
+                    acc = tl.dot(a, wj, acc)
         acc += tl.load(bias + co, mask=co < C_OUT, other=0.0).to(tl.float32)[None, :]
         if HAS_MASK:
             keep = tl.load(mask + b * smb + t * smt, mask=t < T, other=0.0)
@@ -117,7 +138,7 @@ def launch(
     slope: float,
     mask: Tensor | None,
     residual: Tensor | None,
-    tiles: tuple[int, int, int, int, int] | None = None,
+    tiles: Tiles | None = None,
 ) -> Tensor:
     """fused_conv1d's work: the output allocated in x's layout and the kernel launched with
     `tiles` (default: tile_sizes)."""
@@ -129,7 +150,8 @@ def launch(
         out = torch.empty((B, c_out, T), dtype=x.dtype, device=x.device)
     res = residual if residual is not None else out
     keep = mask if mask is not None else out
-    bt, bco, bci, warps, stages = tiles or tile_sizes(c_in, c_out)
+    bt, bco, bci, warps, stages, flat = tiles or tile_sizes(c_in, c_out)
+    flat = flat and c_in % bci == 0
     grid = (triton.cdiv(T, bt), triton.cdiv(c_out, bco), B)
     _conv_kernel[grid](
         x, w_kio, bias, res, keep, out,
@@ -137,18 +159,19 @@ def launch(
         x.stride(0), x.stride(1), x.stride(2), res.stride(0), res.stride(1), res.stride(2),
         keep.stride(0), keep.stride(2), out.stride(0), out.stride(1), out.stride(2),
         C_IN=c_in, C_OUT=c_out, K=K, DIL=dilation, PAD=dilation * (K - 1) // 2, SLOPE=slope,
-        HAS_RES=residual is not None, HAS_MASK=mask is not None,
+        HAS_RES=residual is not None, HAS_MASK=mask is not None, FLAT=flat,
         BLOCK_T=bt, BLOCK_CO=bco, BLOCK_CI=bci, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out
 
 
-def tile_sizes(c_in: int, c_out: int) -> tuple[int, int, int, int, int]:
-    """(BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages) for a conv's channel counts: the fastest of
-    a sweep at HiFi-GAN V1's resblocks (`gpu_profile.py --parts fusedconv`, H100)."""
+def tile_sizes(c_in: int, c_out: int) -> Tiles:
+    """(BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat) for a conv's channel counts: the
+    fastest of a sweep at HiFi-GAN V1's resblocks (`gpu_profile.py --parts fusedconv`, H100),
+    taps unrolled."""
     block_co = min(max(triton.next_power_of_2(c_out), 16), 128)
     if c_in >= 128:  # 128 and 256 channels: short time tiles, 32 channels per step
-        return 64, block_co, 32, 4, 4 if c_in >= 256 else 3
+        return 64, block_co, 32, 4, 4 if c_in >= 256 else 3, False
     if c_in >= 64:
-        return 64, block_co, 64, 4, 4
-    return 128, block_co, max(triton.next_power_of_2(c_in), 16), 4, 3
+        return 64, block_co, 64, 4, 4, False
+    return 128, block_co, max(triton.next_power_of_2(c_in), 16), 4, 3, False
