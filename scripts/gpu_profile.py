@@ -62,6 +62,17 @@ def graph_time_ms(fn, iters: int = 50) -> float:
     return statistics.median(times)
 
 
+def host_ms(fn, iters: int = 30) -> float:
+    """Median wall ms of fn() with a device synchronisation, as a caller sees it."""
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
 def kernel_table(fn, top: int = 12) -> dict:
     """Kernels of one eager call of fn: count, total ms, the top entries by time."""
     fn()
@@ -315,19 +326,8 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
             feeds = {"mel": mel, "mel_lengths": torch.full((b,), 704, device=dev)}
             for _ in range(3):
                 runner.run(feeds)
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(30):
-                t0 = time.perf_counter()
-                runner.run(feeds)
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) * 1e3)
-            r = {
-                "vocoder": name,
-                "batch": b,
-                "frames": 704,
-                "ms": round(statistics.median(times), 4),
-            }
+            ms = host_ms(lambda runner=runner, feeds=feeds: runner.run(feeds))
+            r = {"vocoder": name, "batch": b, "frames": 704, "ms": round(ms, 4)}
             r["profile"] = kernel_table(lambda runner=runner, feeds=feeds: runner.run(feeds))
             print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
             rows.append(r)
@@ -357,15 +357,9 @@ def compiletime(models: Path) -> list[dict]:
             runner.run(feeds)
             torch.cuda.synchronize()
             first = time.perf_counter() - t0
-            times = []
-            for _ in range(30):
-                t0 = time.perf_counter()
-                runner.run(feeds)
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) * 1e3)
+            ms = host_ms(lambda runner=runner, feeds=feeds: runner.run(feeds))
             r = {"resblocks": resblocks, "model": "hifigan", "batch": b, "frames": frames,
-                 "first_call_s": round(first, 2),
-                 "ms": round(statistics.median(times), 4)}  # fmt: skip
+                 "first_call_s": round(first, 2), "ms": round(ms, 4)}  # fmt: skip
             print(json.dumps(r), flush=True)
             rows.append(r)
     return rows

@@ -124,10 +124,16 @@ if triton is not None:
         mask: Tensor | None = None,
         residual: Tensor | None = None,
     ) -> Tensor:
-        B, c_in, T = x.shape  # the output as launch allocates it
-        if x.stride(1) == 1 and c_in > 1:
-            return x.new_empty((B, T, w_kio.shape[2])).transpose(1, 2)
-        return x.new_empty((B, w_kio.shape[2], T))
+        return empty_out(x, w_kio.shape[2])
+
+
+def empty_out(x: Tensor, c_out: int) -> Tensor:
+    """The conv's output for x (B, C_in, T): (B, c_out, T) in x's layout (channels-last memory
+    for channels-last x)."""
+    B, c_in, T = x.shape
+    if x.stride(1) == 1 and c_in > 1:
+        return x.new_empty((B, T, c_out)).transpose(1, 2)
+    return x.new_empty((B, c_out, T))
 
 
 def launch(
@@ -144,10 +150,7 @@ def launch(
     `tiles` (default: tile_sizes)."""
     B, c_in, T = x.shape
     K, _, c_out = w_kio.shape
-    if x.stride(1) == 1 and c_in > 1:  # channels-last memory in, channels-last out
-        out = torch.empty((B, T, c_out), dtype=x.dtype, device=x.device).transpose(1, 2)
-    else:
-        out = torch.empty((B, c_out, T), dtype=x.dtype, device=x.device)
+    out = empty_out(x, c_out)
     res = residual if residual is not None else out
     keep = mask if mask is not None else out
     bt, bco, bci, warps, stages, flat = tiles or tile_sizes(c_in, c_out)
