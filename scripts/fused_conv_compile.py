@@ -27,21 +27,13 @@ UNIT = ("sxc", "src", "syc", "smt")  # channels-last: unit strides, which Triton
 
 def variants(preset: str) -> list[tuple[int, int, int, bool]]:
     """(channels, kernel, dilation, residual) of each distinct resblock conv of the preset."""
-    from speechrt.registry import preset as get_preset
+    from gpu_profile import fused_variants  # this script's folder is on sys.path
 
-    dims = get_preset("hifigan", preset)
-    c = dims.upsample_initial_channel
-    out = []
-    for _ in dims.upsample_rates:
-        c //= 2
-        for k, dilations in zip(
-            dims.resblock_kernel_sizes, dims.resblock_dilation_sizes, strict=True
-        ):
-            if dims.resblock == "1":  # each branch: dilated conv, then conv + residual
-                out += [(c, k, d, False) for d in dilations] + [(c, k, 1, True)]
-            else:
-                out += [(c, k, d, True) for d in dilations]
-    return sorted(set(out))
+    from speechrt.models.hifigan import HiFiGAN
+    from speechrt.registry import preset as get_preset
+    from speechrt.runtime.graphs.hifigan import HiFiGANGraph
+
+    return fused_variants(HiFiGANGraph(HiFiGAN(get_preset("hifigan", preset))).fused())
 
 
 def compile_one(c: int, k: int, d: int, res: bool, flat: bool, arch: int) -> tuple[float, str]:

@@ -11,7 +11,8 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
   cuDNN runs it against the fused Triton kernel over a sweep of its tile sizes (taps unrolled),
   and the best tiles again as one flat loop.
 - compiletime: the cuda runner's first call (compile + capture) of HiFi-GAN at batch 2 and 4,
-  fused resblocks against cuDNN's.
+  fused resblocks against cuDNN's; `--flat` and `--compile-threads N` change how the fused
+  kernels are compiled.
 - decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
 - waveglow: WaveGlow 256's NCHW conv graph against its GEMM form, graph-replayed.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
@@ -334,22 +335,62 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     return rows
 
 
-def compiletime(models: Path) -> list[dict]:
+def fused_variants(graph: torch.nn.Module) -> list[tuple[int, int, int, bool]]:
+    """(channels, kernel size, dilation, residual) of each distinct fused resblock conv."""
+    from speechrt.runtime.graphs.hifigan import FusedResBlock
+
+    blocks = [m for m in graph.modules() if isinstance(m, FusedResBlock)]
+    return sorted(set().union(*(b.variants() for b in blocks)))
+
+
+def precompile(graph: torch.nn.Module, threads: int) -> int:
+    """Each fused conv variant of the graph launched once on a short input from `threads`
+    threads, so Triton compiles them side by side (sizes and strides divisible by 16, as the
+    runner's). Returns the number of variants."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from speechrt.runtime.fused_conv import launch
+
+    def one(v: tuple[int, int, int, bool]) -> None:
+        c, K, d, res = v
+        x = torch.randn(1, 1024, c, device="cuda", dtype=torch.float16).transpose(1, 2)
+        w = torch.randn(K, c, c, device="cuda", dtype=torch.float16)
+        bias = torch.zeros(c, device="cuda", dtype=torch.float16)
+        mask = torch.ones(1, 1, 1024, device="cuda", dtype=torch.float16)
+        launch(x, w, bias, d, 0.1, mask, x if res else None)
+
+    todo = fused_variants(graph)
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, todo))
+    torch.cuda.synchronize()
+    return len(todo)
+
+
+def compiletime(models: Path, flat: bool = False, threads: int = 0) -> list[dict]:
     """The cuda runner's first call (compile + capture) and its replays: HiFi-GAN, 704 frames,
-    batch 2 then 4, with the fused resblock kernels (custom op) and with cuDNN's resblocks. The
-    fused model runs first: its first call includes compiling the Triton kernels (one per conv
-    shape), which batch 4 then finds compiled."""
+    batch 2 then 4, with the fused resblock kernels (custom op; `flat`: as one flat loop;
+    `threads` > 0: the kernel variants compiled first from that many threads) and with cuDNN's
+    resblocks. The fused model runs first: its first call includes compiling the Triton kernels
+    (one per conv shape), which batch 4 then finds compiled. Run each setting in a process of
+    its own with empty TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR to time a cold start."""
     import speechrt.runtime.graphs.hifigan as hg
     from speechrt.registry import contract
+    from speechrt.runtime import fused_conv
     from speechrt.runtime.cuda import cuda_runner
 
+    if flat:
+        unrolled = fused_conv.tile_sizes
+        fused_conv.tile_sizes = lambda c_in, c_out: (*unrolled(c_in, c_out)[:5], True)
     dev, rows, frames = torch.device("cuda"), [], 704
     model, info = load_component(models / "hifigan")
     for resblocks in ("fused", "cudnn"):
         wrapper = hg.HiFiGANGraph(model.float())
         if resblocks == "cudnn":
             wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
+        t0 = time.perf_counter()
         runner = cuda_runner("hifigan", wrapper, contract("hifigan", info.dims), device=dev)
+        n = precompile(runner.graph, threads) if threads and resblocks == "fused" else 0
+        pre = time.perf_counter() - t0
         for b in (2, 4):
             feeds = {"mel": torch.randn(b, 80, frames, device=dev) - 5,
                      "mel_lengths": torch.full((b,), frames, device=dev)}  # fmt: skip
@@ -358,8 +399,10 @@ def compiletime(models: Path) -> list[dict]:
             torch.cuda.synchronize()
             first = time.perf_counter() - t0
             ms = host_ms(lambda runner=runner, feeds=feeds: runner.run(feeds))
-            r = {"resblocks": resblocks, "model": "hifigan", "batch": b, "frames": frames,
-                 "first_call_s": round(first, 2), "ms": round(ms, 4)}  # fmt: skip
+            r = {"resblocks": resblocks, "flat": flat, "threads": threads, "model": "hifigan",
+                 "batch": b, "frames": frames, "load_and_precompile_s": round(pre, 2),
+                 "variants_precompiled": n, "first_call_s": round(first, 2),
+                 "ms": round(ms, 4)}  # fmt: skip
             print(json.dumps(r), flush=True)
             rows.append(r)
     return rows
@@ -427,6 +470,11 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--parts", default="micro,tts,asr")
     ap.add_argument("--micro-models", default="hifigan,jasper,quartznet")
+    ap.add_argument("--flat", action="store_true", help="compiletime: fused kernels as a flat loop")
+    ap.add_argument(
+        "--compile-threads", type=int, default=0,
+        help="compiletime: compile the fused kernel variants first from N threads",
+    )  # fmt: skip
     args = ap.parse_args()
     parts = args.parts.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -444,7 +492,7 @@ def main() -> None:
         result["fusedconv"] = fusedconv(args.models, sweep="fusedconv-sweep" in parts)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "compiletime" in parts:
-        result["compiletime"] = compiletime(args.models)
+        result["compiletime"] = compiletime(args.models, args.flat, args.compile_threads)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
         result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))

@@ -93,6 +93,17 @@ class FusedResBlock(nn.Module):
             )
             self.biases.append(nn.Parameter(c.bias.detach(), False))
 
+    def variants(self) -> set[tuple[int, int, int, bool]]:
+        """(channels, kernel size, dilation, residual) of each conv: what its fused kernel is
+        compiled for."""
+        out, k = set(), 0
+        for dilations in self.dilations:
+            for i, d in enumerate(dilations):
+                K, c, _ = self.weights[k].shape
+                out.add((c, K, d, i == len(dilations) - 1))
+                k += 1
+        return out
+
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         # x: (B, C, T), zero beyond each item's length; mask: (B, 1, T) or None
         if x.is_cuda and x.shape[0] == 1:
