@@ -217,6 +217,21 @@ def test_hifigan_fused_resblocks_equal_graph(preset_name: str) -> None:
     assert float((got - ref).abs().max()) <= 1e-6 * float(ref.abs().max())
 
 
+def test_fused_resblock_variants_name_each_kernel_shape() -> None:
+    """What the fused kernels of HiFi-GAN V1 are compiled for: per stage (256 to 32 channels)
+    and kernel size, the three dilated convs and the plain one that adds the residual."""
+    from speechrt.models.hifigan import HiFiGAN
+    from speechrt.registry import preset
+    from speechrt.runtime.graphs.hifigan import FusedResBlock, HiFiGANGraph
+
+    graph = HiFiGANGraph(HiFiGAN(preset("hifigan", "hifigan-v1"))).fused()
+    blocks = [m for m in graph.modules() if isinstance(m, FusedResBlock)]
+    got = set().union(*(b.variants() for b in blocks))
+    want = {(c, k, d, False) for c in (256, 128, 64, 32) for k in (3, 7, 11) for d in (1, 3, 5)}
+    want |= {(c, k, 1, True) for c in (256, 128, 64, 32) for k in (3, 7, 11)}
+    assert len(blocks) == 12 and got == want
+
+
 FUSED_CONV_CHECK = """
 import torch, torch.nn.functional as F
 from speechrt.runtime.fused_conv import fused_conv1d  # noqa: F401 (registers the op)
