@@ -27,7 +27,9 @@ import copy
 import dataclasses
 import functools
 import json
+import shlex
 import statistics
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -37,6 +39,8 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from speechrt import registry
+from speechrt.bench.machine import git_commit
+from speechrt.bench.stamp import stamp
 from speechrt.repo import load_component
 from speechrt.runtime.layout import channels_last_convs
 
@@ -261,19 +265,22 @@ def waveglow(models: Path) -> list[dict]:
 
 def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     """HiFi-GAN V1's resblock convs: cuDNN's conv (channels-last) alone against the fused Triton
-    kernel (leaky ReLU, conv, bias, mask, residual) over a sweep of its tile sizes, at each
-    stage's channels and length for 704 frames, K=7, dilation 3; then the whole vocoder at 704
-    frames in the cuda runner, resblocks fused against cuDNN + Inductor."""
+    kernel (leaky ReLU, conv, bias, mask, residual) at its default tiles and over a sweep of tile
+    sizes as one flat loop, at each stage's channels and length for 704 frames, K=7, dilation
+    3; then the whole vocoder at 704 frames in the cuda runner: cuDNN + Inductor, fused with the
+    default tiles, and fused as a flat loop with the sweep's best tiles, a single item on cuDNN
+    or fused (all stages, or only those of at most 64 channels)."""
     import torch.nn.functional as F
     from triton.testing import do_bench
 
     from speechrt.registry import contract
+    from speechrt.runtime import fused_conv
     from speechrt.runtime.cuda import cuda_runner
-    from speechrt.runtime.fused_conv import launch, tile_sizes
-    from speechrt.runtime.graphs.hifigan import HiFiGANGraph
+    from speechrt.runtime.graphs.hifigan import FusedResBlock, HiFiGANGraph
 
-    dev, rows = torch.device("cuda"), []
+    dev, rows, best_flat = torch.device("cuda"), [], {}
     shapes = ((256, 704 * 8), (128, 704 * 64), (64, 704 * 128), (32, 704 * 256))
+    default_tiles = fused_conv.tile_sizes
     for c, T in shapes if sweep else ():
         x = torch.randn(1, T, c, device=dev, dtype=torch.float16).transpose(1, 2)
         w = torch.randn(c, c, 7, device=dev, dtype=torch.float16) * 0.05
@@ -282,56 +289,73 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
         w4 = w.unsqueeze(2).contiguous(memory_format=torch.channels_last)
         x4 = x.unsqueeze(2)
         cudnn = do_bench(functools.partial(F.conv2d, x4, w4, bias, 1, (0, 9), (1, 3)))
-        flop = 2 * T * c * c * 7
         ref = F.conv1d(F.leaky_relu(x.float(), 0.1), w.float(), bias.float(), 1, 9, 3) + x.float()
         w_kio = w.permute(2, 1, 0).contiguous()
-        conv = functools.partial(launch, x, w_kio, bias, 3, 0.1, mask, x)
-        best: dict = {}
+        conv = functools.partial(fused_conv.launch, x, w_kio, bias, 3, 0.1, mask, x)
+        grid = [default_tiles(c, c)]
         for bt in (64, 128):
             for bco in sorted({min(c, 64), min(c, 128)}):
                 for bci in sorted({min(c, 32), min(c, 64)}):
-                    for warps, stages in ((4, 3), (8, 3), (4, 4)):
-                        tiles = (bt, bco, bci, warps, stages, False)
-                        try:
-                            y = conv(tiles=tiles)
-                            err = float((y.float() - ref).abs().max() / ref.abs().max())
-                            ms = do_bench(functools.partial(conv, tiles=tiles))
-                        except Exception as e:  # e.g. out of shared memory
-                            print(c, tiles, type(e).__name__, flush=True)
-                            continue
-                        default = tiles == tile_sizes(c, c)
-                        r = {"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4),
-                             "rel_err": err, "default": default}  # fmt: skip
-                        rows.append(r)
-                        if not best or ms < best["ms"]:
-                            best = r
-        if best:  # the best tiles again as one flat loop over (tap, channel block) pairs
-            tiles = (*best["tiles"][:5], True)
-            ms = do_bench(functools.partial(conv, tiles=tiles))
-            rows.append({"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4)})
-            print(json.dumps(rows[-1]), flush=True)
+                    for warps, stages in ((4, 3), (4, 4), (8, 3), (8, 4)):
+                        grid.append((bt, bco, bci, warps, stages, True))
+        best: dict = {}
+        for tiles in grid:
+            try:
+                y = conv(tiles=tiles)
+                err = float((y.float() - ref).abs().max() / ref.abs().max())
+                ms = do_bench(functools.partial(conv, tiles=tiles))
+            except Exception as e:  # e.g. out of shared memory
+                print(c, tiles, type(e).__name__, flush=True)
+                continue
+            r = {"channels": c, "T": T, "tiles": tiles, "ms": round(ms, 4), "rel_err": err,
+                 "default": tiles == grid[0]}  # fmt: skip
+            rows.append(r)
+            if tiles[5] and (not best or ms < best["ms"]):
+                best = r
+        best_flat[c] = tuple(best["tiles"])
+        flop = 2 * T * c * c * 7
         print(json.dumps({"channels": c, "T": T, "cudnn_ms": round(cudnn, 4),
-                          "cudnn_tflops": round(flop / cudnn / 1e9, 1), "best": best,
-                          "default": [r for r in rows if r["channels"] == c and r["default"]]}),
-              flush=True)  # fmt: skip
+                          "cudnn_tflops": round(flop / cudnn / 1e9, 1), "best_flat": best,
+                          "default": rows[-len(grid)] if rows else None}), flush=True)  # fmt: skip
         rows.append({"channels": c, "T": T, "cudnn_ms": round(cudnn, 4)})
     model, info = load_component(models / "hifigan")
     c = contract("hifigan", info.dims)
-    for name in ("cudnn", "fused"):
+    # name -> (resblocks, tiles by input channels or None for the defaults, fused single items
+    # at most this many channels, batches)
+    configs = {"cudnn": ("cudnn", None, 0, (1, 8))}
+    if best_flat:
+        configs["flat"] = ("fused", best_flat, 0, (8,))
+        configs["flat-single-64"] = ("fused", best_flat, 64, (1,))
+        configs["flat-single-all"] = ("fused", best_flat, 256, (1,))
+    configs["fused"] = ("fused", None, 0, (8,))
+    for name, (blocks, tiles, single, batches) in configs.items():
+        fused_conv.tile_sizes = default_tiles
+        if tiles is not None:
+            fused_conv.tile_sizes = lambda ci, co, t=tiles: t.get(ci) or default_tiles(ci, co)
         wrapper = HiFiGANGraph(model.float())
-        if name == "cudnn":
+        if blocks == "cudnn":
             wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
+        else:
+            wrapper = wrapper.fused()
+            wrapper.fused = None  # type: ignore[assignment]  # already fused, as set here
+            for m in wrapper.modules():
+                if isinstance(m, FusedResBlock):
+                    m.cudnn_single = m.weights[0].shape[1] > single
         runner = cuda_runner("hifigan", wrapper, c, device=dev)
-        for b in (1, 4, 8):
+        for b in batches:
             mel = torch.randn(b, 80, 704, device=dev) - 5
             feeds = {"mel": mel, "mel_lengths": torch.full((b,), 704, device=dev)}
+            t0 = time.perf_counter()
             for _ in range(3):
                 runner.run(feeds)
+            first = time.perf_counter() - t0
             ms = host_ms(lambda runner=runner, feeds=feeds: runner.run(feeds))
-            r = {"vocoder": name, "batch": b, "frames": 704, "ms": round(ms, 4)}
+            r = {"vocoder": name, "batch": b, "frames": 704, "ms": round(ms, 4),
+                 "first_s": round(first, 1)}  # fmt: skip
             r["profile"] = kernel_table(lambda runner=runner, feeds=feeds: runner.run(feeds))
             print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
             rows.append(r)
+    fused_conv.tile_sizes = default_tiles
     return rows
 
 
@@ -478,7 +502,9 @@ def main() -> None:
     args = ap.parse_args()
     parts = args.parts.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    result = stamp(torch.device("cuda"))
+    result["commit"] = git_commit(dirty=True)
+    result["command"] = shlex.join(["python", "scripts/gpu_profile.py", *sys.argv[1:]])
     if "host" in parts:
         result["host"] = host(args.models)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))

@@ -219,7 +219,8 @@ def test_hifigan_fused_resblocks_equal_graph(preset_name: str) -> None:
 
 def test_fused_resblock_variants_name_each_kernel_shape() -> None:
     """What the fused kernels of HiFi-GAN V1 are compiled for: per stage (256 to 32 channels)
-    and kernel size, the three dilated convs and the plain one that adds the residual."""
+    and kernel size, the three dilated convs and the plain one that adds the residual; and
+    which blocks a single item runs on cuDNN."""
     from speechrt.models.hifigan import HiFiGAN
     from speechrt.registry import preset
     from speechrt.runtime.graphs.hifigan import FusedResBlock, HiFiGANGraph
@@ -230,6 +231,9 @@ def test_fused_resblock_variants_name_each_kernel_shape() -> None:
     want = {(c, k, d, False) for c in (256, 128, 64, 32) for k in (3, 7, 11) for d in (1, 3, 5)}
     want |= {(c, k, 1, True) for c in (256, 128, 64, 32) for k in (3, 7, 11)}
     assert len(blocks) == 12 and got == want
+    # a single item runs cuDNN's convs in the blocks of 256 and 128 channels, the fused kernel
+    # in those of 64 and 32 (measured fastest so on an H100)
+    assert [b.cudnn_single for b in blocks] == [True] * 6 + [False] * 6
 
 
 FUSED_CONV_CHECK = """

@@ -162,11 +162,9 @@ def launch(
 
 def tile_sizes(c_in: int, c_out: int) -> Tiles:
     """(BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat) for a conv's channel counts: the
-    fastest of a sweep at HiFi-GAN V1's resblocks (`gpu_profile.py --parts fusedconv`, H100),
-    taps unrolled."""
+    fastest of a sweep at HiFi-GAN V1's resblocks (`gpu_profile.py --parts fusedconv-sweep`,
+    H100), one flat loop over (tap, channel block) pairs."""
     block_co = min(max(triton.next_power_of_2(c_out), 16), 128)
-    if c_in >= 128:  # 128 and 256 channels: short time tiles, 32 channels per step
-        return 64, block_co, 32, 4, 4 if c_in >= 256 else 3, False
-    if c_in >= 64:
-        return 64, block_co, 64, 4, 4, False
-    return 128, block_co, max(triton.next_power_of_2(c_in), 16), 4, 3, False
+    if c_in >= 256:  # 32 channels per step, one more stage in flight
+        return 64, block_co, 32, 4, 4, True
+    return 64, block_co, min(max(triton.next_power_of_2(c_in), 16), 64), 4, 3, True

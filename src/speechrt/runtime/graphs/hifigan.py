@@ -68,10 +68,11 @@ def lrelu_conv(
 
 class FusedResBlock(nn.Module):
     """ResBlock1 / ResBlock2 with each conv and the leaky ReLU before it, its mask and its
-    residual sum in one lrelu_conv: the same function (tested). A batch of one item on a GPU
-    runs the plain block (cuDNN's convs, whose layout the runner sets): measured faster there,
-    2.47 against 2.59 ms for HiFi-GAN V1 at 704 frames; at batch 4 cuDNN took 50.4 ms against
-    ~8 ms fused (H100, `gpu_profile.py --parts fusedconv`)."""
+    residual sum in one lrelu_conv: the same function (tested). With `cudnn_single` (blocks of
+    more than 64 channels), a batch of one item on a GPU runs the plain block (cuDNN's convs,
+    whose layout the runner sets). HiFi-GAN V1 at 704 frames, one item, H100: 2.11 ms with the
+    blocks of 32 and 64 channels fused, 2.16 ms with all fused, 2.36 ms with none; at batch 8
+    13.80 ms fused against 14.63 ms with cuDNN's convs (`gpu_profile.py --parts fusedconv`)."""
 
     def __init__(self, block: ResBlock1 | ResBlock2) -> None:
         super().__init__()
@@ -92,6 +93,7 @@ class FusedResBlock(nn.Module):
                 nn.Parameter(c.weight.detach().permute(2, 1, 0).contiguous(), False)
             )
             self.biases.append(nn.Parameter(c.bias.detach(), False))
+        self.cudnn_single = self.weights[0].shape[1] > 64
 
     def variants(self) -> set[tuple[int, int, int, bool]]:
         """(channels, kernel size, dilation, residual) of each conv: what its fused kernel is
@@ -106,7 +108,7 @@ class FusedResBlock(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         # x: (B, C, T), zero beyond each item's length; mask: (B, 1, T) or None
-        if x.is_cuda and x.shape[0] == 1:
+        if self.cudnn_single and x.is_cuda and x.shape[0] == 1:
             return self.block(x, mask)
         k = 0
         for dilations in self.dilations:
