@@ -10,9 +10,9 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
   cuDNN + Inductor, with kernel tables; fusedconv-sweep also times HiFi-GAN's resblock conv as
   cuDNN runs it against the fused Triton kernel over a sweep of its tile sizes (taps unrolled),
   and the best tiles again as one flat loop.
-- compiletime: the cuda runner's first call (compile + capture) of HiFi-GAN at batch 2 and 4,
-  fused resblocks against cuDNN's; `--flat` and `--compile-threads N` change how the fused
-  kernels are compiled.
+- compiletime: the cuda runner's creation and first call (compile + capture) of HiFi-GAN at
+  batch 2 and 4, fused resblocks against cuDNN's; `--compile-threads N` sets how many threads
+  compile the fused kernels as the runner is created (0: one by one on first use).
 - decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
 - waveglow: WaveGlow 256's NCHW conv graph against its GEMM form, graph-replayed.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
@@ -268,8 +268,8 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     kernel (leaky ReLU, conv, bias, mask, residual) at its default tiles and over a sweep of tile
     sizes as one flat loop, at each stage's channels and length for 704 frames, K=7, dilation
     3; then the whole vocoder at 704 frames in the cuda runner: cuDNN + Inductor, fused with the
-    default tiles, and fused as a flat loop with the sweep's best tiles, a single item on cuDNN
-    or fused (all stages, or only those of at most 64 channels)."""
+    default tiles, and fused with the sweep's best tiles (a single item fused in the stages of
+    at most 64 channels, as the runner does)."""
     import torch.nn.functional as F
     from triton.testing import do_bench
 
@@ -293,7 +293,7 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
         w_kio = w.permute(2, 1, 0).contiguous()
         conv = functools.partial(fused_conv.launch, x, w_kio, bias, 3, 0.1, mask, x)
         grid = [default_tiles(c, c)]
-        for bt in (64, 128):
+        for bt in (64, 128, 256):
             for bco in sorted({min(c, 64), min(c, 128)}):
                 for bci in sorted({min(c, 32), min(c, 64)}):
                     for warps, stages in ((4, 3), (4, 4), (8, 3), (8, 4)):
@@ -322,12 +322,9 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     c = contract("hifigan", info.dims)
     # name -> (resblocks, tiles by input channels or None for the defaults, fused single items
     # at most this many channels, batches)
-    configs = {"cudnn": ("cudnn", None, 0, (1, 8))}
+    configs = {"cudnn": ("cudnn", None, 0, (1, 8)), "fused": ("fused", None, 64, (1, 8))}
     if best_flat:
-        configs["flat"] = ("fused", best_flat, 0, (8,))
-        configs["flat-single-64"] = ("fused", best_flat, 64, (1,))
-        configs["flat-single-all"] = ("fused", best_flat, 256, (1,))
-    configs["fused"] = ("fused", None, 0, (8,))
+        configs["fused-swept-tiles"] = ("fused", best_flat, 64, (1, 8))
     for name, (blocks, tiles, single, batches) in configs.items():
         fused_conv.tile_sizes = default_tiles
         if tiles is not None:
@@ -367,45 +364,21 @@ def fused_variants(graph: torch.nn.Module) -> list[tuple[int, int, int, bool]]:
     return sorted(set().union(*(b.variants() for b in blocks)))
 
 
-def precompile(graph: torch.nn.Module, threads: int) -> int:
-    """Each fused conv variant of the graph launched once on a short input from `threads`
-    threads, so Triton compiles them side by side (sizes and strides divisible by 16, as the
-    runner's). Returns the number of variants."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from speechrt.runtime.fused_conv import launch
-
-    def one(v: tuple[int, int, int, bool]) -> None:
-        c, K, d, res = v
-        x = torch.randn(1, 1024, c, device="cuda", dtype=torch.float16).transpose(1, 2)
-        w = torch.randn(K, c, c, device="cuda", dtype=torch.float16)
-        bias = torch.zeros(c, device="cuda", dtype=torch.float16)
-        mask = torch.ones(1, 1, 1024, device="cuda", dtype=torch.float16)
-        launch(x, w, bias, d, 0.1, mask, x if res else None)
-
-    todo = fused_variants(graph)
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one, todo))
-    torch.cuda.synchronize()
-    return len(todo)
-
-
-def compiletime(models: Path, flat: bool = False, threads: int = 0) -> list[dict]:
-    """The cuda runner's first call (compile + capture) and its replays: HiFi-GAN, 704 frames,
-    batch 2 then 4, with the fused resblock kernels (custom op; `flat`: as one flat loop;
-    `threads` > 0: the kernel variants compiled first from that many threads) and with cuDNN's
-    resblocks. The fused model runs first: its first call includes compiling the Triton kernels
-    (one per conv shape), which batch 4 then finds compiled. Run each setting in a process of
-    its own with empty TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR to time a cold start."""
+def compiletime(models: Path, threads: int | None = None) -> list[dict]:
+    """The cuda runner's creation (which compiles the fused kernels from
+    fused_conv.COMPILE_THREADS threads; `threads` sets them, 0: compiled on first use) and its
+    first call (compile + capture) and replays: HiFi-GAN, 704 frames, batch 2 then 4, with the
+    fused resblock kernels and with cuDNN's resblocks. Run each setting in a process of its own
+    with empty TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR to time a cold start."""
     import speechrt.runtime.graphs.hifigan as hg
     from speechrt.registry import contract
     from speechrt.runtime import fused_conv
     from speechrt.runtime.cuda import cuda_runner
 
-    if flat:
-        unrolled = fused_conv.tile_sizes
-        fused_conv.tile_sizes = lambda c_in, c_out: (*unrolled(c_in, c_out)[:5], True)
+    if threads is not None:
+        fused_conv.COMPILE_THREADS = threads
     dev, rows, frames = torch.device("cuda"), [], 704
+    torch.zeros(1, device=dev)  # the CUDA context, outside the timings
     model, info = load_component(models / "hifigan")
     for resblocks in ("fused", "cudnn"):
         wrapper = hg.HiFiGANGraph(model.float())
@@ -413,8 +386,7 @@ def compiletime(models: Path, flat: bool = False, threads: int = 0) -> list[dict
             wrapper.fused = None  # type: ignore[assignment]  # the runner then keeps cuDNN
         t0 = time.perf_counter()
         runner = cuda_runner("hifigan", wrapper, contract("hifigan", info.dims), device=dev)
-        n = precompile(runner.graph, threads) if threads and resblocks == "fused" else 0
-        pre = time.perf_counter() - t0
+        create = time.perf_counter() - t0
         for b in (2, 4):
             feeds = {"mel": torch.randn(b, 80, frames, device=dev) - 5,
                      "mel_lengths": torch.full((b,), frames, device=dev)}  # fmt: skip
@@ -423,9 +395,9 @@ def compiletime(models: Path, flat: bool = False, threads: int = 0) -> list[dict
             torch.cuda.synchronize()
             first = time.perf_counter() - t0
             ms = host_ms(lambda runner=runner, feeds=feeds: runner.run(feeds))
-            r = {"resblocks": resblocks, "flat": flat, "threads": threads, "model": "hifigan",
-                 "batch": b, "frames": frames, "load_and_precompile_s": round(pre, 2),
-                 "variants_precompiled": n, "first_call_s": round(first, 2),
+            r = {"resblocks": resblocks, "compile_threads": fused_conv.COMPILE_THREADS,
+                 "model": "hifigan", "batch": b, "frames": frames,
+                 "create_runner_s": round(create, 2), "first_call_s": round(first, 2),
                  "ms": round(ms, 4)}  # fmt: skip
             print(json.dumps(r), flush=True)
             rows.append(r)
@@ -494,10 +466,9 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--parts", default="micro,tts,asr")
     ap.add_argument("--micro-models", default="hifigan,jasper,quartznet")
-    ap.add_argument("--flat", action="store_true", help="compiletime: fused kernels as a flat loop")
     ap.add_argument(
-        "--compile-threads", type=int, default=0,
-        help="compiletime: compile the fused kernel variants first from N threads",
+        "--compile-threads", type=int, default=None,
+        help="compiletime: threads that compile the fused kernels (0: on first use)",
     )  # fmt: skip
     args = ap.parse_args()
     parts = args.parts.split(",")
@@ -518,7 +489,7 @@ def main() -> None:
         result["fusedconv"] = fusedconv(args.models, sweep="fusedconv-sweep" in parts)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "compiletime" in parts:
-        result["compiletime"] = compiletime(args.models, args.flat, args.compile_threads)
+        result["compiletime"] = compiletime(args.models, args.compile_threads)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
         result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))

@@ -145,14 +145,19 @@ class CudaRunner:
 
     def prepare(self, wrapper: nn.Module, dtype: torch.dtype) -> nn.Module:
         """A copy of the wrapper on the device, in dtype and layout, in eval mode; a wrapper
-        with a `fused()` form (the same function, parity-tested, e.g. convs as GEMMs) runs that."""
+        with a `fused()` form (the same function, parity-tested, e.g. convs as GEMMs) runs that,
+        and one with a `precompile()` method (its own kernels, compiled side by side) runs it."""
         graph = copy.deepcopy(wrapper)
         fused = getattr(graph, "fused", None)
         if fused is not None:
             graph = fused()
         if self.channels_last:
             channels_last_convs(graph)
-        return graph.to(self.device, dtype).eval()
+        graph = graph.to(self.device, dtype).eval()
+        precompile = getattr(graph, "precompile", None)
+        if precompile is not None:
+            precompile()
+        return graph
 
     def modules(self) -> list[nn.Module]:
         """The modules this runner computes with (verify hooks them)."""

@@ -17,6 +17,9 @@ channels-last layout) or any other strides; the weights are given as (K, C_in, C
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -31,6 +34,9 @@ fused_conv1d: Any = None  # the custom op speechrt::fused_conv1d, where Triton i
 # (BLOCK_T, BLOCK_CO, BLOCK_CI, warps, stages, flat): flat = one loop over (tap, channel block)
 # pairs instead of the taps unrolled, each with its loop over channel blocks
 Tiles = tuple[int, int, int, int, int, bool]
+# (channels, kernel size, dilation, residual): what one compiled kernel serves
+Variant = tuple[int, int, int, bool]
+COMPILE_THREADS = min(16, os.cpu_count() or 1)  # precompile's threads; 0: compile on first use
 
 
 if triton is not None:
@@ -168,3 +174,31 @@ def tile_sizes(c_in: int, c_out: int) -> Tiles:
     if c_in >= 256:  # 32 channels per step, one more stage in flight
         return 64, block_co, 32, 4, 4, True
     return 64, block_co, min(max(triton.next_power_of_2(c_in), 16), 64), 4, 3, True
+
+
+def precompile(
+    variants: Iterable[Variant], dtype: torch.dtype, device: torch.device | str = "cuda"
+) -> int:
+    """Each kernel variant launched once on a short channels-last input from COMPILE_THREADS
+    threads, so that Triton compiles them side by side instead of one after another at a
+    graph's first call. The input's sizes and strides are divisible by 16 like every bucket's,
+    so the calls that follow find these kernels compiled. HiFi-GAN V1 (48 variants), empty
+    caches, H100: the first call at batch 2 took 10.4 s after them (16 threads), against 32.0 s
+    compiling them one by one on first use (`gpu_profile.py --parts compiletime`). Returns the
+    number of variants launched."""
+    todo = sorted(set(variants))
+    if not todo or not COMPILE_THREADS:
+        return 0
+
+    def one(v: Variant) -> None:
+        c, K, d, res = v
+        with torch.cuda.device(device):  # a new thread's current device is the first one
+            x = torch.zeros(1, 1024, c, device=device, dtype=dtype).transpose(1, 2)
+            w = torch.zeros(K, c, c, device=device, dtype=dtype)
+            mask = torch.ones(1, 1, 1024, device=device, dtype=dtype)
+            launch(x, w, w.new_zeros(c), d, 0.1, mask, x if res else None)
+
+    with ThreadPoolExecutor(COMPILE_THREADS) as pool:
+        list(pool.map(one, todo))
+    torch.cuda.synchronize(device)
+    return len(todo)

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from speechrt.arch.hifigan import derived_sizes
 from speechrt.errors import SpeechRTError
 from speechrt.models.hifigan import LRELU_SLOPE, HiFiGAN, ResBlock1, ResBlock2
+from speechrt.runtime import fused_conv
 from speechrt.runtime.fused_conv import fused_conv1d
 
 
@@ -29,6 +30,16 @@ class HiFiGANGraph(nn.Module):
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         return derived_sizes(self.model.dims, sizes)
+
+    def precompile(self) -> int:
+        """The fused kernels of every resblock conv compiled side by side (on a GPU, where the
+        graph is fused; else nothing). Returns how many."""
+        weight = self.model.conv_pre.weight
+        blocks = [m for m in self.modules() if isinstance(m, FusedResBlock)]
+        if not blocks or not weight.is_cuda or fused_conv1d is None:
+            return 0  # without Triton the first call says what is missing
+        variants = set().union(*(b.variants() for b in blocks))
+        return fused_conv.precompile(variants, weight.dtype, weight.device)
 
     def fused(self) -> HiFiGANGraph:
         """The same function with every resblock conv one fused kernel on a GPU (FusedResBlock;
