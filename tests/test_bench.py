@@ -86,6 +86,29 @@ def test_bench_load_against_a_server(speech_server, tmp_path):
     assert (tmp_path / "tts-load.png").stat().st_size > 1000
 
 
+def test_bench_load_clients_in_processes(speech_server, tmp_path):
+    """A closed-loop level's clients split over processes that start together: every process's
+    requests are counted, and the row says how many processes ran them."""
+    args = ["bench", "tts", "--url", f"split={speech_server}", "--concurrency", "3"]
+    args += ["--client-processes", "2", "--seconds", "1.5", "--out-dir", str(tmp_path)]
+    assert main(args) == 0
+    (row,) = json.loads((tmp_path / "tts-load.json").read_text())["rows"]
+    assert row["client_processes"] == 2 and row["errors"] == 0 and row["requests"] >= 3
+    assert 1.5 <= row["wall_s"] < 60 and row["throughput_rps"] > 0
+    assert row["mean_batch_size"] >= 1
+
+
+def test_client_processes_per_level() -> None:
+    import os
+
+    from speechrt.bench.load import client_processes
+
+    cores = os.cpu_count() or 1
+    assert client_processes(1) == 1 and client_processes(8) == 1
+    assert client_processes(64) == min(8, cores) and client_processes(9) == min(2, cores)
+    assert client_processes(4, 16) == 4 and client_processes(4, 2) == 2
+
+
 def test_to_host_passes_numpy_and_copies_cpu_tensors() -> None:
     import numpy as np
     import torch

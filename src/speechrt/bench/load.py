@@ -1,18 +1,25 @@
 """`speechrt bench tts|asr --url NAME=URL ...`: perf_analyzer-style load against running servers.
 
 Closed loop (--concurrency 1,2,4,...): N clients each send the next request as soon as the last
-returns. Open loop (--rates 5,10,...): requests arrive as a Poisson process at R per second,
-whatever the server does. Per level: throughput, latency percentiles, and the server's own
-queue and compute time per request and mean batch size, read from /metrics before and after.
+returns, spread over processes of at most CLIENTS_PER_PROCESS clients each (--client-processes),
+so that the load generator is not what limits a level: one asyncio httpx client is slower per
+request the more it runs at once (encode/httpx#3215). Open loop (--rates 5,10,...): requests
+arrive as a Poisson process at R per second, whatever the server does. Per level: throughput,
+latency percentiles, and the server's own queue and compute time per request and mean batch
+size, read from /metrics before and after.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import math
+import multiprocessing
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
 import httpx
@@ -20,6 +27,7 @@ import numpy as np
 
 from speechrt.bench.stats import summarize
 
+CLIENTS_PER_PROCESS = 8
 METRIC = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
 
 
@@ -59,20 +67,24 @@ async def _timed(send: Callable, client: httpx.AsyncClient, lat: list, errors: l
         errors.append(str(e) or type(e).__name__)
 
 
-async def closed_loop(send, client, concurrency: int, seconds: float) -> tuple[list, list]:
+async def closed_loop(send, client, concurrency: int, seconds: float) -> tuple[list, list, float]:
+    """Latencies, errors and the wall seconds of `concurrency` clients for `seconds`."""
     lat: list[float] = []
     errors: list[str] = []
-    end = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    end = t0 + seconds
 
     async def worker() -> None:
         while time.perf_counter() < end:
             await _timed(send, client, lat, errors)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return lat, errors
+    return lat, errors, time.perf_counter() - t0
 
 
-async def open_loop(send, client, rate: float, seconds: float, seed: int = 0) -> tuple[list, list]:
+async def open_loop(
+    send, client, rate: float, seconds: float, seed: int = 0
+) -> tuple[list, list, float]:
     lat: list[float] = []
     errors: list[str] = []
     rng = np.random.default_rng(seed)
@@ -85,18 +97,63 @@ async def open_loop(send, client, rate: float, seconds: float, seed: int = 0) ->
         await asyncio.sleep(max(0.0, start + t - time.perf_counter()))
         tasks.append(asyncio.create_task(_timed(send, client, lat, errors)))
     await asyncio.gather(*tasks)
-    return lat, errors
+    return lat, errors, time.perf_counter() - start
+
+
+def client_processes(concurrency: int, flag: int | None = None) -> int:
+    """How many processes run `concurrency` closed-loop clients: `flag`, else one per
+    CLIENTS_PER_PROCESS clients, at most one per core."""
+    if flag is not None:
+        return max(1, min(flag, concurrency))
+    return max(1, min(math.ceil(concurrency / CLIENTS_PER_PROCESS), os.cpu_count() or 1))
+
+
+def _closed_loop_process(
+    url: str, task: str, text: str, audio_wav: bytes | None, concurrency: int, seconds: float,
+    start_at: float,
+) -> tuple[list, list, float]:  # fmt: skip
+    """One client process: `concurrency` closed-loop clients from wall time `start_at` on."""
+    send = make_request(task, text, audio_wav)
+
+    async def run() -> tuple[list, list, float]:
+        async with httpx.AsyncClient(base_url=url, timeout=300.0) as client:
+            await asyncio.sleep(max(0.0, start_at - time.time()))
+            return await closed_loop(send, client, concurrency, seconds)
+
+    return asyncio.run(run())
+
+
+def spread_closed_loop(
+    url: str, task: str, text: str, audio_wav: bytes | None, concurrency: int, seconds: float,
+    processes: int,
+) -> Callable[[httpx.AsyncClient], Awaitable[tuple[list, list, float]]]:  # fmt: skip
+    """A level's `run`: the clients split over `processes` processes that start together (the
+    wall time is the longest process's)."""
+
+    async def run(_: httpx.AsyncClient) -> tuple[list, list, float]:
+        shares = [concurrency // processes + (i < concurrency % processes)
+                  for i in range(processes)]  # fmt: skip
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+            start_at = time.time() + 3.0  # the processes start and import in the meantime
+            futures = [pool.submit(_closed_loop_process, url, task, text, audio_wav, n,
+                                   seconds, start_at) for n in shares]  # fmt: skip
+            parts = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        lat = [x for part in parts for x in part[0]]
+        return lat, [e for part in parts for e in part[1]], max(part[2] for part in parts)
+
+    return run
 
 
 async def _level(
-    url: str, model: str, run: Callable[[httpx.AsyncClient], Awaitable[tuple[list, list]]]
+    url: str, model: str, run: Callable[[httpx.AsyncClient], Awaitable[tuple[list, list, float]]]
 ) -> dict:
+    """One level: `run`'s latencies, errors and wall time, and the server's metrics before and
+    after it."""
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
     async with httpx.AsyncClient(base_url=url, timeout=300.0, limits=limits) as client:
         before = parse_metrics((await client.get("/metrics")).text, model)
-        t0 = time.perf_counter()
-        lat, errors = await run(client)
-        wall = time.perf_counter() - t0
+        lat, errors, wall = await run(client)
         after = parse_metrics((await client.get("/metrics")).text, model)
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     items = d.get("nv_inference_count", 0.0)
@@ -136,15 +193,22 @@ def load_sweep(
     seconds: float,
     text: str,
     audio_wav: bytes | None,
+    processes: int | None = None,
 ) -> list[dict]:
-    """Every target x every concurrency level (closed) and rate (open): one row each."""
+    """Every target x every concurrency level (closed) and rate (open): one row each. A closed
+    level runs in client_processes(level, processes) processes."""
     send = make_request(task, text, audio_wav)
     rows = []
     for label, url in targets.items():
         for c in concurrencies:
-            res = asyncio.run(
-                _level(url, task, partial(closed_loop, send, concurrency=c, seconds=seconds))
-            )
+            n = client_processes(c, processes)
+            run: Callable[[httpx.AsyncClient], Awaitable[tuple[list, list, float]]]
+            if n == 1:
+                run = partial(closed_loop, send, concurrency=c, seconds=seconds)
+            else:
+                run = spread_closed_loop(url, task, text, audio_wav, c, seconds, n)
+            res = asyncio.run(_level(url, task, run))
+            res["client_processes"] = n
             rows.append({"target": label, "mode": "concurrency", "level": c, **res})
         for r in rates:
             res = asyncio.run(_level(url, task, partial(open_loop, send, rate=r, seconds=seconds)))

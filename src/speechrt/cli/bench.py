@@ -54,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--concurrency", type=_csv(int), default=[1, 2, 4, 8, 16, 32])
     g.add_argument("--rates", type=_csv(float), default=[], help="open-loop requests/s levels")
     g.add_argument("--seconds", type=float, default=10.0, help="duration of each level")
+    g.add_argument(
+        "--client-processes", type=int, default=None, metavar="N",
+        help="processes that run a closed-loop level's clients (default: one per 8 clients, at "
+        "most one per core): one Python process's HTTP client slows down past a few dozen",
+    )  # fmt: skip
     p.add_argument("--out-dir", default="bench-results", help="JSON, CSV and PNG go here")
     p.add_argument("--name", default=None, help="file name stem (default: the task)")
 
@@ -148,10 +153,13 @@ def run_load(args: argparse.Namespace) -> int:
         raise SpeechRTError("concurrency levels must be >= 1 and rates > 0")
     if args.seconds <= 0:
         raise SpeechRTError("--seconds must be > 0")
+    if args.client_processes is not None and args.client_processes < 1:
+        raise SpeechRTError("--client-processes must be >= 1")
     audio = wav_bytes(synthetic_speechlike(7.0, 16000), 16000) if args.task == "asr" else None
     rows = load_sweep(
-        targets, args.task, args.concurrency, args.rates, args.seconds, TTS_TEXT, audio
-    )
+        targets, args.task, args.concurrency, args.rates, args.seconds, TTS_TEXT, audio,
+        args.client_processes,
+    )  # fmt: skip
     for r in rows:
         r["task"] = args.task
     config = {k: v for k, v in vars(args).items() if not k.startswith("_")}
