@@ -292,36 +292,6 @@ def test_start_up_objects_are_frozen_while_serving():
     assert gc.get_freeze_count() == 0
 
 
-def test_switch_interval_is_set_while_serving():
-    """The server shortens Python's thread switch interval while it serves (the device thread
-    waits less for the interpreter lock behind a busy event loop) and puts it back on stop."""
-    import sys
-
-    before = sys.getswitchinterval()
-
-    async def body(client, server):
-        r = await speak(client, "hi")
-        return sys.getswitchinterval(), r.status_code
-
-    during, status = run_app(SlowTTS(), ServeConfig(switch_interval_ms=0.3), body)
-    assert during == pytest.approx(0.0003) and status == 200
-    assert sys.getswitchinterval() == before
-    kept, _ = run_app(SlowTTS(), ServeConfig(switch_interval_ms=None), body)
-    assert kept == before
-
-
-def test_switch_interval_flag(capsys) -> None:
-    from speechrt.cli import build_parser, main
-    from speechrt.cli.serve import serve_config
-
-    assert main(["serve", "--switch-interval-ms", "-1"]) != 0
-    assert "--switch-interval-ms must be >= 0" in capsys.readouterr().err
-    parse = build_parser().parse_args
-    assert serve_config(parse(["serve"])).switch_interval_ms == 0.25
-    off = serve_config(parse(["serve", "--switch-interval-ms", "0"]))
-    assert off.switch_interval_ms is None  # 0: Python's own
-
-
 def test_warmup_flag_gives_the_texts(capsys) -> None:
     from speechrt.bench.inputs import TTS_TEXT
     from speechrt.cli.serve import warmup_texts

@@ -108,14 +108,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "7 s of audio; the cuda backend compiles its graphs then, not in the first requests",
     )
     p.add_argument(
-        "--switch-interval-ms",
-        type=float,
-        default=0.25,
-        help="Python's thread switch interval while serving: how long the device thread may "
-        "wait for the interpreter lock while requests keep the event loop busy; 0: Python's "
-        "own, 5 ms (default: 0.25)",
-    )
-    p.add_argument(
         "--decode-workers",
         type=int,
         metavar="N",
@@ -209,8 +201,6 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
     if args.threads is not None and args.threads < 1:
         raise SpeechRTError("--threads must be >= 1")
-    if args.switch_interval_ms < 0:
-        raise SpeechRTError("--switch-interval-ms must be >= 0")
     if args.decode_workers is not None and args.decode_workers < 0:
         raise SpeechRTError("--decode-workers must be >= 0")
     config = ServeConfig(
@@ -232,7 +222,6 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         components=not args.no_components,
         decode_workers=args.decode_workers,
         warmup=warmup_texts(args.warmup),
-        switch_interval_ms=args.switch_interval_ms or None,
     )
     if args.acoustic is None and args.vocoder is None and args.asr is None:
         from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model

@@ -10,7 +10,6 @@ import gc
 import logging
 import math
 import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +45,6 @@ ASR_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 BACKENDS = ("auto", *RUNTIME_BACKENDS)
 
 
-SWITCH_INTERVAL_MS = 0.25
-
-
 @dataclass
 class ServeConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
@@ -60,10 +56,6 @@ class ServeConfig:
     # warm-up texts: before the server is ready, every batch size it can form runs once on each
     # (and on 7 s of speech-like audio for the recogniser), see Server.warm_up; None: none
     warmup: tuple[str, ...] | None = None
-    # Python's thread switch interval while serving (sys.setswitchinterval), in ms; None: as it
-    # is (5 ms by default). Every torch call of the device thread lets go of the interpreter
-    # lock; while the event loop is busy with requests, taking it back waits up to this long.
-    switch_interval_ms: float | None = SWITCH_INTERVAL_MS
 
 
 class Server:
@@ -81,7 +73,6 @@ class Server:
         self.tts: TTSService | None = None
         self.asr: ASRService | None = None
         self.ready = False
-        self._switch_interval = sys.getswitchinterval()  # what stop() puts back
         limits = self.config.limits
         if tts is not None:
             self.tts = TTSService(tts, self._engine("tts", TTSAdapter(tts)), limits)
@@ -258,9 +249,6 @@ class Server:
         # full collection took 47 ms with them, ~0 ms frozen (2-core CPU).
         gc.collect()
         gc.freeze()
-        self._switch_interval = sys.getswitchinterval()
-        if self.config.switch_interval_ms is not None:
-            sys.setswitchinterval(self.config.switch_interval_ms / 1000)
         self.ready = True
         # e.g. "serving tts [onnx], asr [onnx], fastpitch [onnx], ...": each model's backend
         log.info("serving %s", ", ".join(f"{n} [{m.backend}]" for n, m in self.v2.items()))
@@ -318,7 +306,6 @@ class Server:
         await asyncio.gather(*(engine.close() for engine in self.engines.values()))
         self.worker.close()
         gc.unfreeze()  # what start-up froze can be collected once the server is gone
-        sys.setswitchinterval(self._switch_interval)
         if self.asr is not None:
             self.asr.decoder.shutdown(wait=False)
             if self.asr.pool is not None:
