@@ -27,13 +27,11 @@ UNIT = ("sxc", "src", "syc", "smt")  # channels-last: unit strides, which Triton
 
 def variants(preset: str) -> list[tuple[int, int, int, bool]]:
     """(channels, kernel, dilation, residual) of each distinct resblock conv of the preset."""
-    from gpu_profile import fused_variants  # this script's folder is on sys.path
-
     from speechrt.models.hifigan import HiFiGAN
     from speechrt.registry import preset as get_preset
     from speechrt.runtime.graphs.hifigan import HiFiGANGraph
 
-    return fused_variants(HiFiGANGraph(HiFiGAN(get_preset("hifigan", preset))).fused())
+    return sorted(HiFiGANGraph(HiFiGAN(get_preset("hifigan", preset))).fused().fused_variants())
 
 
 def compile_one(c: int, k: int, d: int, res: bool, flat: bool, arch: int) -> tuple[float, str]:

@@ -356,14 +356,6 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     return rows
 
 
-def fused_variants(graph: torch.nn.Module) -> list[tuple[int, int, int, bool]]:
-    """(channels, kernel size, dilation, residual) of each distinct fused resblock conv."""
-    from speechrt.runtime.graphs.hifigan import FusedResBlock
-
-    blocks = [m for m in graph.modules() if isinstance(m, FusedResBlock)]
-    return sorted(set().union(*(b.variants() for b in blocks)))
-
-
 def compiletime(models: Path, threads: int | None = None) -> list[dict]:
     """The cuda runner's creation (which compiles the fused kernels from
     fused_conv.COMPILE_THREADS threads; `threads` sets them, 0: compiled on first use) and its

@@ -183,9 +183,9 @@ def precompile(
     threads, so that Triton compiles them side by side instead of one after another at a
     graph's first call. The input's sizes and strides are divisible by 16 like every bucket's,
     so the calls that follow find these kernels compiled. HiFi-GAN V1 (48 variants), empty
-    caches, H100: the first call at batch 2 took 10.4 s after them (16 threads), against 32.0 s
-    compiling them one by one on first use (`gpu_profile.py --parts compiletime`). Returns the
-    number of variants launched."""
+    caches, H100: creating its runner and the first call at batch 2 took 23.1 s with them
+    compiled from 16 threads, against 34.0 s compiling them one by one on first use
+    (`gpu_profile.py --parts compiletime`). Returns the number of variants launched."""
     todo = sorted(set(variants))
     if not todo or not COMPILE_THREADS:
         return 0

@@ -31,15 +31,19 @@ class HiFiGANGraph(nn.Module):
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         return derived_sizes(self.model.dims, sizes)
 
-    def precompile(self) -> int:
-        """The fused kernels of every resblock conv compiled side by side (on a GPU, where the
-        graph is fused; else nothing). Returns how many."""
-        weight = self.model.conv_pre.weight
+    def fused_variants(self) -> set[tuple[int, int, int, bool]]:
+        """(channels, kernel size, dilation, residual) of each distinct fused resblock conv:
+        one compiled kernel each (none where the graph is not fused)."""
         blocks = [m for m in self.modules() if isinstance(m, FusedResBlock)]
-        if not blocks or not weight.is_cuda or fused_conv1d is None:
+        return set().union(*(b.variants() for b in blocks))
+
+    def precompile(self) -> int:
+        """The fused kernels compiled side by side (on a GPU, where the graph is fused; else
+        nothing). Returns how many."""
+        weight = self.model.conv_pre.weight
+        if not weight.is_cuda or fused_conv1d is None:
             return 0  # without Triton the first call says what is missing
-        variants = set().union(*(b.variants() for b in blocks))
-        return fused_conv.precompile(variants, weight.dtype, weight.device)
+        return fused_conv.precompile(self.fused_variants(), weight.dtype, weight.device)
 
     def fused(self) -> HiFiGANGraph:
         """The same function with every resblock conv one fused kernel on a GPU (FusedResBlock;
