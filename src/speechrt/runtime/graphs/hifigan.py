@@ -12,8 +12,7 @@ from torch import Tensor, nn
 from speechrt.arch.hifigan import derived_sizes
 from speechrt.errors import SpeechRTError
 from speechrt.models.hifigan import LRELU_SLOPE, HiFiGAN, ResBlock1, ResBlock2
-from speechrt.runtime import fused_conv
-from speechrt.runtime.fused_conv import fused_conv1d
+from speechrt.runtime.fused_conv import fused_conv1d, precompile
 
 
 class HiFiGANGraph(nn.Module):
@@ -43,7 +42,7 @@ class HiFiGANGraph(nn.Module):
         weight = self.model.conv_pre.weight
         if not weight.is_cuda or fused_conv1d is None:
             return 0  # without Triton the first call says what is missing
-        return fused_conv.precompile(self.fused_variants(), weight.dtype, weight.device)
+        return precompile(self.fused_variants(), weight.dtype, weight.device)
 
     def fused(self) -> HiFiGANGraph:
         """The same function with every resblock conv one fused kernel on a GPU (FusedResBlock;
