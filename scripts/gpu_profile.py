@@ -6,6 +6,9 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
 - micro: HiFi-GAN V1 and Jasper 10x5 alone in fp16 at fixed shapes, each variant (NCHW or
   channels-last convs x cuDNN autotuning off/on) captured in a CUDA graph and replayed, so the
   time is the GPU's alone; with FLOPs (torch's counter), achieved TFLOP/s and the kernel table.
+- host: each stage of the cuda pipelines (FastPitch + HiFi-GAN, Jasper, QuartzNet) at batch 1
+  and 8 as `speechrt bench` runs it: wall time against the device's kernel time, launches,
+  copies and syncs, top host ops; a Chrome trace of each whole batch-1 call (trace-*.json.gz).
 - fusedconv: the vocoder (cuda runner, 704 frames, batch 1 / 4 / 8) with fused resblocks against
   cuDNN + Inductor, with kernel tables; fusedconv-sweep also times HiFi-GAN's resblock conv as
   cuDNN runs it against the fused Triton kernel over a sweep of its tile sizes (taps unrolled),
@@ -97,56 +100,111 @@ def kernel_table(fn, top: int = 12) -> dict:
     }
 
 
-def host_table(fn, top: int = 20) -> dict:
-    """Host side of one call of fn: wall ms, launches, syncs, the top ops by self CPU time."""
+def host_table(fn, top: int = 20, trace: Path | None = None) -> dict:
+    """Host side of one call of fn: wall ms (median of 20), launches, syncs, the top ops by self
+    CPU time, and the device's busy time within the call; `trace`: a gzipped Chrome trace."""
     for _ in range(3):
         fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) * 1e3
+    walls = []
+    for _ in range(20):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - t0) * 1e3)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
+    if trace is not None:
+        import gzip
+
+        prof.export_chrome_trace(str(trace.with_suffix("")))
+        with open(trace.with_suffix(""), "rb") as f, gzip.open(trace, "wb") as g:
+            g.write(f.read())
+        trace.with_suffix("").unlink()
     avg = prof.key_averages()
     counts = {e.key: e.count for e in avg}
     rows = sorted(avg, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     return {
-        "wall_ms": round(wall, 3),
+        "wall_ms": round(statistics.median(walls), 3),
+        "kernel_ms": round(sum(e.device_time_total for e in kernels) / 1e3, 3),
+        "kernels": len(kernels),
         "launches": {k: counts.get(k, 0) for k in
                      ("cudaLaunchKernel", "cudaGraphLaunch", "cudaStreamSynchronize",
-                      "cudaMemcpyAsync", "cudaDeviceSynchronize", "cuLaunchKernel")},
+                      "cudaMemcpyAsync", "cudaDeviceSynchronize", "cuLaunchKernel",
+                      "cudaHostAlloc", "cudaMalloc")},
         "top_self_cpu": [{"us": round(e.self_cpu_time_total, 1), "n": e.count, "name": e.key[:100]}
                          for e in rows],
     }  # fmt: skip
 
 
-def host(models: Path) -> dict:
-    """Host tables for the cuda pipelines' stages at batch 1 (the shipped configuration)."""
+def host(models: Path, out: Path) -> dict:
+    """Host tables for each stage of the cuda pipelines at batch 1 and 8 (FastPitch + HiFi-GAN,
+    Jasper, QuartzNet, 7 s), as `speechrt bench` runs them; a trace of each whole batch-1 call."""
     from speechrt.asr import ASR
     from speechrt.bench.inprocess import TTS_TEXT, synthetic_speechlike
     from speechrt.options import SynthesisOptions
     from speechrt.tts import TTS
 
-    out = {}
+    res: dict[str, dict] = {}
     tts = TTS(models / "fastpitch", models / "hifigan", "cuda", "fp16", "cuda")
-    ids, lengths, seeds = tts.batch_to_tensors(tts.text_to_pieces([TTS_TEXT], [0]))
     opts = SynthesisOptions()
     with torch.inference_mode():
-        mel, mel_lengths = tts.ids_to_mel(ids, lengths, opts, seeds)
-        out["acoustic"] = host_table(lambda: tts.ids_to_mel(ids, lengths, opts, seeds))
-        out["vocoder"] = host_table(lambda: tts.mel_to_audio(mel, mel_lengths, opts, seeds))
-        asr = ASR(models / "jasper", device="cuda", precision="fp16", backend="cuda")
-        segs = asr.segments(0, synthetic_speechlike(7.0, asr.sample_rate))
-        feats, flen, samples = asr.featurize(segs)
-        out["asr_features"] = host_table(lambda: asr.featurize(segs))
-        out["asr_acoustic"] = host_table(lambda: asr.acoustic(feats, flen, samples))
-    for k, v in out.items():
-        print(k, v["wall_ms"], "ms", v["launches"], flush=True)
-        for r in v["top_self_cpu"][:12]:
+        for bs in (1, 8):
+            pieces = tts.text_to_pieces([TTS_TEXT] * bs, list(range(bs)))
+            ids, lengths, seeds = tts.batch_to_tensors(pieces)
+            mel, mel_lengths = tts.ids_to_mel(ids, lengths, opts, seeds)
+            audio, audio_lengths = tts.mel_to_audio(mel, mel_lengths, opts, seeds)
+            res[f"tts_b{bs}_input"] = host_table(lambda p=pieces: tts.batch_to_tensors(p))
+            res[f"tts_b{bs}_acoustic"] = host_table(
+                lambda i=ids, n=lengths, s=seeds: tts.ids_to_mel(i, n, opts, s)
+            )
+            res[f"tts_b{bs}_vocoder"] = host_table(
+                lambda m=mel, n=mel_lengths, s=seeds: tts.mel_to_audio(m, n, opts, s)
+            )
+            res[f"tts_b{bs}_output"] = host_table(
+                lambda a=audio, n=audio_lengths: tts.to_numpy(a, n)
+            )
+
+            def whole(p=pieces):
+                i, n, s = tts.batch_to_tensors(p)
+                m, mn = tts.ids_to_mel(i, n, opts, s)
+                return tts.to_numpy(*tts.mel_to_audio(m, mn, opts, s))
+
+            res[f"tts_b{bs}_whole"] = host_table(
+                whole, trace=out / f"trace-tts-b{bs}.json.gz" if bs == 1 else None
+            )
+        for name in ("jasper", "quartznet"):
+            asr = ASR(models / name, device="cuda", precision="fp16", backend="cuda")
+            audio = synthetic_speechlike(7.0, asr.sample_rate)
+            for bs in (1, 8):
+                segs = [seg for i in range(bs) for seg in asr.segments(i, audio)]
+                feats, flen, samples = asr.featurize(segs)
+                lp, lpn = asr.acoustic(feats, flen, samples)
+                res[f"{name}_b{bs}_features"] = host_table(lambda s=segs, r=asr: r.featurize(s))
+                res[f"{name}_b{bs}_acoustic"] = host_table(
+                    lambda f=feats, n=flen, k=samples, r=asr: r.acoustic(f, n, k)
+                )
+                res[f"{name}_b{bs}_decode"] = host_table(
+                    lambda s=segs, a=lp, n=lpn, r=asr: r.decode(s, a, n)
+                )
+
+                def whole_asr(s=segs, r=asr):
+                    r.decode(s, *r.acoustic(*r.featurize(s)))
+
+                res[f"{name}_b{bs}_whole"] = host_table(
+                    whole_asr, trace=out / f"trace-{name}-b{bs}.json.gz" if bs == 1 else None
+                )
+    for k, v in res.items():
+        print(
+            f"{k:22} wall {v['wall_ms']:7.3f} ms  kernels {v['kernel_ms']:7.3f} ms "
+            f"({v['kernels']})  {v['launches']}",
+            flush=True,
+        )
+        for r in v["top_self_cpu"][:8]:
             print(f"   {r['us']:9.1f} us {r['n']:5d}  {r['name']}")
-    return out
+    return res  # fmt: skip
 
 
 def flops_of(fn) -> int:
@@ -469,7 +527,7 @@ def main() -> None:
     result["commit"] = git_commit(dirty=True)
     result["command"] = shlex.join(["python", "scripts/gpu_profile.py", *sys.argv[1:]])
     if "host" in parts:
-        result["host"] = host(args.models)
+        result["host"] = host(args.models, args.out)
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "decoder" in parts:
         result["decoder"] = decoder(args.models)
