@@ -107,6 +107,26 @@ def test_tts_pipeline_cuda_matches_eager_fp32(acoustic: str, vocoder: str, compo
 
 
 @pytest.mark.parametrize("kind", ["quartznet", "jasper"])
+def test_asr_one_graph_matches_two(kind: str, component) -> None:
+    """The cuda ASR's one graph from audio to log-probs (FeaturesToLogProbs) against its
+    featurizer then its acoustic runner, two graphs: same frames to decode, log-probs within
+    1e-3 of their peak, at batch 1 and 2 (two buckets)."""
+    from speechrt.asr import ASR
+
+    asr = ASR(component(kind), device="cuda", precision=PRECISION, backend="cuda")
+    assert asr.front is not None
+    waves = [speechlike(s, i) for i, s in enumerate((6.0, 2.5))]
+    for batch in ([waves[1]], waves):
+        segs = [seg for i, w in enumerate(batch) for seg in asr.segments(i, w)]
+        for _ in range(2):  # the first call compiles and captures, the second replays
+            one, n_one = asr.log_probs(segs)
+            two, n_two = asr.acoustic(*asr.featurize(segs))
+            assert one.shape == two.shape and n_one.tolist() == n_two.tolist()
+            peak = float(two.abs().max())
+            assert float((one - two).abs().max()) <= 1e-3 * peak
+
+
+@pytest.mark.parametrize("kind", ["quartznet", "jasper"])
 def test_asr_cuda_matches_eager_fp32(kind: str, component) -> None:
     from speechrt.asr import ASR
 
@@ -119,7 +139,9 @@ def test_asr_cuda_matches_eager_fp32(kind: str, component) -> None:
 
     ref, ref_lp = run(ASR(component(kind), device="cuda"))
     assert sum(len(t.split()) for t in ref) > 0  # identical empty texts would prove nothing
-    texts, log_probs = run(ASR(component(kind), device="cuda", precision=PRECISION, backend="cuda"))
+    fast = ASR(component(kind), device="cuda", precision=PRECISION, backend="cuda")
+    assert fast.front is not None  # features and acoustic model as one graph
+    texts, log_probs = run(fast)
     if texts != ref:
         err = float((log_probs - ref_lp).abs().max())
         top2 = ref_lp.topk(2, dim=-1).values

@@ -205,3 +205,44 @@ def test_cuda_featurizer_matches_per_item_reference(name: str) -> None:
     for feats, audios, ref in kept:  # outputs are copies: later replays did not overwrite them
         valid = torch.tensor([cfg.valid_frames(len(a)) for a in audios])
         assert_matches_reference(feats, valid, audios, cfg, ref)
+
+
+@pytest.mark.parametrize("dither", [None, 1e-4])
+def test_features_to_log_probs_equals_featurize_then_acoustic(
+    tmp_path: Path, one_thread: None, dither: float | None
+) -> None:
+    """FeaturesToLogProbs (the cuda backend's one graph from audio to log-probs; here
+    uncompiled on the CPU, with bucketed shapes) vs ASR.featurize then ASR.acoustic: the same
+    frames to decode, log-probs within 1e-5 x DECODER_GAIN (the test model's logit scale), the
+    same words. The two batches take both ways to the runner's frame bucket: padding the
+    featurizer's frames (2.5 s) and cropping them (1.5 s)."""
+    from dle_jasper import DECODER_GAIN, speechlike, talkative_model
+    from speechrt.asr import ASR
+    from speechrt.cli import main
+    from speechrt.runtime.cuda import cuda_runner
+    from speechrt.runtime.featurizer import FeaturesToLogProbs
+    from speechrt.runtime.graphs import build_graph
+
+    torch.save({"state_dict": talkative_model("jasper").state_dict()}, tmp_path / "j.pt")
+    assert main(["convert", str(tmp_path / "j.pt"), str(tmp_path / "j")]) == 0
+    asr = ASR(tmp_path / "j", dither=dither, backend="eager")
+    assert asr.front is None and asr.pad_leading > 0
+    buckets = Buckets({"batch": (2, 8), "feature_frames": (256, 512)})
+    asr.featurizer = Featurizer(asr.features, CPU, buckets)
+    graph = build_graph("jasper", asr.model, asr.info)
+    asr.runner = cuda_runner(
+        "jasper", graph, asr.runner.contract, device="cpu", dtype=torch.float32, mode=None,
+        buckets=buckets,
+    )  # fmt: skip
+    batches = [(2.5, 0.02, 1.0, 1.7), (1.5,)]
+    waves_ = [[speechlike(s, i) for i, s in enumerate(b)] for b in batches]
+    segs = [[asr.segments(i, w, seed=i)[0] for i, w in enumerate(ws)] for ws in waves_]
+    want = [asr.log_probs(s) for s in segs]
+    words = [[t.words for t in asr.transcribe(ws, batch_size=4)] for ws in waves_]
+    assert sum(len(w) for ws in words for w in ws) >= 5  # the test model does say things
+    asr.front = FeaturesToLogProbs(asr.featurizer, asr.runner, asr.pad_leading)
+    for s, (ref, ref_n) in zip(segs, want, strict=True):
+        got, n = asr.log_probs(s)
+        assert got.shape == ref.shape and n.tolist() == ref_n.tolist()
+        assert (got - ref).abs().max().item() <= 1e-5 * DECODER_GAIN
+    assert [[t.words for t in asr.transcribe(ws, batch_size=4)] for ws in waves_] == words

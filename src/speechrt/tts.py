@@ -220,7 +220,9 @@ class TTS:
 
     def batch_to_tensors(self, batch: list[Piece]) -> tuple[Any, ...]:
         """Pieces -> ids (B, L) zero-padded, lengths (B,), seeds (B,) int64: numpy arrays on
-        numpy stages, else torch tensors on the device (seeds on the host)."""
+        numpy stages, else torch tensors on the host. Runners move them where they run: a
+        replayed CUDA graph copies each into its own buffers, with no kernel launched to pad
+        or fill them on the device."""
         lengths = np.array([len(p.ids) for p in batch], dtype=np.int64)
         ids = np.zeros((len(batch), int(lengths.max())), dtype=np.int64)
         for i, p in enumerate(batch):
@@ -230,11 +232,7 @@ class TTS:
             return ids, lengths, seeds
         import torch
 
-        return (
-            torch.from_numpy(ids).to(self.device),
-            torch.from_numpy(lengths).to(self.device),
-            torch.from_numpy(seeds),
-        )
+        return torch.from_numpy(ids), torch.from_numpy(lengths), torch.from_numpy(seeds)
 
     def ids_to_mel(
         self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any

@@ -201,6 +201,15 @@ class ASR:
             from speechrt.runtime.featurizer import make_featurizer
 
             self.featurizer = make_featurizer(self.features, self.backend, self.device)
+        # cuda: log-mel and acoustic model replayed as one graph (FeaturesToLogProbs)
+        self.front: Any = None
+        if self.backend == "cuda":
+            from speechrt.runtime.cuda import CudaRunner
+            from speechrt.runtime.featurizer import FeaturesToLogProbs
+
+            assert isinstance(self.runner, CudaRunner)
+            if self.runner.graphs and self.featurizer.graphs:
+                self.front = FeaturesToLogProbs(self.featurizer, self.runner, self.pad_leading)
 
     def runners(self) -> dict[str, Runner]:
         """{graph name: runner}: the one graph it runs (the /v2 component model shares it)."""
@@ -329,14 +338,19 @@ class ASR:
         with torch.inference_mode():
             return self._featurize_torch(batch)
 
+    def _generators(self, batch: list[Segment]) -> list[Any] | None:
+        """Per-window dither noise generators: independent of batch-mates and order."""
+        if self.features.dither <= 0:
+            return None
+        import torch
+
+        return [torch.Generator(device=self.device).manual_seed(seg.seed) for seg in batch]
+
     def _featurize_torch(self, batch: list[Segment]) -> tuple[Any, Any, list[int]]:
         import torch
 
-        gens = None
-        if self.features.dither > 0:  # per-window noise: independent of batch-mates and order
-            gens = [torch.Generator(device=self.device).manual_seed(seg.seed) for seg in batch]
         # one padded host batch, one copy to the device, one batched log-mel
-        feats, lengths = self.featurizer([seg.audio for seg in batch], gens)  # (B, F, T), (B,)
+        feats, lengths = self.featurizer([seg.audio for seg in batch], self._generators(batch))
         if self.pad_leading:
             feats = torch.nn.functional.pad(feats, (self.pad_leading, 0))
             lengths = lengths + self.pad_leading
@@ -355,16 +369,21 @@ class ASR:
         from speechrt.runtime.stages import as_float32
 
         out = self.runner.run({"features": as_float32(feats), "feature_lengths": lengths})
-        log_probs, out_lengths = out["log_probs"], out["log_prob_lengths"]
-        if self.decode_padding:
-            padded = [self.features.padded_frames(n) + self.pad_leading for n in samples]
-            frames = np.array([self._output_frames(n) for n in padded], dtype=np.int64)
-            if self.numpy:
-                return log_probs, frames
-            import torch
+        return out["log_probs"], self._decode_lengths(out["log_prob_lengths"], samples)
 
-            out_lengths = torch.from_numpy(frames).to(self.device)
-        return log_probs, out_lengths
+    def _decode_lengths(self, out_lengths: Any, samples: list[int]) -> Any:
+        """Frames to decode per window: the valid ones (out_lengths), or with decode_padding
+        every frame of its padded features, known on the host (a numpy array on onnx, else a
+        torch tensor on the host: decoding reads it there)."""
+        if not self.decode_padding:
+            return out_lengths
+        padded = [self.features.padded_frames(n) + self.pad_leading for n in samples]
+        frames = np.array([self._output_frames(n) for n in padded], dtype=np.int64)
+        if self.numpy:
+            return frames
+        import torch
+
+        return torch.from_numpy(frames)
 
     def _output_frames(self, n: int) -> int:
         """Output frames for n input frames (output_frames), cached."""
@@ -373,8 +392,12 @@ class ASR:
         return self._frames_cache[n]
 
     def log_probs(self, batch: list[Segment]) -> tuple[Any, Any]:
-        """Windows -> log-probs (B, T', V) float32 and frames to decode per window (B,)."""
-        return self.acoustic(*self.featurize(batch))
+        """Windows -> log-probs (B, T', V) float32 and frames to decode per window (B,):
+        `featurize` then `acoustic`, or on cuda both in one graph (FeaturesToLogProbs)."""
+        if self.front is None:
+            return self.acoustic(*self.featurize(batch))
+        log_probs, out_lengths = self.front([seg.audio for seg in batch], self._generators(batch))
+        return log_probs, self._decode_lengths(out_lengths, [seg.audio.shape[0] for seg in batch])
 
     def tokens(self, log_probs: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""

@@ -177,13 +177,17 @@ def bench_asr(
 
                 @torch.inference_mode()
                 def step(timer: StageTimer, asr=asr, segs=segs) -> dict:
-                    with timer.stage("features"):
-                        feats, lengths, samples = asr.featurize(segs)
-                    with timer.stage("acoustic"):
-                        log_probs, out_lengths = asr.acoustic(feats, lengths, samples)
+                    if asr.front is not None:  # cuda: features and acoustic model, one graph
+                        with timer.stage("features+acoustic"):
+                            log_probs, out_lengths = asr.log_probs(segs)
+                    else:
+                        with timer.stage("features"):
+                            feats, lengths, samples = asr.featurize(segs)
+                        with timer.stage("acoustic"):
+                            log_probs, out_lengths = asr.acoustic(feats, lengths, samples)
                     with timer.stage("decode"):
                         asr.decode(segs, log_probs, out_lengths)
-                    return {"samples": sum(samples)}
+                    return {"samples": sum(seg.audio.shape[0] for seg in segs)}
 
                 desc = f"asr {variant.backend}/{variant.precision} {seconds}s b{bs}"
                 device = torch.device(asr.device)  # a name on numpy (onnx)

@@ -11,6 +11,7 @@ length; every output is cropped back to the true (B, n_mels, T) and copied out o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,7 +21,8 @@ from speechrt.audio.features import FeatureConfig
 from speechrt.audio.mel import mel_filterbank
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.cuda import compile_fn
+from speechrt.runtime.cuda import CapturedGraphs, CudaRunner, compile_fn
+from speechrt.runtime.eager import to_contract
 
 
 class BatchLogMel(nn.Module):
@@ -115,13 +117,14 @@ class Featurizer:
         frames = self.buckets.size("feature_frames", -(-N // hop))
         return self.buckets.size("batch", B), frames * hop
 
-    @torch.inference_mode()
-    def __call__(
+    def host_batch(
         self,
         audios: Sequence[np.ndarray],
         generators: Sequence[torch.Generator | None] | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """generators: one per window, each draws its window's dither noise (cfg.dither > 0)."""
+    ) -> tuple[list[Tensor], int, int]:
+        """The log-mel's arguments for these windows at their bucket shape (b, n): audio (b, n)
+        and lengths (b,) in host memory (pinned on a GPU), dither noise (b, n) on the device;
+        and the true B windows, N samples. generators: one per window (cfg.dither > 0)."""
         lengths = [a.shape[0] for a in audios]
         if not lengths:
             raise SpeechRTError("no audio to featurise")
@@ -137,8 +140,7 @@ class Featurizer:
             rows[i, lengths[i] :] = 0.0
         rows[B:] = 0.0
         host_lengths = torch.tensor(lengths + [n] * (b - B), dtype=torch.long, pin_memory=pin)
-        audio = host.to(self.device, non_blocking=True)  # (b, n)
-        args = [audio, host_lengths.to(self.device, non_blocking=True)]  # + lengths (b,)
+        args = [host, host_lengths]
         if self.cfg.dither > 0:
             if generators is None or len(generators) != B:
                 raise SpeechRTError("dither is on: give one generator per window")
@@ -146,11 +148,73 @@ class Featurizer:
             for i, g in enumerate(generators):
                 noise[i, : lengths[i]] = torch.randn(lengths[i], generator=g, device=self.device)
             args.append(noise)
+        return args, B, N
+
+    @torch.inference_mode()
+    def __call__(
+        self,
+        audios: Sequence[np.ndarray],
+        generators: Sequence[torch.Generator | None] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """generators: one per window, each draws its window's dither noise (cfg.dither > 0)."""
+        args, B, N = self.host_batch(audios, generators)
+        if not self.graphs:  # a replayed graph copies host inputs into its own buffers
+            args = [x.to(self.device, non_blocking=True) for x in args]
         feats, valid = self.fn(*args)  # (b, n_mels, padded_frames(n)), (b,)
         feats, valid = feats[:B, :, : self.cfg.padded_frames(N)], valid[:B]
         if self.graphs:  # the next replay overwrites the graph's outputs
             return feats.clone(), valid.clone()
         return feats.contiguous(), valid
+
+
+class FeaturesToLogProbs:
+    """The cuda backend's acoustic front in one CUDA graph: the featurizer's log-mel, the
+    leading padding frames and the acoustic runner's compiled graph, replayed per (batch,
+    samples, feature frames) bucket. What runs is what `Featurizer` then `CudaRunner.run` run
+    (the same compiled modules on the same values); one graph launch replaces two, and the
+    features are never cropped, copied out and padded again between them.
+
+    __call__(windows, generators) -> log_probs (B, T', V) and log_prob_lengths (B,) on the
+    device, cropped to the windows' true sizes as the runner crops them. Uncompiled (a runner
+    and featurizer without graphs, e.g. on the CPU) it runs the same steps unreplayed.
+    """
+
+    def __init__(self, featurizer: Featurizer, runner: CudaRunner, pad_leading: int) -> None:
+        self.featurizer, self.runner, self.pad_leading = featurizer, runner, pad_leading
+        graphs = featurizer.graphs and runner.graphs
+        # the compiled callables inside the two CapturedGraphs; uncompiled: the modules
+        log_mel, acoustic = featurizer.fn, runner.compiled["graph"]
+        if graphs:
+            assert isinstance(log_mel, CapturedGraphs) and isinstance(acoustic, CapturedGraphs)
+            log_mel, acoustic = log_mel.fn, acoustic.fn
+        contract, device = runner.contract, featurizer.device
+
+        def forward(frames: int, audio: Tensor, lengths: Tensor, *noise: Tensor) -> Any:
+            feats, valid = log_mel(audio, lengths, *noise)  # (b, n_mels, padded_frames(n))
+            keep = frames - pad_leading  # frames past the true ones are zero: crop or pad them
+            feats = feats[:, :, :keep]
+            feats = nn.functional.pad(feats, (pad_leading, keep - feats.shape[2]))
+            return to_contract(contract, acoustic(feats, valid + pad_leading))
+
+        def uncompiled(frames: int, *args: Tensor) -> Any:
+            return forward(frames, *(x.to(device) for x in args))
+
+        self.graph = CapturedGraphs(forward, device) if graphs else uncompiled
+
+    @torch.inference_mode()
+    def __call__(
+        self,
+        audios: Sequence[np.ndarray],
+        generators: Sequence[torch.Generator | None] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        args, B, N = self.featurizer.host_batch(audios, generators)
+        true = {
+            "batch": B,
+            "feature_frames": self.featurizer.cfg.padded_frames(N) + self.pad_leading,
+        }
+        frames = self.runner.buckets.size("feature_frames", true["feature_frames"])
+        out = self.runner.crop(self.graph(frames, *args), self.runner.with_derived(true))
+        return out["log_probs"], out["log_prob_lengths"]
 
 
 def make_featurizer(cfg: FeatureConfig, backend: str, device: torch.device) -> Featurizer:
