@@ -381,6 +381,12 @@ def fusedconv(models: Path, sweep: bool = True) -> list[dict]:
     # name -> (resblocks, tiles by input channels or None for the defaults, fused single items
     # at most this many channels, batches)
     configs = {"cudnn": ("cudnn", None, 0, (1, 8)), "fused": ("fused", None, 64, (1, 8))}
+    # a single item with more stages fused; the 256-channel stage in smaller tiles (at the
+    # default 64 x 128 one item makes 176 programs, 1.3 waves on 132 SMs)
+    configs["fused-128"] = ("fused", None, 128, (1,))
+    configs["fused-all"] = ("fused", None, 256, (1,))
+    configs["fused-all-256-t32"] = ("fused", {256: (32, 128, 32, 4, 4, True)}, 256, (1,))
+    configs["fused-all-256-co64"] = ("fused", {256: (64, 64, 32, 4, 4, True)}, 256, (1,))
     if best_flat:
         configs["fused-swept-tiles"] = ("fused", best_flat, 64, (1, 8))
     for name, (blocks, tiles, single, batches) in configs.items():
