@@ -37,20 +37,22 @@ class Decoded:
     words: tuple[Word, ...]
 
 
-def collapse(ids: Sequence[int], blank: int) -> list[tuple[int, int, int]]:
-    """Frame-wise ids -> (label, first frame, last frame) per emitted label (repeats merged)."""
-    out: list[tuple[int, int, int]] = []
-    prev = None
-    for f, i in enumerate(ids):
-        if i == prev:
-            if i != blank:
-                lab, first, _ = out[-1]
-                out[-1] = (lab, first, f)
-            continue
-        prev = i
-        if i != blank:
-            out.append((i, f, f))
-    return out
+def collapse(ids: Sequence[int] | np.ndarray, blank: int) -> list[tuple[int, int, int]]:
+    """Frame-wise ids (T,) -> (label, first frame, last frame) per emitted label (repeats
+    merged): runs found by numpy, so the cost follows the tokens, not the frames."""
+    a = np.asarray(ids)
+    if a.size == 0:
+        return []
+    change = np.empty(a.size, dtype=bool)  # (T,): a run starts here
+    change[0] = True
+    np.not_equal(a[1:], a[:-1], out=change[1:])
+    first = np.flatnonzero(change)
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = a.size - 1
+    label = a[first]
+    keep = label != blank
+    return list(zip(label[keep].tolist(), first[keep].tolist(), last[keep].tolist(), strict=True))
 
 
 def tokens_to_words(
@@ -86,11 +88,11 @@ def tokens_to_words(
     return Decoded(" ".join(w.word for w in words), tuple(words))
 
 
-def greedy_ids(log_probs: torch.Tensor | np.ndarray, lengths: Any) -> list[list[int]]:
+def greedy_ids(log_probs: torch.Tensor | np.ndarray, lengths: Any) -> list[np.ndarray]:
     """log_probs: (B, T, V), lengths: (B,) frames to decode (torch or numpy) -> per-item
-    argmax ids."""
-    best = host(log_probs.argmax(-1))
-    return [best[i, : int(n)].tolist() for i, n in enumerate(host(lengths).tolist())]
+    argmax ids (n_i,)."""
+    best = host(log_probs.argmax(-1))  # (B, T): one copy to the host
+    return [best[i, : int(n)] for i, n in enumerate(host(lengths).tolist())]
 
 
 def host(x: Any) -> np.ndarray:
