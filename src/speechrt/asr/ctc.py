@@ -37,16 +37,12 @@ class Decoded:
     words: tuple[Word, ...]
 
 
-Runs = tuple[np.ndarray, np.ndarray, np.ndarray]  # label, first frame, last frame: (N,) each
-
-
-def runs(ids: Sequence[int] | np.ndarray, blank: int) -> Runs:
-    """Frame-wise ids (T,) -> each emitted label's (label, first frame, last frame) as arrays
-    (repeats merged, blanks dropped), found by numpy: the cost follows the tokens, not the
-    frames."""
-    a = np.asarray(ids, dtype=np.int64)
+def collapse(ids: Sequence[int] | np.ndarray, blank: int) -> list[tuple[int, int, int]]:
+    """Frame-wise ids (T,) -> (label, first frame, last frame) per emitted label (repeats
+    merged): runs found by numpy, so the cost follows the tokens, not the frames."""
+    a = np.asarray(ids)
     if a.size == 0:
-        return a, a, a
+        return []
     change = np.empty(a.size, dtype=bool)  # (T,): a run starts here
     change[0] = True
     np.not_equal(a[1:], a[:-1], out=change[1:])
@@ -56,50 +52,40 @@ def runs(ids: Sequence[int] | np.ndarray, blank: int) -> Runs:
     last[-1] = a.size - 1
     label = a[first]
     keep = label != blank
-    return label[keep], first[keep], last[keep]
-
-
-def collapse(ids: Sequence[int] | np.ndarray, blank: int) -> list[tuple[int, int, int]]:
-    """Frame-wise ids -> (label, first frame, last frame) per emitted label (repeats merged)."""
-    return list(zip(*(x.tolist() for x in runs(ids, blank)), strict=True))
+    return list(zip(label[keep].tolist(), first[keep].tolist(), last[keep].tolist(), strict=True))
 
 
 def tokens_to_words(
-    tokens: Sequence[tuple[int, int, int]] | Runs,
+    tokens: Sequence[tuple[int, int, int]],
     labels: Sequence[str],
     frame_duration: float,
     offset: float = 0.0,
     clip: tuple[float, float] | None = None,
 ) -> Decoded:
-    """Emitted (label, first, last) tokens (or their `runs` arrays) -> text and words split at
-    the space label: a word is a run of non-space tokens, from its first token's first frame
-    to its last token's last frame.
+    """Emitted (label, first, last) tokens -> text and words split at the space label.
 
     `clip` = (lo, hi) clamps word times into the audio (padding frames lie outside it).
     """
-    if isinstance(tokens, tuple) and len(tokens) == 3 and isinstance(tokens[0], np.ndarray):
-        label, f0, f1 = tokens
-    else:
-        label, f0, f1 = np.asarray(tokens, dtype=np.int64).reshape(-1, 3).T
-    if label.size == 0:
-        return Decoded("", ())
-    space = np.array([s.isspace() for s in labels])[label]  # (N,)
-    edge = np.concatenate(([True], space, [True]))
-    starts = np.flatnonzero(~space & edge[:-2])  # a non-space token after a space (or first)
-    ends = np.flatnonzero(~space & edge[2:])  # a non-space token before a space (or last)
-    start = offset + f0[starts] * frame_duration  # (W,) seconds
-    end = offset + (f1[ends] + 1) * frame_duration
-    if clip is not None:
-        start = np.clip(start, clip[0], clip[1])
-        end = np.minimum(np.maximum(end, start), clip[1])
-    chars = [labels[i] for i in label.tolist()]
-    words = tuple(
-        Word("".join(chars[i : j + 1]), round(a, 4), round(b, 4))
-        for i, j, a, b in zip(
-            starts.tolist(), ends.tolist(), start.tolist(), end.tolist(), strict=True
-        )
-    )
-    return Decoded(" ".join(w.word for w in words), words)
+    words: list[Word] = []
+    chars: list[str] = []
+    first = last = 0
+    for lab, f0, f1 in [*tokens, (-1, 0, 0)]:  # sentinel flushes the last word
+        ch = labels[lab] if lab >= 0 else " "
+        if ch.isspace():
+            if chars:
+                start = offset + first * frame_duration
+                end = offset + (last + 1) * frame_duration
+                if clip is not None:
+                    start = min(max(start, clip[0]), clip[1])
+                    end = min(max(end, start), clip[1])
+                words.append(Word("".join(chars), round(start, 4), round(end, 4)))
+                chars = []
+            continue
+        if not chars:
+            first = f0
+        chars.append(ch)
+        last = f1
+    return Decoded(" ".join(w.word for w in words), tuple(words))
 
 
 def greedy_ids(log_probs: torch.Tensor | np.ndarray, lengths: Any) -> list[np.ndarray]:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from speechrt.asr.beam import BeamOptions, beam_tokens
-from speechrt.asr.ctc import Word, collapse, greedy_ids, host, runs, tokens_to_words
+from speechrt.asr.ctc import Word, collapse, greedy_ids, host, tokens_to_words
 from speechrt.asr.lm import NGramLM
 
 
@@ -99,12 +99,7 @@ class Decoder:
 
     def decode(self, batch: Sequence[Segment], log_probs: Any, lengths: Any) -> None:
         """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
-        emitted: list[Any]  # per window: greedy's runs arrays, or the beam search's tokens
-        if self.lm is None or self.beam is None:
-            emitted = [runs(ids, len(self.labels)) for ids in greedy_ids(log_probs, lengths)]
-        else:
-            emitted = self.tokens(log_probs, lengths)
-        for seg, tokens in zip(batch, emitted, strict=True):
+        for seg, tokens in zip(batch, self.tokens(log_probs, lengths), strict=True):
             # a VAD window's context may reach outside the item (zeros): no word lies there
             end = seg.offset + seg.samples / self.sample_rate
             span = (max(seg.offset, 0.0), min(end, seg.item_seconds))

@@ -228,12 +228,7 @@ class RegulatedCudaRunner(CudaRunner):
     def __init__(self, graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> None:
         super().__init__(graph_name, wrapper, contract, **kw)
         self.encoder = self.prepare(wrapper, torch.float32)
-
-        def encode(*inputs: Tensor) -> tuple[Any, Tensor]:  # and the longest item's frames
-            e = self.encoder.encode(*inputs)
-            return e, self.graph.frame_lengths(e.reps).max()
-
-        self.plain = {"encode": encode, "decode": self.graph.decode}
+        self.plain = {"encode": self.encoder.encode, "decode": self.graph.decode}
         self.compiled = {k: compile_fn(f, self.mode, self.device) for k, f in self.plain.items()}
 
     def modules(self) -> list[nn.Module]:
@@ -244,8 +239,8 @@ class RegulatedCudaRunner(CudaRunner):
         sizes = self.contract.check_feeds(feeds)
         padded = self.padded_sizes(sizes)
         fns = self._fns(compiled)
-        e, longest_frames = fns["encode"](*self.pad(feeds, padded, compiled))
-        longest = int(longest_frames)  # the one scalar read back
+        e = fns["encode"](*self.pad(feeds, padded, compiled))
+        longest = int(self.graph.frame_lengths(e.reps).max())  # the one scalar read back
         check_frames(self.contract.name, longest, self.graph.max_frames)
         mel, mel_lengths = fns["decode"](e.enc, e.reps, self.buckets.size("frames", longest))
         outs = to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
