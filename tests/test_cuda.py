@@ -106,34 +106,6 @@ def test_tts_pipeline_cuda_matches_eager_fp32(acoustic: str, vocoder: str, compo
         assert len(x) > 0 and snr_db(x, y) >= MIN_SNR_DB, snr_db(x, y)
 
 
-@pytest.mark.parametrize("acoustic", ["fastpitch", "fastspeech"])
-def test_tts_one_step_matches_two_stages(acoustic: str, component) -> None:
-    """The cuda TTS's decoder and vocoder as one graph after the frame count (RegulatedToAudio)
-    against eager float32 (SNR >= MIN_SNR_DB) and against its own two stages (within 1e-3 of
-    the peak), same lengths, at batch 1 and 2."""
-    from speechrt.options import SynthesisOptions
-    from speechrt.tts import TTS
-
-    a, v = component(acoustic), component("hifigan")
-    opts = SynthesisOptions(seed=1)
-    eager = TTS(a, v, device="cuda")
-    tts = TTS(a, v, device="cuda", precision=PRECISION, backend="cuda")
-    assert tts.one_step
-    whole = tts.stages.whole
-    for texts in (TEXTS[:1], TEXTS):
-        ref = eager.synthesize(texts, opts, seeds=[1, 2][: len(texts)])
-        for _ in range(2):  # the first call compiles and captures, the second replays
-            tts.stages.whole = whole
-            one = tts.synthesize(texts, opts, seeds=[1, 2][: len(texts)])
-            tts.stages.whole = None
-            two = tts.synthesize(texts, opts, seeds=[1, 2][: len(texts)])
-        for x, y, r in zip(one, two, ref, strict=True):
-            assert len(x) == len(y) == len(r) > 0
-            assert np.abs(x - y).max() <= 1e-3 * np.abs(y).max()
-            assert snr_db(r, x) >= MIN_SNR_DB, snr_db(r, x)
-    tts.stages.whole = whole
-
-
 @pytest.mark.parametrize("kind", ["quartznet", "jasper"])
 def test_asr_one_graph_matches_two(kind: str, component) -> None:
     """The cuda ASR's one graph from audio to log-probs (FeaturesToLogProbs) against its

@@ -246,21 +246,6 @@ class TTS:
         """mel (B, n_mels, T) -> audio (B, S) float32, audio_lengths (B,)"""
         return self.stages.vocoder(mel, mel_lengths, options, seeds)
 
-    def ids_to_wave(self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any) -> dict:
-        """ids (B, L), lengths (B,) -> audio (B, S) float32 clipped to [-1, 1], audio_lengths,
-        mel_lengths and the acoustic model's other outputs but the mel, in one step: only where
-        the backend runs both models as one (`one_step`: the cuda backend's FastPitch and
-        FastSpeech, whose decoder and vocoder are one CUDA graph)."""
-        if self.stages.whole is None:
-            raise SpeechRTError(f"the {self.backend} backend runs {self.acoustic_info.kind} and "
-                                f"{self.vocoder_info.kind} as two stages")  # fmt: skip
-        return self.stages.whole(ids, lengths, options, seeds)
-
-    @property
-    def one_step(self) -> bool:
-        """Whether ids_to_wave runs (acoustic model and vocoder in one step)."""
-        return self.stages.whole is not None
-
     def denoise(self, audio: Any, audio_lengths: Any, strength: float) -> Any:
         """audio (B, S) -> audio (B, S) with the vocoder's bias spectrum subtracted."""
         return self.stages.denoiser(audio, audio_lengths, strength)
@@ -329,17 +314,11 @@ class TTS:
         on_head: Callable[[list[np.ndarray]], None] | None = None,
     ) -> list[Any]:
         ids, lengths, seeds = self.batch_to_tensors(batch)
-        # both models in one step unless the vocoder runs in spans or audio is denoised
-        one_step = self.one_step and on_head is None and options.denoise == 0
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaxDecoderStepsWarning)
-            got: dict[str, Any] = {}  # the outputs by name, where a step returns them so
-            if one_step:
-                got = self.ids_to_wave(ids, lengths, options, seeds)
-                mel_lengths = got["mel_lengths"]
-            elif timed:
-                got = self.stages.acoustic.outputs(ids, lengths, options, seeds)
-                mel, mel_lengths = got["mel"], got["mel_lengths"]
+            if timed:
+                out = self.stages.acoustic.outputs(ids, lengths, options, seeds)
+                mel, mel_lengths, durations = out["mel"], out["mel_lengths"], out["durations"]
             else:
                 mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
         for w in caught:
@@ -355,9 +334,7 @@ class TTS:
                 )
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        if one_step:
-            audio, audio_lengths = got["audio"], got["audio_lengths"]
-        elif (
+        if (
             on_head is not None
             and options.denoise == 0
             and isinstance(self.stages.vocoder, VocoderStage)
@@ -375,8 +352,7 @@ class TTS:
         waves = self.to_numpy(audio, audio_lengths)
         if not timed:
             return waves
-        d = got["durations"]
-        d = d if isinstance(d, np.ndarray) else d.float().cpu().numpy()
+        d = durations if isinstance(durations, np.ndarray) else durations.float().cpu().numpy()
         pace = np.float32(options.pace)
         frames = np.floor(d.astype(np.float32) / pace + np.float32(0.5)).astype(np.int64)  # (B, L)
         n_frames = np.asarray(mel_lengths.tolist())

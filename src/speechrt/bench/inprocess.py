@@ -128,16 +128,10 @@ def bench_tts(
             def step(timer: StageTimer, tts=tts, pieces=pieces) -> dict:
                 with timer.stage("input"):
                     ids, lengths, seeds = tts.batch_to_tensors(pieces)
-                if tts.one_step and denoise == 0:  # cuda: decoder and vocoder, one graph
-                    with timer.stage("acoustic+vocoder"):
-                        out = tts.ids_to_wave(ids, lengths, options, seeds)
-                    audio, audio_lengths = out["audio"], out["audio_lengths"]
-                    mel_lengths = out["mel_lengths"]
-                else:
-                    with timer.stage("acoustic"):
-                        mel, mel_lengths = tts.ids_to_mel(ids, lengths, options, seeds)
-                    with timer.stage("vocoder"):
-                        audio, audio_lengths = tts.mel_to_audio(mel, mel_lengths, options, seeds)
+                with timer.stage("acoustic"):
+                    mel, mel_lengths = tts.ids_to_mel(ids, lengths, options, seeds)
+                with timer.stage("vocoder"):
+                    audio, audio_lengths = tts.mel_to_audio(mel, mel_lengths, options, seeds)
                 if denoise > 0:
                     with timer.stage("denoiser"):
                         audio = tts.denoise(audio, audio_lengths, denoise)

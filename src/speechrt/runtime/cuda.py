@@ -234,70 +234,17 @@ class RegulatedCudaRunner(CudaRunner):
     def modules(self) -> list[nn.Module]:
         return [self.encoder, self.graph]
 
-    def encode(
-        self, feeds: Mapping[str, Tensor], compiled: bool = True
-    ) -> tuple[Any, dict[str, int]]:
-        """The encode graph's result (.enc, .reps, ...) at bucketed shapes and the call's true
-        sizes, "frames" (the longest item's) among them: the one scalar read back."""
-        sizes = self.contract.check_feeds(feeds)
-        padded = self.padded_sizes(sizes)
-        e = self._fns(compiled)["encode"](*self.pad(feeds, padded, compiled))
-        longest = int(self.graph.frame_lengths(e.reps).max())
-        check_frames(self.contract.name, longest, self.graph.max_frames)
-        return e, {**sizes, "frames": longest}
-
     @torch.inference_mode()
     def run(self, feeds: Mapping[str, Tensor], compiled: bool = True) -> dict[str, Tensor]:
-        e, sizes = self.encode(feeds, compiled)
-        n_frames = self.buckets.size("frames", sizes["frames"])
-        mel, mel_lengths = self._fns(compiled)["decode"](e.enc, e.reps, n_frames)
+        sizes = self.contract.check_feeds(feeds)
+        padded = self.padded_sizes(sizes)
+        fns = self._fns(compiled)
+        e = fns["encode"](*self.pad(feeds, padded, compiled))
+        longest = int(self.graph.frame_lengths(e.reps).max())  # the one scalar read back
+        check_frames(self.contract.name, longest, self.graph.max_frames)
+        mel, mel_lengths = fns["decode"](e.enc, e.reps, self.buckets.size("frames", longest))
         outs = to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
-        return self.crop(outs, sizes)
-
-
-class RegulatedToAudio:
-    """The cuda backend's text-to-audio path for a length-regulated acoustic model (FastPitch,
-    FastSpeech) and a vocoder: the encode graph, the frame count read back, then the acoustic
-    decode, the vocoder and the audio's clip to [-1, 1] as one CUDA graph per (batch, frames)
-    bucket. What runs is what the two runners run (the same compiled functions on the same
-    values; the vocoder masks the mel past each item's length, so the decoder's uncropped
-    frames there change nothing); one graph launch replaces two, and the mel is never cropped,
-    copied out and padded again between them.
-
-    __call__(feeds) -> the acoustic outputs but the mel (mel_lengths, durations, ...) and the
-    vocoder's (audio (B, S) float32 clipped to [-1, 1], audio_lengths (B,)), on the device,
-    cropped to the call's true sizes. Uncompiled (runners without graphs, e.g. on the CPU) it
-    runs the same steps unreplayed.
-    """
-
-    def __init__(self, acoustic: RegulatedCudaRunner, vocoder: CudaRunner) -> None:
-        self.acoustic, self.vocoder = acoustic, vocoder
-        graphs = acoustic.graphs and vocoder.graphs
-        # the compiled callables (inside the runners' CapturedGraphs), or the modules
-        decode, vocode = acoustic.compiled["decode"], vocoder.compiled["graph"]
-        if graphs:
-            assert isinstance(decode, CapturedGraphs) and isinstance(vocode, CapturedGraphs)
-            decode, vocode = decode.fn, vocode.fn
-        contract = vocoder.contract
-
-        def forward(n_frames: int, enc: Tensor, reps: Tensor) -> tuple[Tensor, ...]:
-            mel, mel_lengths = decode(enc, reps, n_frames)  # (b, n_mels, n_frames), (b,)
-            out = to_contract(contract, vocode(mel.float(), mel_lengths))  # as the stages feed it
-            return out["audio"].clamp(-1.0, 1.0), out["audio_lengths"], mel_lengths
-
-        self.graph = CapturedGraphs(forward, acoustic.device) if graphs else forward
-
-    @torch.inference_mode()
-    def __call__(self, feeds: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        e, sizes = self.acoustic.encode(feeds)
-        n_frames = self.acoustic.buckets.size("frames", sizes["frames"])
-        audio, audio_lengths, mel_lengths = self.graph(n_frames, e.enc, e.reps)
-        # the acoustic contract's outputs but the mel, which stays inside the graph
-        a = self.acoustic
-        outs = to_contract(a.contract, a.graph.assemble(audio.new_empty(0), mel_lengths, e))
-        del outs["mel"]
-        voc = {"audio": audio, "audio_lengths": audio_lengths}
-        return {**a.crop(outs, sizes), **self.vocoder.crop(voc, self.vocoder.with_derived(sizes))}
+        return self.crop(outs, {**sizes, "frames": longest})
 
 
 def cuda_runner(graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> CudaRunner:

@@ -162,16 +162,10 @@ class AcousticStage:
         self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
     ) -> dict[str, Any]:
         """Every output of the graph by name (FastPitch's durations (B, L) among them)."""
-        return self.runner.run(self.feeds(ids, lengths, options, seeds))
-
-    def feeds(
-        self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
-    ) -> dict[str, Any]:
-        """The runner's inputs for this call (acoustic_feeds)."""
         if options.speaker >= self.n_speakers:
             raise SpeechRTError(f"speaker id {options.speaker} out of range [0, {self.n_speakers})")
         names = self.runner.contract.input_names
-        return acoustic_feeds(names, ids, lengths, options, seeds)
+        return self.runner.run(acoustic_feeds(names, ids, lengths, options, seeds))
 
     def runners(self) -> list[Runner]:
         return [self.runner]
@@ -265,33 +259,6 @@ class VocoderStage:
         return [self.runner]
 
 
-class TextToAudioStage:
-    """ids (B, L), lengths (B,) -> the acoustic outputs but the mel (mel_lengths, FastPitch's
-    durations, ...) and audio (B, S) float32 clipped to [-1, 1], audio_lengths (B,): both models
-    in one step (`run`: the cuda backend's RegulatedToAudio) on the acoustic stage's inputs."""
-
-    def __init__(self, acoustic: AcousticStage, run: Callable[[dict[str, Any]], dict[str, Any]]):
-        self.acoustic, self.run = acoustic, run
-
-    def __call__(self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any) -> dict:
-        return self.run(self.acoustic.feeds(ids, lengths, options, seeds))
-
-
-def text_to_audio(acoustic: Any, vocoder: Any) -> TextToAudioStage | None:
-    """Both stages as one where the backend runs them so: cuda runners of a length-regulated
-    acoustic model (FastPitch, FastSpeech) and a vocoder that runs in one call; else None."""
-    if not (isinstance(acoustic, AcousticStage) and isinstance(vocoder, VocoderStage)):
-        return None
-    from speechrt.runtime.cuda import CudaRunner, RegulatedCudaRunner, RegulatedToAudio
-
-    a, v = acoustic.runner, vocoder.runner
-    if not isinstance(a, RegulatedCudaRunner) or type(v) is not CudaRunner:
-        return None
-    if vocoder.chunk_frames is not None:
-        return None
-    return TextToAudioStage(acoustic, RegulatedToAudio(a, v))
-
-
 class DenoiserStage:
     """audio (B, S), audio_lengths (B,), strength -> denoised audio (B, S) float32."""
 
@@ -366,8 +333,6 @@ class TTSStages:
         self.vocoder: Any = self._stage(*vocoder) or VocoderStage(
             self._runner(next(iter(graphs_of(v_info.kind))), *vocoder), chunk
         )
-        # both in one step, where the backend has one (the cuda runners), else None
-        self.whole = text_to_audio(self.acoustic, self.vocoder) if backend == "cuda" else None
         self._denoiser: DenoiserStage | None = None
 
     def _stage(self, model: nn.Module | None, info: ComponentInfo, model_dir: str | Path) -> Any:
