@@ -16,6 +16,9 @@ MODELS_DIR holds the default-dims random-weight models of scripts/bench_models.p
 - compiletime: the cuda runner's creation and first call (compile + capture) of HiFi-GAN at
   batch 2 and 4, fused resblocks against cuDNN's; `--compile-threads N` sets how many threads
   compile the fused kernels as the runner is created (0: one by one on first use).
+- asrgraph: Jasper and QuartzNet graphs as the cuda runner compiles them, replayed at batch 1
+  and 8 with kernel counts; variants with the 1x1 convs as matmuls, compiled as is or with
+  Inductor's max-autotune (GEMM templates with the following pointwise work fused in).
 - decoder: Tacotron 2's decoder step, DecoderStep against FusedStep, k steps per CUDA graph.
 - waveglow: WaveGlow 256's NCHW conv graph against its GEMM form, graph-replayed.
 - tts / asr: the cuda runner's pipeline as `speechrt bench` times it, before (NCHW, no autotune)
@@ -254,6 +257,57 @@ def micro(models: Path, names: tuple[str, ...] = ("hifigan", "jasper", "quartzne
                 print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
                 rows.append(r)
             torch.backends.cudnn.benchmark = False
+    return rows
+
+
+def asrgraph(models: Path, variants: tuple[str, ...]) -> list[dict]:
+    """Jasper and QuartzNet as the cuda runner compiles them (fp16, 800 frames, its layout),
+    graph-replayed at batch 1 and 8, with kernel counts, for each variant:
+    - "runner": the model's forward as this tree has it;
+    - "matmul": QuartzNet's 1x1 convs as matmuls over (B, C, T), compiled the same;
+    - "matmul-autotune": the same compiled with mode "max-autotune-no-cudagraphs" (Triton GEMM
+      templates, the pointwise work after each GEMM fused into it)."""
+    from speechrt.runtime.graphs import build_graph
+
+    def matmul_1x1(conv: torch.nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+        # (B, C_in, T) -> (B, C_out, T), the same math as the 1x1 conv
+        y = torch.matmul(conv.weight[:, :, 0], x)
+        return y if conv.bias is None else y + conv.bias[:, None]
+
+    dev = torch.device("cuda")
+    rows = []
+    for name in ("quartznet", "jasper"):
+        model, info = load_component(models / name)
+        # Jasper's convs run channels-last (modules replaced): its 1x1 convs stay convs
+        for variant in variants if name == "quartznet" else ("runner",):
+            m = copy.deepcopy(model)
+            if variant.startswith("matmul"):
+                for mod in m.modules():
+                    if isinstance(mod, torch.nn.Conv1d) and mod.kernel_size == (1,):
+                        mod.forward = functools.partial(matmul_1x1, mod)  # type: ignore[method-assign]
+            graph = build_graph(name, m, info)
+            if graph.channels_last:
+                channels_last_convs(graph)
+            graph = graph.to(dev, torch.float16).eval()
+            mode = "max-autotune-no-cudagraphs" if variant.endswith("autotune") else None
+            t0 = time.perf_counter()
+            compiled = torch.compile(graph, dynamic=False, mode=mode)
+            for b in (1, 8):
+                feats = torch.randn(b, 64, 800, device=dev)  # the 7 s bucket
+                lengths = torch.full((b,), 700, device=dev)
+                run = torch.inference_mode()(lambda c=compiled, f=feats, n=lengths: c(f, n))
+                ref = torch.inference_mode()(lambda g=graph, f=feats, n=lengths: g(f, n))
+                got, want = run()[0].float(), ref()[0].float()
+                n_out = int(run()[1][0])
+                err = float((got[:, :n_out] - want[:, :n_out]).abs().max())
+                ms = graph_time_ms(run)
+                r = {"model": name, "variant": variant, "batch": b, "graph_ms": round(ms, 4),
+                     "compile_s": round(time.perf_counter() - t0, 1),
+                     "max_err_vs_uncompiled": err}  # fmt: skip
+                r["profile"] = kernel_table(run)
+                print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
+                rows.append(r)
+            torch._dynamo.reset()
     return rows
 
 
@@ -522,6 +576,7 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--parts", default="micro,tts,asr")
     ap.add_argument("--micro-models", default="hifigan,jasper,quartznet")
+    ap.add_argument("--asr-variants", default="runner,matmul,matmul-autotune")
     ap.add_argument(
         "--compile-threads", type=int, default=None,
         help="compiletime: threads that compile the fused kernels (0: on first use)",
@@ -546,6 +601,9 @@ def main() -> None:
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "compiletime" in parts:
         result["compiletime"] = compiletime(args.models, args.compile_threads)
+        (args.out / "profile.json").write_text(json.dumps(result, indent=1))
+    if "asrgraph" in parts:
+        result["asrgraph"] = asrgraph(args.models, tuple(args.asr_variants.split(",")))
         (args.out / "profile.json").write_text(json.dumps(result, indent=1))
     if "micro" in parts:
         result["micro"] = micro(args.models, tuple(args.micro_models.split(",")))

@@ -9,8 +9,11 @@ projections of earlier outputs ("plain": the block input; "dense": every earlier
 DR), then ReLU. QuartzNet convs are separable (depthwise k, then pointwise 1x1). At load, BatchNorm
 (eps 1e-3) is folded into the conv before it (the pointwise one when separable); dropout is inert.
 
-Every conv zeroes its input frames at or past the current length first (DLE use_conv_masks), so an
-item's outputs, valid frames and padded tail alike, never depend on its batch-mates.
+Every conv of more than one tap zeroes its input frames at or past the current length first (DLE
+use_conv_masks), so an item's outputs, valid frames and padded tail alike, never depend on its
+batch-mates. DLE masks the inputs of the 1x1 convs (pointwise, residual) as well; a 1x1 conv
+mixes no frames, so that changes only frames past the length, and skipping it saves one pass
+over the activations per separable sub-block.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ class SubBlock(nn.Module):
         x = first(mask_frames(x, lengths))
         lengths = conv_lengths(lengths, first)
         if self.separable:
-            x = self.pointwise(mask_frames(x, lengths))
+            x = self.pointwise(x)  # 1x1: frames past the length are masked by the next conv
         return x, lengths
 
 
@@ -88,7 +91,7 @@ class Block(nn.Module):
             if j < len(self.subs) - 1:
                 x = F.relu(x)
         for conv, src in zip(self.res, xs, strict=False):
-            x = x + conv(mask_frames(src, lengths))
+            x = x + conv(src)  # 1x1, unmasked (module doc)
         return F.relu(x), out_lengths
 
 
