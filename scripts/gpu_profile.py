@@ -285,7 +285,7 @@ def asrgraph(models: Path, variants: tuple[str, ...]) -> list[dict]:
                 for mod in m.modules():
                     if isinstance(mod, torch.nn.Conv1d) and mod.kernel_size == (1,):
                         mod.forward = functools.partial(matmul_1x1, mod)  # type: ignore[method-assign]
-            graph = build_graph(name, m, info)
+            graph = build_graph(next(iter(registry.graphs_of(info.kind))), m, info)
             if graph.channels_last:
                 channels_last_convs(graph)
             graph = graph.to(dev, torch.float16).eval()
