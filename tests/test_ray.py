@@ -62,9 +62,6 @@ def test_ray_flags_need_ray_and_are_checked() -> None:
         parse_split("0,1")
     options = ray_options(serve_args("--ray", "--autoscale", "1,3", "--max-batch-size", "16"))
     assert options["autoscale"] == (1, 3) and options["max_batch_size"] == 16
-    # Serve's per-request access log follows --log-level as the plain server's does
-    assert options["access_log"] is False
-    assert ray_options(serve_args("--ray", "--log-level", "debug"))["access_log"] is True
 
 
 def test_replicas_take_what_their_engine_holds() -> None:
@@ -76,8 +73,6 @@ def test_replicas_take_what_their_engine_holds() -> None:
     assert opts["max_ongoing_requests"] == 316 and opts["num_replicas"] == 2
     auto = replica_options(autoscale=(1, 4), max_batch_size=8)
     assert auto["autoscaling_config"]["max_replicas"] == 4 and "num_replicas" not in auto
-    assert opts["logging_config"] == {"enable_access_log": False}
-    assert replica_options(access_log=True)["logging_config"] == {"enable_access_log": True}
 
 
 # -- on a local cluster --------------------------------------------------------------------------

@@ -62,7 +62,6 @@ def ray_options(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": cpus,
         "max_batch_size": args.max_batch_size,
         "max_queue_size": args.max_queue_size,
-        "access_log": args.log_level == "debug",  # as the plain server's
     }
 
 

@@ -90,22 +90,15 @@ def replica_options(
     cpus: float = 1.0,
     max_batch_size: int = 8,
     max_queue_size: int = 256,
-    access_log: bool = False,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """serve.deployment options for `replicas` (or `autoscale` = (min, max)) copies.
-
-    `access_log`: Serve logs a line per request (the plain server's access log is on at
-    --log-level debug only). Off, a replica spends less of its interpreter per request: on a
-    2-core CPU, 1.62 against 1.75 ms of replica CPU time per GET /v2/health/ready, behind Ray's
-    Python proxy; the same interpreter drives the GPU."""
+    """serve.deployment options for `replicas` (or `autoscale` = (min, max)) copies."""
     options: dict[str, Any] = {
         # As many as the replica's engine holds (a batch running, a full queue), which answers
         # 503 itself beyond that. Fewer would leave requests in Ray's router, which retries a
         # full replica with growing back-off: one replica capped at 16 ongoing served 161
         # requests/s to 16 clients and 13 to 64 (H100).
         "max_ongoing_requests": max_batch_size + max_queue_size,
-        "logging_config": {"enable_access_log": access_log},
         "ray_actor_options": {
             "num_cpus": cpus,
             "num_gpus": gpus,
