@@ -33,16 +33,21 @@ def cpu_s(pid: int) -> float:
 
 
 def replica_pid() -> int:
-    """The Ray replica's process (Ray names it ray::ServeReplica:...)."""
+    """The newest Ray replica process (Ray names it ray::ServeReplica:...; one of an earlier
+    run may still be exiting)."""
+    found = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+                started = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[19])
             except OSError:
                 continue
             if b"ServeReplica" in cmd:
-                return int(d)
-    raise SystemExit("no Ray replica process found")
+                found.append((started, int(d)))
+    if not found:
+        raise SystemExit("no Ray replica process found")
+    return max(found)[1]
 
 
 def hammer(port: int, route: str, n: int) -> None:
