@@ -261,6 +261,102 @@ def test_spec_augment_on_the_device_equals_the_per_item_loop():
     assert 0.05 < masked < 0.6  # masks exist but leave most of the features
 
 
+def _channel(aug, data, seed: int = 0):
+    from speechrt_train.asr_data import channel_batch, padded_audio
+
+    audio, sizes = padded_audio(data, list(range(len(data.audio))))
+    g, g_noise = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
+    out, lengths = channel_batch(audio, sizes, aug, g, g_noise)
+    return audio, sizes, out, lengths
+
+
+def test_channel_silence_moves_the_speech_and_keeps_it():
+    from speechrt_train.asr_data import Augment
+
+    data = _speech(6)
+    audio, sizes, out, lengths = _channel(Augment(pad_prob=1.0, pad_s=0.5), data)
+    assert out.shape[1] == max(lengths) and all(n >= s for n, s in zip(lengths, sizes, strict=True))
+    assert any(n > s for n, s in zip(lengths, sizes, strict=True))
+    for row, x, n, s in zip(out, audio, lengths, sizes, strict=True):
+        lead = max(range(n - s + 1), key=lambda k: float(row[k : k + s] @ x[:s]))
+        assert (row[lead : lead + s] - x[:s]).abs().max() < 1e-4  # unchanged, moved
+        silence = torch.cat([row[:lead], row[lead + s :]])  # before, after, past the length
+        assert silence.abs().max() < 1e-4
+
+
+def test_channel_telephone_band_and_mu_law():
+    from speechrt_train.asr_data import Augment, SpeechData
+
+    noise = torch.randn(3, 16000, generator=torch.Generator().manual_seed(0)) * 0.1
+    data = SpeechData(list(noise), ["a"] * 3, [torch.tensor(label_ids("a"))] * 3, ["v"] * 3)
+    _, _, out, lengths = _channel(Augment(phone_prob=1.0), data)
+    assert lengths == [16000] * 3
+    power = torch.fft.rfft(out).abs().square()  # bins of 1 Hz
+    in_band = power[:, 500:3000].mean()
+    assert power[:, 4500:].mean() < 1e-3 * in_band  # > 30 dB down above the band
+    assert power[:, 20:120].mean() < 0.1 * in_band  # and below it
+    from speechrt_train.asr_data import _mu_law
+
+    x = torch.linspace(-1, 1, 10001)
+    coded = _mu_law(x)
+    assert len(torch.unique(coded)) <= 256  # 8-bit codes
+    assert ((coded - x).abs() <= 0.025 * x.abs() + 2e-4).all()  # log-spaced steps
+
+
+def test_channel_room_spreads_energy_past_the_speech():
+    from speechrt_train.asr_data import Augment
+
+    data = _speech(4)
+    dry = Augment(pad_prob=1.0, pad_s=0.5)
+    wet = dataclasses.replace(dry, reverb_prob=1.0, rt60_s=(0.6, 0.6), drr_db=(0.0, 0.0))
+    _, sizes, a, lengths = _channel(dry, data)
+    _, _, b, lengths_b = _channel(wet, data)
+    assert lengths == lengths_b
+    for k, (s, n) in enumerate(zip(sizes, lengths, strict=True)):
+        lead = max(range(n - s + 1), key=lambda j: float(a[k, j : j + s] @ data.audio[k]))
+        after = slice(lead + s, min(lead + s + 1600, n))  # 0.1 s after the speech
+        if after.stop - after.start < 800:
+            continue
+        assert a[k, after].square().mean() < 1e-8
+        assert b[k, after].square().mean() > 1e-5  # the room's tail
+        rms = [float(x[k, lead : lead + s].square().mean().sqrt()) for x in (a, b)]
+        assert abs(rms[1] / rms[0] - 1) < 0.01  # the speech's RMS is kept
+
+
+def test_channel_coloured_noise_at_the_drawn_snr():
+    from speechrt_train.asr_data import Augment
+
+    data = _speech(6)
+    aug = Augment(colour_noise_prob=1.0, colour_snr_db=(15.0, 15.0))
+    _, _, clean, _ = _channel(dataclasses.replace(aug, colour_noise_prob=0.0), data)
+    _, _, noisy, lengths = _channel(aug, data)
+    for k, n in enumerate(lengths):
+        diff = noisy[k, :n] - clean[k, :n]
+        snr = 10 * torch.log10(clean[k, :n].square().mean() / diff.square().mean())
+        assert abs(float(snr) - 15.0) < 1.0
+
+
+def test_vtlp_warp_moves_a_tone_and_one_is_the_identity():
+    from speechrt.audio.features import FeatureConfig
+    from speechrt_train.asr_data import batched_features, vtlp_source_bins
+
+    n = 257
+    ident = vtlp_source_bins(torch.ones(1), n)
+    assert torch.allclose(ident, torch.arange(n, dtype=torch.float32)[None])
+    src = vtlp_source_bins(torch.tensor([0.9, 1.1]), n)
+    assert src[:, 0].eq(0).all() and src[:, -1].eq(n - 1).all()  # DC and Nyquist stay
+    assert (src[:, 1:] >= src[:, :-1]).all()  # monotonic
+    cfg = FeatureConfig(dither=0.0)
+    t = torch.arange(16000) / 16000
+    tone = (0.3 * torch.sin(2 * torch.pi * 1000 * t))[None].repeat(2, 1)
+    plain, _ = batched_features(tone, [16000] * 2, cfg, None)
+    same, _ = batched_features(tone, [16000] * 2, cfg, None, torch.ones(2))
+    assert (plain - same).abs().max() < 1e-4
+    warped, _ = batched_features(tone, [16000] * 2, cfg, None, torch.tensor([0.9, 1.1]))
+    peak = [int(f[:, 10:-10].mean(1).argmax()) for f in (plain[0], warped[0], warped[1])]
+    assert peak[1] < peak[0] < peak[2]  # alpha < 1 moves it down, alpha > 1 up
+
+
 def test_packed_data_keeps_items_and_segments_match_slices():
     from speechrt.audio.mel import MelConfig
     from speechrt_train.tts_data import VoiceData, segment_batch

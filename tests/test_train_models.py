@@ -19,7 +19,7 @@ from speechrt.models.jasper import QuartzNet, QuartzNetDims, mask_frames
 from speechrt.options import SynthesisOptions
 from speechrt.repo import load_component, save_component
 from speechrt_train.__main__ import _trainer, build_parser, main
-from speechrt_train.asr_data import SpeechData, load_speech, speech_batch
+from speechrt_train.asr_data import Augment, SpeechData, load_speech, speech_batch
 from speechrt_train.corpus import HELDOUT_VOICE, TTS_MEL, TTS_VOICE, load_shard
 from speechrt_train.distributed import Ranks
 from speechrt_train.export import fastpitch_component
@@ -45,7 +45,9 @@ from speechrt_train.tts_data import VoiceData, load_voice
 FP = FastPitchConfig(preset="fastpitch-tiny", batch_size=4, lr=3e-3, warmup=5, amp=False)
 HG = HiFiGANConfig(preset="hifigan-tiny", disc_width=0.05, batch_size=2, segment_frames=8)
 HG_ARGS = ["--preset", "hifigan-tiny", "--set", "disc_width=0.05", "--set", "segment_frames=8"]
-QN = QuartzNetConfig(preset="quartznet-tiny", batch_size=4, lr=3e-3, warmup=5, amp=False)
+QN = QuartzNetConfig(
+    preset="quartznet-tiny", batch_size=4, lr=3e-3, warmup=5, amp=False, augment="synthetic"
+)
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +249,8 @@ def test_quartznet_learns_folds_and_resumes_exactly(speech, tmp_path):
     assert torch.equal(la, lb) and (a - b).abs().max() < 1e-4
     evaluation = trainer.evaluate()
     assert evaluation["val_n"] == 3 and evaluation["val_wer"] >= 0
-    config = dataclasses.replace(QN, dropout=0.2)  # dropout draws from the global RNG
+    # dropout draws from the global RNG; recordings' augmentation from both generators
+    config = dataclasses.replace(QN, dropout=0.2, augment="recordings")
     whole, resumed = _resume_matches(lambda: QuartzNetTrainer(train, val, config), tmp_path, 4)
     assert _same_weights(whole.model, resumed.model)
 
@@ -550,3 +553,12 @@ def test_train_speed_script_reports_each_variant(corpus, tmp_path):
     assert script.main([*args, "--seconds", "0"]) == 0  # budget spent: every variant skipped
     assert all(r["stopped"] == "skipped" for r in json.loads(out.read_text())["results"])
     assert script.main(["--corpus", str(tmp_path / "none"), "--out", str(out)]) == 2
+
+
+def test_quartznet_augment_presets_by_name(speech):
+    train, val = speech
+    trainer = QuartzNetTrainer(train, val, dataclasses.replace(QN, augment="recordings"))
+    assert trainer.augment is not None and trainer.augment.channel
+    assert QuartzNetTrainer(train, val, QN).augment == Augment()
+    with pytest.raises(ValueError, match="augment 'studio'"):
+        QuartzNetTrainer(train, val, dataclasses.replace(QN, augment="studio"))

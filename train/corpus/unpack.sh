@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Unpack .carry/debs into a prefix (default /tmp/teachers), .carry/wheels into a site folder
+# Unpack .carry/debs (and .carry/pico's pico-say, where fetch.sh built it) into a prefix
+# (default /tmp/teachers), .carry/wheels into a site folder
 # (default /tmp/site) and, where there are any, .carry/text/*.deb (more English text: see
 # `speechrt_train corpus --text-root`) into a text root (default /tmp/text); idempotent. Then:
 # PYTHONPATH=src:train:/tmp/site and pass `--prefix /tmp/teachers` to `python -m speechrt_train
@@ -36,6 +37,9 @@ PY
 
 if [ ! -x "$PREFIX/usr/bin/festival" ]; then
   unpack "$PREFIX" .carry/debs/*.deb
+fi
+if [ -x .carry/pico/usr/bin/pico-say ] && [ ! -x "$PREFIX/usr/bin/pico-say" ]; then
+  cp -r .carry/pico/usr "$PREFIX/"  # pico-say + its language files (fetch.sh built them)
 fi
 if compgen -G ".carry/text/*.deb" >/dev/null && [ ! -d "$TEXT/usr" ]; then
   unpack "$TEXT" .carry/text/*.deb

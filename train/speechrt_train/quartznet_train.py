@@ -26,7 +26,7 @@ from speechrt.arch.jasper import QuartzNetDims, _preset
 from speechrt.asr.wer import wer
 from speechrt.audio.features import FeatureConfig, batch_features
 from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, conv_lengths
-from speechrt_train.asr_data import Augment, SpeechData, speech_batch, speech_batch_host
+from speechrt_train.asr_data import AUGMENTS, Augment, SpeechData, speech_batch, speech_batch_host
 from speechrt_train.distributed import all_reduce_
 from speechrt_train.loop import Batches, Checkpointed, optimizer_options, warmup_rsqrt
 
@@ -295,9 +295,6 @@ def ctc_text(ids: list[int], blank: int) -> str:
     return " ".join("".join(out).split())
 
 
-DEFAULT_AUGMENT = Augment()
-
-
 @dataclass
 class QuartzNetConfig:
     preset: str = "quartznet-5x5"
@@ -313,6 +310,8 @@ class QuartzNetConfig:
     seed: int = 0
     amp: bool = True
     compile: bool = False  # torch.compile the model (dynamic shapes: lengths vary per batch)
+    augment: str = "recordings"  # asr_data.AUGMENTS: "synthetic" (speed, gain, white noise,
+    # SpecAugment) or "recordings" (+ silence, room, coloured noise, EQ, telephone, VTLP)
 
 
 class QuartzNetTrainer(Checkpointed):
@@ -333,13 +332,17 @@ class QuartzNetTrainer(Checkpointed):
         val: SpeechData | None,
         config: QuartzNetConfig,
         device: str | torch.device = "cpu",
-        augment: Augment | None = DEFAULT_AUGMENT,
+        augment: Augment | None | str = "config",
         rank: int = 0,
         world: int = 1,
     ) -> None:
         self.config, self.device = config, torch.device(device)
         self.rank, self.world = rank, world
-        self.train, self.val, self.augment = train, val, augment
+        self.train, self.val = train, val
+        if config.augment not in AUGMENTS:
+            raise ValueError(f"augment {config.augment!r}: one of {', '.join(AUGMENTS)}")
+        # "config": the config's preset; an Augment (or None: no augmentation) overrides it
+        self.augment = AUGMENTS[config.augment] if isinstance(augment, str) else augment
         # DLE's features (16 kHz, 64 mels, 10 ms hop) with DLE's dither, in training and in the
         # exported model alike: teachers write exact digital silence, log(0 + 1e-20) features
         # otherwise, and the dither is what keeps such frames in the range the model has seen

