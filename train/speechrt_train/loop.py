@@ -391,7 +391,8 @@ class Checkpointed:
 
     def compact_state(self) -> dict[str, Any]:
         weights = {k: half(m.state_dict()) for k, m in self._weight_parts().items()}
-        return {**weights, "step": self.step_count}
+        # the config rides along for the export's summary (model cards); loading ignores it
+        return {**weights, "step": self.step_count, "config": dataclasses.asdict(self.config)}
 
     def load_compact(self, state: dict[str, Any]) -> None:
         for k, m in self._weight_parts().items():
