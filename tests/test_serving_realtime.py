@@ -63,7 +63,7 @@ def offline(server: str, wav: bytes) -> str:
     """The non-streamed transcription of the same samples."""
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
     text = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", wav)).text
-    assert "stella" in text
+    assert "machine" in text and "call" in text  # both sentences were heard
     return text
 
 

@@ -139,11 +139,11 @@ def test_padding_with_silence_changes_nothing(recorded) -> None:
         for a, b in zip(padded.words, plain.words, strict=True):  # same words, shifted
             assert a.start == pytest.approx(b.start + pad, abs=0.011)
             assert a.end == pytest.approx(b.end + pad, abs=0.011)
-    # without the detector the padding changes the transcript (the reason it exists)
+    # without the detector, silence alone is heard as words (the reason it exists; the
+    # recogniser trained with silence around its speech, so padding alone no longer shows it)
     from speechrt.asr import ASR
 
-    fixed = ASR(vad=None).transcribe([np.concatenate([silence(3), speech, silence(3)])])[0]
-    assert fixed.text != plain.text
+    assert ASR(vad=None).transcribe([silence(10)])[0].text != ""
 
 
 def test_long_audio_is_cut_at_pauses(recorded) -> None:
