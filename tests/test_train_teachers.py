@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 from speechrt_train.corpus import TTS_MEL, TTS_VOICE, build, load_shard
-from speechrt_train.teachers import TeacherError, Teachers
+from speechrt_train.teachers import (
+    ESPEAK_ACCENTS,
+    ESPEAK_VARIANTS,
+    TeacherError,
+    Teachers,
+    espeak_voice,
+)
 from speechrt_train.texts import fortune_files
 
 HAVE_TEACHERS = all(shutil.which(p) for p in ("flite", "festival")) and bool(fortune_files("/"))
@@ -30,7 +36,32 @@ def test_unpacked_prefix_without_programs_fails_clearly(tmp_path):
     with pytest.raises(TeacherError, match="unpack the .debs"):
         teachers.synthesize("slt-hts", ["hello"])
     with pytest.raises(TeacherError, match="unknown voice"):
-        Teachers().synthesize("espeak", ["hello"])
+        Teachers().synthesize("mbrola-us1", ["hello"])
+    with pytest.raises(TeacherError, match="unpack the .debs"):
+        teachers.synthesize("pico-us", ["hello"])  # pico-say is built into the prefix too
+
+
+def test_espeak_speaker_is_a_function_of_the_text():
+    texts = [f"Sentence number {i} of the corpus." for i in range(400)]
+    args = [espeak_voice(t) for t in texts]
+    assert args == [espeak_voice(t) for t in texts]  # the same on every call and machine
+    voices = [a[1].split("+") for a in args]
+    assert all(v[0] in ESPEAK_ACCENTS and v[1] in ESPEAK_VARIANTS for v in voices)
+    assert len({v[0] for v in voices}) == len(ESPEAK_ACCENTS)  # every accent is used
+    assert len({v[1] for v in voices}) > len(ESPEAK_VARIANTS) // 2
+    rates, pitches = [int(a[3]) for a in args], [int(a[5]) for a in args]
+    assert 130 <= min(rates) < max(rates) <= 199 and 25 <= min(pitches) < max(pitches) <= 74
+
+
+@pytest.mark.skipif(
+    not (shutil.which("espeak-ng") and shutil.which("pico-say")),
+    reason="espeak-ng / pico-say not installed (apt-get install espeak-ng; build_pico.sh)",
+)
+def test_espeak_and_pico_speak():
+    teachers = Teachers()
+    for voice in ("espeak", "pico-us", "pico-gb"):
+        (u,) = teachers.synthesize(voice, ["-- a line that starts with a dash."])
+        assert len(u.audio) > u.sample_rate // 2 and np.abs(u.audio).max() > 0.05
 
 
 @needs_teachers

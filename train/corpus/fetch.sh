@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Download (where Debian's archive and PyPI are reachable) what an offline GPU machine needs to
 # make the corpus, into the git-ignored folder .carry/ (copy it to that machine's checkout):
-#   .carry/debs/    flite + festival + its HTS and ked voices + fortunes and the libraries they load
+#   .carry/debs/    flite + festival + its HTS and ked voices + espeak-ng + fortunes and the
+#                   libraries they load
 #                   (all but libc6, libgcc-s1 and libstdc++6, which every machine has newer)
 #   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks
 #                   them; typing_extensions only in case the image's is older than typeguard needs)
@@ -15,6 +16,7 @@ DEBS=(
   flite libflite1
   festival festvox-us-slt-hts festvox-kdlpc16k festlex-cmu festlex-poslex libestools2.5
   fortunes fortunes-min
+  espeak-ng libespeak-ng1 espeak-ng-data libpcaudio0 libsonic0
   libasound2 libasyncns0 libbsd0 libcap2 libdbus-1-3 libflac12 libgcrypt20 libgomp1
   libgpg-error0 liblz4-1 liblzma5 libmd0 libmp3lame0 libmpg123-0 libogg0 libopus0 libpulse0
   libsndfile1 libsystemd0 libtinfo6 libvorbis0a libvorbisenc2 libx11-6 libx11-xcb1 libxau6

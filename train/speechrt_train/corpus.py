@@ -47,6 +47,7 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
         "ked": (4000, 200),  # a fifth training speaker (festival diphones), reading them again
         "pico-us": (4000, 200),  # SVOX Pico's US and British voices, reading them again
         "pico-gb": (4000, 200),
+        "espeak": (2000, 200),  # espeak-ng, a different accent and variant per sentence
         "rms": (0, 300),
     },
     # with --text-root (docs/models/README.md, "The corpus"): the 62 946 train sentences
@@ -57,8 +58,9 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
         "awb": (12000, 200),
         "kal16": (12000, 200),
         "ked": (12000, 200),
-        "pico-us": (12000, 200),  # these two read ~22 000 of the sentences a second time
+        "pico-us": (12000, 200),  # these three read 30 000 of the sentences a second time
         "pico-gb": (12000, 200),
+        "espeak": (6000, 200),
         "rms": (0, 300),
     },
     "small": {v: (200, 20) for v in ("slt-hts", "slt", "awb", "kal16")} | {"rms": (0, 100)},

@@ -7,6 +7,8 @@
     pico-say LANG_DIR en-US < jobs (one process per batch) pico-us, pico-gb: SVOX Pico's two
                                                           English voices (16 kHz), built from
                                                           PyPI's ttspico sdist (build_pico.sh)
+    espeak-ng -v en-us+m3 -s 160 -p 50 -w out.wav TEXT    espeak: Debian's formant synthesizer,
+                                                          a speaker per sentence (espeak_voice)
 
 All run either from the system (apt-get install flite festival festvox-us-slt-hts; pico-say on
 the PATH, its language files in ../share/pico/lang beside its bin/) or from Debian packages
@@ -17,6 +19,7 @@ festival's --libdir for it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -30,7 +33,19 @@ import numpy as np
 FLITE_VOICES = ("rms", "slt", "awb", "kal16")
 FESTIVAL_VOICES = {"slt-hts": "voice_cmu_us_slt_arctic_hts", "ked": "voice_ked_diphone"}
 PICO_VOICES = {"pico-us": "en-US", "pico-gb": "en-GB"}
-VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES)
+ESPEAK = "espeak"
+# espeak-ng's English accents and its human-sounding variants (not the robots, whisper, croak)
+ESPEAK_ACCENTS = (
+    "en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029"
+)  # fmt: skip
+ESPEAK_VARIANTS = (
+    "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "f1", "f2", "f3", "f4", "f5",
+    "klatt", "klatt2", "klatt3", "klatt4", "Andy", "Annie", "Denis", "Gene", "Lee", "Michael",
+    "Mike", "adam", "anika", "antonio", "aunty", "belinda", "benjamin", "boris", "caleb", "david",
+    "ed", "edward", "grandma", "grandpa", "iven", "john", "linda", "max", "norbert", "paul",
+    "quincy", "rob", "robert", "steph", "travis", "victor", "zac",
+)  # fmt: skip
+VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK)
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
     "lib/x86_64-linux-gnu",
@@ -135,6 +150,8 @@ class Teachers:
         try:
             if voice in PICO_VOICES:
                 self.program("pico-say")
+            elif voice == ESPEAK:
+                self.program("espeak-ng")
             else:
                 self.program("festival" if voice in FESTIVAL_VOICES else "flite")
         except TeacherError:
@@ -149,12 +166,14 @@ class Teachers:
             return [self._flite(voice, t) for t in texts]
         if voice in PICO_VOICES:
             return self._pico(PICO_VOICES[voice], texts)
+        if voice == ESPEAK:
+            return [self._espeak(t) for t in texts]
         raise TeacherError(f"unknown voice {voice!r}; known: {', '.join(VOICES)}")
 
-    def _run(self, args: list[str], what: str, timeout: float) -> None:
+    def _run(self, args: list[str], what: str, timeout: float, stdin: bytes = b"") -> None:
         try:
             done = subprocess.run(
-                args, env=self.env, capture_output=True, timeout=timeout, check=False
+                args, input=stdin, env=self.env, capture_output=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired:
             raise TeacherError(f"{what}: timed out after {timeout:.0f} s") from None
@@ -167,6 +186,17 @@ class Teachers:
             out = Path(tmp) / "out.wav"
             args = [self.program("flite"), "-voice", voice, "-t", text, "-o", str(out)]
             self._run(args, f"flite {voice}", timeout=60)
+            audio, sr = read_wav(out)
+        return Utterance(audio, sr)
+
+    def _espeak(self, text: str) -> Utterance:
+        args = [self.program("espeak-ng"), *espeak_voice(text)]
+        if self.prefix is not None:  # its data beside the library, as Debian installs it
+            args.append(f"--path={self.prefix / 'usr/lib/x86_64-linux-gnu'}")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "out.wav"
+            # the text on stdin: one starting with "-" would read as an option
+            self._run([*args, "-w", str(out), "--stdin"], "espeak-ng", 60, text.encode())
             audio, sr = read_wav(out)
         return Utterance(audio, sr)
 
@@ -227,3 +257,15 @@ def parse_festival_dump(text: str) -> tuple[list[tuple[str, str]], list[Segment]
         elif line.strip():
             raise TeacherError(f"unexpected festival output line {line!r}")
     return words, segments
+
+
+def espeak_voice(text: str) -> list[str]:
+    """espeak-ng's arguments for `text`: an accent, a variant, a rate (130-199 words/min) and
+    a pitch (25-74), drawn from a hash of the text (the same speaker on every machine)."""
+    h = int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "little")
+    accent = ESPEAK_ACCENTS[h % len(ESPEAK_ACCENTS)]
+    h //= len(ESPEAK_ACCENTS)
+    variant = ESPEAK_VARIANTS[h % len(ESPEAK_VARIANTS)]
+    h //= len(ESPEAK_VARIANTS)
+    rate, pitch = 130 + h % 70, 25 + (h // 70) % 50
+    return ["-v", f"{accent}+{variant}", "-s", str(rate), "-p", str(pitch)]
