@@ -75,6 +75,21 @@ def test_replicas_take_what_their_engine_holds() -> None:
     assert auto["autoscaling_config"]["max_replicas"] == 4 and "num_replicas" not in auto
 
 
+def test_replicas_run_the_app_on_their_main_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's second event loop per replica is turned off (ray_app.REPLICA_ENV), unless the
+    environment of `speechrt serve --ray` says otherwise."""
+    from speechrt.serving.ray_app import replica_env, replica_options
+
+    flag = "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"
+    monkeypatch.delenv(flag, raising=False)
+    assert replica_env() == {flag: "0"}
+    opts = replica_options(env={"PROMETHEUS_MULTIPROC_DIR": "/tmp/m"})
+    env = opts["ray_actor_options"]["runtime_env"]["env_vars"]
+    assert env == {flag: "0", "PROMETHEUS_MULTIPROC_DIR": "/tmp/m"}
+    monkeypatch.setenv(flag, "1")
+    assert replica_env() == {flag: "1"}
+
+
 # -- on a local cluster --------------------------------------------------------------------------
 
 

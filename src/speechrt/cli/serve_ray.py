@@ -10,6 +10,7 @@ With --address the cluster's token must be there already (`ray get-auth-token`).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import tempfile
@@ -81,7 +82,7 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
         import ray
         from ray import serve
 
-        from speechrt.serving.ray_app import APP_NAME, server_app
+        from speechrt.serving.ray_app import APP_NAME, replica_env, server_app
     except ImportError as e:
         raise SpeechRTError(
             f"--ray needs the `ray` extra: pip install 'speechrt[ray]' ({e})"
@@ -90,6 +91,8 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
         if args.address is not None:
             ray.init(address=args.address)
         else:
+            # its processes (HAProxy's and Ray's proxy, the replicas) inherit this environment
+            os.environ.update(replica_env())
             # "local": a new cluster even where `ray start` runs one; loopback only, no dashboard
             ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
     except (ConnectionError, ray.exceptions.AuthenticationError) as e:

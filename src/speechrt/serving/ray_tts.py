@@ -37,6 +37,7 @@ from speechrt.repo import read_info
 from speechrt.serving.errors import HANDLERS, ApiError
 from speechrt.serving.openai_api import SPEED_RANGE, SpeechRequest, speaker_of
 from speechrt.serving.pipelines import Limits
+from speechrt.serving.ray_app import replica_env
 from speechrt.tts import Piece, join_pieces, text_to_pieces
 
 MAX_BATCH = 8  # items per stage batch (split_tts_app(max_batch_size=...) sets it)
@@ -242,7 +243,7 @@ def split_tts_app(
     """The split pipeline as one Serve application (ingress SplitTTS); `cpus`, `gpus`: per
     stage replica; `max_queue_size`: requests a deployment holds beyond one batch;
     `limits`: max_text_chars and max_pieces apply."""
-    actor = {"num_cpus": cpus, "num_gpus": gpus}
+    actor = {"num_cpus": cpus, "num_gpus": gpus, "runtime_env": {"env_vars": replica_env()}}
     stage = (acoustic, vocoder, backend, device, precision, max_batch_size)
     # serve.batch needs >= max_batch_size; more wait in the stage's batch queue, not in Ray's
     # router, which retries a full replica with growing back-off
@@ -266,7 +267,8 @@ def split_tts_app(
     # The ingress runs the text front end only (milliseconds a sentence) and waits on the
     # stages: it reserves no CPU, as Ray's own proxy does, so A + V replicas fit A + V CPUs.
     ingress = serve.deployment(SplitTTS).options(
-        max_ongoing_requests=ongoing, ray_actor_options={"num_cpus": 0}
+        max_ongoing_requests=ongoing,
+        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": replica_env()}},
     )
     rate = info.mel.sampling_rate
     return ingress.bind(acoustic_model, vocoder_model, acoustic, rate, limits or Limits())
