@@ -250,7 +250,7 @@ def channel_batch(
     B, N = audio.shape
     dev = audio.device
     sr = SAMPLE_RATE
-    u = torch.rand(B, 12 + EQ_POINTS, generator=g, dtype=torch.float64)
+    u = torch.rand(B, 10 + EQ_POINTS, generator=g, dtype=torch.float64)
     padded = u[:, 0] < aug.pad_prob
     lead = (u[:, 1] * aug.pad_s * sr * padded).long().tolist()
     new_lengths = [
@@ -273,7 +273,7 @@ def channel_batch(
             10 ** (-_uniform(aug.colour_snr_db, u[:, 7]) / 10),
             2 * u[:, 8],  # noise slope beta
             (u[:, 9] < aug.phone_prob).double(),
-            *(aug.eq_db * (2 * u[:, 12:].T - 1)),  # EQ_POINTS gains (dB)
+            *(aug.eq_db * (2 * u[:, 10:].T - 1)),  # EQ_POINTS gains (dB)
         ],
         dim=1,
     ).to(dev)  # (B, 9 + EQ_POINTS): one host-to-device copy
