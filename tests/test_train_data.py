@@ -180,6 +180,25 @@ def test_corpus_plan_gives_voices_disjoint_train_slices_interleaved():
         assign({"slt": (5000, 0)}, sentences)
 
 
+def test_codec_round_trip_for_a_share_of_keys():
+    from speechrt_train.corpus import CODEC_SHARE, codec_round_trip
+
+    t = np.arange(4000) / 16000
+    x = (0.3 * np.sin(2 * np.pi * 440 * t) * np.sin(np.pi * t / t[-1])).astype(np.float32)
+    done = [codec_round_trip(x, f"slt/{i}") for i in range(300)]
+    again = [codec_round_trip(x, f"slt/{i}")[1] for i in range(20)]
+    assert again == [what for _, what in done[:20]]  # a function of the key
+    kinds = [what.split()[0] for _, what in done if what]
+    assert abs(len(kinds) / len(done) - CODEC_SHARE) < 0.07 and {"mp3", "opus"} == set(kinds)
+    for audio, what in done[:40]:
+        if not what:
+            assert audio is x  # the others are left as they are
+        else:  # a lossy copy: as long, as loud (within 2 dB), not the same samples
+            assert audio.shape == x.shape and not np.array_equal(audio, x)
+            ratio = np.sqrt(np.mean(audio**2) / np.mean(x**2))
+            assert abs(20 * np.log10(ratio)) < 2.0
+
+
 def _speech(n_items: int = 5, seed: int = 0):
     from speechrt_train.asr_data import SpeechData
 

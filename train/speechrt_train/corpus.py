@@ -6,6 +6,7 @@
 
 A shard is a dict of plain tensors and lists (torch.load(weights_only=True) reads it):
     voice, sample_rate, keys, texts (the sentence), spoken (what the teacher read), heldout,
+    codec (the lossy round trip a recogniser voice's training item went through, or ""),
     audio (int16, all utterances concatenated), audio_offsets (N + 1,),
     and for the TTS voice: ids, id_offsets (N + 1,), durations (frames per id; no ids = not
     aligned, so ASR-only), frames (N,).
@@ -15,6 +16,7 @@ as many different sentences as possible.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing as mp
 import resource
@@ -157,9 +159,47 @@ def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
                 item.update(ids=[], durations=[], frames=0, skip=str(e))
         else:
             audio = resample(u.audio, u.sample_rate, ASR_RATE)
+            if not s.heldout:  # evaluation reads the held-out items as the voice made them
+                audio, item["codec"] = codec_round_trip(audio, f"{task.voice}/{s.key}")
         item["audio"] = np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16)
         out.append(item)
     return task.voice, out, cpu, time.process_time() - self_before
+
+
+CODEC_SHARE = 0.2  # of a recogniser voice's training items, through a lossy codec and back
+
+
+def check_codecs() -> None:
+    """codec_round_trip's libsndfile must write MP3 and Opus; a clear error if not."""
+    import soundfile as sf
+
+    if "MP3" not in sf.available_formats() or "OPUS" not in sf.available_subtypes("OGG"):
+        raise RuntimeError(
+            f"libsndfile {sf.__libsndfile_version__} cannot write MP3 and Opus "
+            "(the corpus's codec round trips need both: soundfile >= 0.12's wheel has them)"
+        )
+
+
+def codec_round_trip(audio: np.ndarray, key: str) -> tuple[np.ndarray, str]:
+    """16 kHz float audio through MP3 or Opus and back, for CODEC_SHARE of the keys (a hash
+    of `key` picks which, the codec and its compression level) -> (audio, what was done:
+    "mp3 0.63", "opus 0.20" or "" for unchanged). libsndfile (soundfile) does both."""
+    import io
+
+    import soundfile as sf
+
+    h = int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "little")
+    if (h % 1000) / 1000 >= CODEC_SHARE:
+        return audio, ""
+    h //= 1000
+    fmt, subtype, name = ("MP3", "MPEG_LAYER_III", "mp3") if h % 2 else ("OGG", "OPUS", "opus")
+    level = round(0.2 + 0.6 * ((h // 2) % 1000) / 1000, 2)  # 0 best, 1 smallest
+    buf = io.BytesIO()
+    sf.write(buf, audio, ASR_RATE, format=fmt, subtype=subtype, compression_level=level)
+    buf.seek(0)
+    coded, rate = sf.read(buf, dtype="float32")
+    assert rate == ASR_RATE
+    return coded, f"{name} {level:.2f}"
 
 
 def _concat(parts: list[list[int]] | list[np.ndarray], dtype: torch.dtype) -> tuple:
@@ -180,6 +220,7 @@ def make_shard(voice: str, items: list[dict[str, Any]]) -> dict[str, Any]:
         "texts": [x["text"] for x in items],
         "spoken": [x["spoken"] for x in items],
         "heldout": [bool(x["heldout"]) for x in items],
+        "codec": [x.get("codec", "") for x in items],  # codec_round_trip's record
         "audio": audio,
         "audio_offsets": audio_offsets,
     }
@@ -212,6 +253,7 @@ def build(
     from tqdm import tqdm
 
     plan = PLANS[plan] if isinstance(plan, str) else plan
+    check_codecs()  # before the workers start, not in each of them
     sentences = load_sentences(fortunes_root)
     if not sentences:
         raise FileNotFoundError(f"no fortune files under {fortunes_root} (unpack the .debs)")
@@ -267,6 +309,7 @@ def build(
             "python_cpu_seconds": round(python_cpu[voice], 1),
             "audio_seconds_per_synth_cpu_second": round(seconds / max(synth_cpu[voice], 1e-9), 1),
             "audio_seconds_per_cpu_second": round(seconds / max(cpu, 1e-9), 1),
+            "codec_round_trips": sum(bool(c) for c in shard["codec"]),
         }
         if voice == TTS_VOICE:
             skips = [x.get("skip") for x in its if x.get("skip")]
