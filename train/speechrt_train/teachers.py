@@ -208,22 +208,12 @@ class Teachers:
             jobs = "".join(
                 f"{p}\t{' '.join(t.split())}\n" for p, t in zip(paths, texts, strict=True)
             )
-            try:
-                done = subprocess.run(
-                    [program, str(lang_dir), language],
-                    input=jobs.encode("latin-1", errors="replace"),
-                    env=self.env,
-                    capture_output=True,
-                    timeout=30 + 10 * len(texts),
-                    check=False,
-                )
-            except subprocess.TimeoutExpired:
-                raise TeacherError(f"pico-say {language}: timed out") from None
-            if done.returncode != 0:
-                err = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
-                raise TeacherError(
-                    f"pico-say {language}: exit {done.returncode}: {' | '.join(err)}"
-                )
+            self._run(
+                [program, str(lang_dir), language],
+                f"pico-say {language}",
+                30 + 10 * len(texts),
+                jobs.encode("latin-1", errors="replace"),
+            )
             return [Utterance(*read_wav(p)) for p in paths]
 
     def _festival(self, voice_fn: str, texts: list[str]) -> list[Utterance]:
