@@ -12,13 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from speechrt_train import teachers as teachers_module
 from speechrt_train.corpus import TTS_MEL, TTS_VOICE, build, load_shard
 from speechrt_train.teachers import (
     ESPEAK_ACCENTS,
     ESPEAK_VARIANTS,
+    VARIED,
+    Prosody,
     TeacherError,
     Teachers,
     espeak_voice,
+    festival_prosody,
+    flite_prosody,
+    prosody,
 )
 from speechrt_train.texts import fortune_files
 
@@ -53,6 +59,32 @@ def test_espeak_speaker_is_a_function_of_the_text():
     assert 130 <= min(rates) < max(rates) <= 199 and 25 <= min(pitches) < max(pitches) <= 74
 
 
+def test_prosody_is_a_function_of_voice_and_text():
+    texts = [f"Sentence number {i} of the corpus." for i in range(400)]
+    drawn = [prosody("awb", t) for t in texts]
+    assert drawn == [prosody("awb", t) for t in texts]  # the same on every call and machine
+    assert drawn != [prosody("slt", t) for t in texts]  # voices differ on the same sentence
+    for field, lo, hi in (
+        ("pitch", 2**-0.3, 2**0.3),
+        ("pitch_range", 0.6, 1.6),
+        ("stretch", 0.85, 1.2),
+    ):
+        values = [getattr(p, field) for p in drawn]
+        assert lo <= min(values) < lo + 0.1 * (hi - lo) and hi - 0.1 * (hi - lo) < max(values) <= hi
+
+
+def test_prosody_reaches_the_varied_voices_only():
+    text = "Hello there."
+    p, (f0, stretch) = prosody("kal16", text), VARIED["kal16"]
+    assert flite_prosody("kal16", text) == [
+        *("--setf", f"int_f0_target_mean={f0 * p.pitch:.1f}"),
+        *("--setf", f"duration_stretch={stretch * p.stretch:.3f}"),
+    ]
+    assert flite_prosody("rms", text) == []  # the held-out voice reads as it always has
+    assert "int_lr_params" in festival_prosody("voice_ked_diphone", text)
+    assert festival_prosody("voice_cmu_us_slt_arctic_hts", text) == ""  # FastPitch's teacher
+
+
 @pytest.mark.skipif(
     not (shutil.which("espeak-ng") and shutil.which("pico-say")),
     reason="espeak-ng / pico-say not installed (apt-get install espeak-ng; build_pico.sh)",
@@ -76,6 +108,20 @@ def test_teachers_speak_and_festival_times_its_phones():
     if ked_dir.exists():  # apt-get install festvox-kdlpc16k
         (ked,) = teachers.synthesize("ked", ["hello there."])
         assert ked.sample_rate == 16000 and len(ked.audio) > 8000
+
+
+@needs_teachers
+def test_prosody_changes_the_reading(monkeypatch):
+    teachers, text = Teachers(), ["hello there, this is a test."]
+    lengths = {}
+    for voice in ("awb", "ked"):
+        for stretch in (0.85, 1.2):
+            monkeypatch.setattr(
+                teachers_module, "prosody", lambda v, t, s=stretch: Prosody(1, 1, s)
+            )
+            (u,) = teachers.synthesize(voice, text)
+            lengths[voice, stretch] = len(u.audio)
+        assert lengths[voice, 1.2] / lengths[voice, 0.85] == pytest.approx(1.2 / 0.85, rel=0.1)
 
 
 @needs_teachers

@@ -10,6 +10,10 @@
     espeak-ng -v en-us+m3 -s 160 -p 50 -w out.wav TEXT    espeak: Debian's formant synthesizer,
                                                           a speaker per sentence (espeak_voice)
 
+The training voices slt, awb, kal16 and ked read each sentence with its own prosody (`prosody`:
+mean pitch, pitch range, speaking rate, drawn from a hash of voice and text); slt-hts keeps its
+own (FastPitch learns it) and so does rms (the held-out voice: its WER stays comparable).
+
 All run either from the system (apt-get install flite festival festvox-us-slt-hts; pico-say on
 the PATH, its language files in ../share/pico/lang beside its bin/) or from Debian packages
 unpacked with `dpkg -x` into a prefix, pico-say built into it (the GPU machine:
@@ -46,6 +50,10 @@ ESPEAK_VARIANTS = (
     "quincy", "rob", "robert", "steph", "travis", "victor", "zac",
 )  # fmt: skip
 VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK)
+# the voices `prosody` varies: their own mean F0 in Hz and duration stretch (flite's clustergen
+# voices slt and awb: measured; the diphone voices kal16 and ked: as their definitions set them)
+VARIED = {"slt": (172.0, 1.0), "awb": (130.0, 1.0), "kal16": (95.0, 1.1), "ked": (105.0, 1.1)}
+KED_F0_STD = 15.0  # ked's F0 deviation (Hz)
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
     "lib/x86_64-linux-gnu",
@@ -184,7 +192,8 @@ class Teachers:
     def _flite(self, voice: str, text: str) -> Utterance:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "out.wav"
-            args = [self.program("flite"), "-voice", voice, "-t", text, "-o", str(out)]
+            args = [self.program("flite"), "-voice", voice, *flite_prosody(voice, text)]
+            args += ["-t", text, "-o", str(out)]
             self._run(args, f"flite {voice}", timeout=60)
             audio, sr = read_wav(out)
         return Utterance(audio, sr)
@@ -221,7 +230,8 @@ class Teachers:
             stems = [str(Path(tmp) / f"u{i}") for i in range(len(texts))]
             lines = [_FESTIVAL_PRELUDE, f"({voice_fn})"]
             lines += [
-                f"(speechrt-say {scheme_string(s)} {scheme_string(t)})"
+                f"{festival_prosody(voice_fn, t)}(speechrt-say {scheme_string(s)} "
+                f"{scheme_string(t)})"
                 for s, t in zip(stems, texts, strict=True)
             ]
             script = Path(tmp) / "run.scm"
@@ -259,3 +269,44 @@ def espeak_voice(text: str) -> list[str]:
     h //= len(ESPEAK_VARIANTS)
     rate, pitch = 130 + h % 70, 25 + (h // 70) % 50
     return ["-v", f"{accent}+{variant}", "-s", str(rate), "-p", str(pitch)]
+
+
+@dataclass(frozen=True)
+class Prosody:
+    """How one sentence is read, relative to the voice's own manner."""
+
+    pitch: float  # x the mean F0: 2^U[-0.3, 0.3] (about +-3.6 semitones)
+    pitch_range: float  # x the F0 deviation (festival's diphone voices): U[0.6, 1.6]
+    stretch: float  # x the durations: U[0.85, 1.2] (> 1: slower)
+
+
+def prosody(voice: str, text: str) -> Prosody:
+    """`voice` reading `text`: its prosody, drawn from a hash of both (the same on every
+    machine, different voices differ on the same sentence)."""
+    digest = hashlib.sha1(f"{voice}\n{text}".encode()).digest()
+    u = [int.from_bytes(digest[4 * i : 4 * i + 4], "little") / 2**32 for i in range(3)]
+    return Prosody(2 ** (0.6 * u[0] - 0.3), 0.6 + u[1], 0.85 + 0.35 * u[2])
+
+
+def flite_prosody(voice: str, text: str) -> list[str]:
+    """flite's options for `voice` reading `text` (none for a voice VARIED leaves out)."""
+    if voice not in VARIED:
+        return []
+    p, (f0, stretch) = prosody(voice, text), VARIED[voice]
+    return [
+        *("--setf", f"int_f0_target_mean={f0 * p.pitch:.1f}"),
+        *("--setf", f"duration_stretch={stretch * p.stretch:.3f}"),
+    ]
+
+
+def festival_prosody(voice_fn: str, text: str) -> str:
+    """Scheme that sets the prosody of the next sentence (ked's; "" for the other voices)."""
+    if voice_fn != FESTIVAL_VOICES["ked"]:
+        return ""
+    p, (f0, stretch) = prosody("ked", text), VARIED["ked"]
+    std = KED_F0_STD * p.pitch * p.pitch_range
+    return (
+        f"(set! int_lr_params '((target_f0_mean {f0 * p.pitch:.1f}) (target_f0_std {std:.1f}) "
+        f"(model_f0_mean 170) (model_f0_std 34)))"
+        f"(Parameter.set 'Duration_Stretch {stretch * p.stretch:.3f})"
+    )
