@@ -192,6 +192,31 @@ def test_cli_stream_over_the_server(server: str, wav: bytes, offline: str, tmp_p
     assert err.count("partial\t") >= 3  # not a terminal: a line per partial
 
 
+def test_telephone_rate_is_heard_alike_on_every_route(
+    server: str, pcm: np.ndarray, tmp_path: Path, capsys
+):
+    """An 8 kHz version of the audio: the upload, a realtime session at 8 kHz, the CLI streaming
+    the file and the in-process ASR all hear it through the telephone band: one transcript."""
+    from speechrt.asr import ASR
+    from speechrt.audio.io import resample, to_int16
+    from speechrt.cli import main
+    from speechrt.client import Client
+
+    narrow = resample(pcm.astype(np.float32) / 32768.0, RATE, 8000)
+    path = tmp_path / "phone.wav"
+    sf.write(path, to_int16(narrow), 8000, subtype="PCM_16")
+    local = ASR(default_model(ASR_MODEL), device="cpu").transcribe([str(path)])[0].text
+    assert "machine" in local
+    with Client(server) as c:
+        assert c.transcribe(path.read_bytes())["text"] == local
+        assert c.transcribe(narrow, 8000)["text"] == local
+        chunks = [narrow[i : i + 800] for i in range(0, narrow.shape[0], 800)]
+        assert list(c.transcribe_realtime(chunks, 8000))[-1].text == local
+    capsys.readouterr()
+    assert main(["transcribe", "--stream", str(path), "--url", server]) == 0
+    assert capsys.readouterr().out == f"{path}\t{local}\n"
+
+
 class Raw:
     """A bare WebSocket session (no client library checks what is sent)."""
 

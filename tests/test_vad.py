@@ -1,5 +1,6 @@
 """Voice activity detection: silence and steady noise give no words, padding changes nothing,
-long audio is cut at its pauses (speechrt.asr.vad and the ASR pipeline on the bundled models)."""
+long audio is cut at its pauses (speechrt.asr.vad and the ASR pipeline on the bundled models);
+and telephone-rate audio gives the words of the wideband."""
 
 from __future__ import annotations
 
@@ -144,6 +145,20 @@ def test_padding_with_silence_changes_nothing(recorded) -> None:
     from speechrt.asr import ASR
 
     assert ASR(vad=None).transcribe([silence(10)])[0].text != ""
+
+
+def test_telephone_rate_gives_the_same_words(recorded) -> None:
+    """The sentence as an 8 kHz file, mono and stereo, is heard through the telephone band the
+    recogniser learnt (speechrt.audio.telephone) and gives the same words."""
+    from speechrt.audio.io import resample
+
+    asr, speech, _ = recorded
+    plain = asr.transcribe([speech])[0].text
+    narrow = resample(speech, SR, 8000)
+    assert asr.features.narrowband == "telephone"
+    for channels in (1, 2):
+        data = audio_bytes(np.stack([narrow] * channels, axis=1), 8000)
+        assert asr.transcribe([data])[0].text == plain
 
 
 def test_long_audio_is_cut_at_pauses(recorded) -> None:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from speechrt.asr.wer import QUOTE_MARK
+from speechrt.audio import telephone
 from speechrt.audio.features import FeatureConfig, _mel_basis, _window
 from speechrt.models.jasper import LABELS
 
@@ -138,6 +139,12 @@ RECORDINGS = Augment(
     vtlp=(0.88, 1.12),
 )
 AUGMENTS = {"synthetic": Augment(), "recordings": RECORDINGS}
+
+
+def narrowband(aug: Augment | None) -> str | None:
+    """FeatureConfig.narrowband for a model trained with `aug`: a model that heard telephones
+    hears 8 kHz sources through the telephone band (speechrt.audio.telephone) too."""
+    return "telephone" if aug is not None and aug.phone_prob > 0 else None
 
 
 def _uniform(lo_hi: tuple[float, float], u: Tensor) -> Tensor:
@@ -328,9 +335,9 @@ def channel_batch(
     y = (y * (rms_in / rms_out)[:, None]).clamp(-1.0, 1.0)
     if bool((u[:, 9] < aug.phone_prob).any()):  # telephone items: mu-law, then the band
         on = phone.bool()[:, None]
-        # a 12th-order roll-off past 3.4 kHz, nothing past 4 kHz (8 kHz sampling), 2nd below 300
-        band = 1 / torch.sqrt((1 + (f / 3400) ** 24) * (1 + (300 / f.clamp(min=1.0)) ** 4))
-        band = band * (f < 4000)
+        # the band a narrowband source is filtered to when recognised: speechrt.audio.telephone
+        band = torch.from_numpy(telephone.response(np.fft.rfftfreq(n_fft, 1 / sr)))
+        band = band.to(dev, torch.float32)
         coded = torch.fft.rfft(torch.where(on, _mu_law(y), y), n=n_fft)
         coded = torch.fft.irfft(coded * torch.where(on, band[None], 1.0), n=n_fft)
         y = torch.where(on, coded[:, :n_out].clamp(-1.0, 1.0), y) * valid

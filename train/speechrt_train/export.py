@@ -29,13 +29,13 @@ from speechrt.registry import graphs_of
 from speechrt.repo import ComponentInfo, save_component
 from speechrt.runtime.export import export_dir
 from speechrt_train.align import make_processor
-from speechrt_train.asr_data import SpeechData, transcript
+from speechrt_train.asr_data import AUGMENTS, SpeechData, narrowband, transcript
 from speechrt_train.fastpitch_train import PRESETS as FASTPITCH_PRESETS
 from speechrt_train.hifigan_train import PRESETS as HIFIGAN_PRESETS
 from speechrt_train.hifigan_train import plain_generator
 from speechrt_train.loop import CHECKPOINT, LOG, full
 from speechrt_train.quartznet_train import PRESETS as QUARTZNET_PRESETS
-from speechrt_train.quartznet_train import TrainableJasper, precise_bn
+from speechrt_train.quartznet_train import QuartzNetConfig, TrainableJasper, precise_bn
 
 NAMES = {"fastpitch": "voice-acoustic", "hifigan": "voice-vocoder", "quartznet": "asr"}
 MAX_TOTAL_MB = 40.0
@@ -90,7 +90,10 @@ def quartznet_component(
 
     config = trainer.get("config", {})
     preset = config.get("preset", "quartznet-5x5")
-    features = FeatureConfig(dither=float(config.get("dither", 1e-5)))  # as trained
+    augment = AUGMENTS[config.get("augment", QuartzNetConfig.augment)]
+    features = FeatureConfig(  # as trained
+        dither=float(config.get("dither", QuartzNetConfig.dither)), narrowband=narrowband(augment)
+    )
     trainable = TrainableJasper(QuartzNetDims(**QUARTZNET_PRESETS[preset]))
     trainable.load_state_dict(full(trainer["model"]))
     if data is not None:

@@ -26,7 +26,14 @@ from speechrt.arch.jasper import QuartzNetDims, _preset
 from speechrt.asr.wer import wer
 from speechrt.audio.features import FeatureConfig, batch_features
 from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, conv_lengths
-from speechrt_train.asr_data import AUGMENTS, Augment, SpeechData, speech_batch, speech_batch_host
+from speechrt_train.asr_data import (
+    AUGMENTS,
+    Augment,
+    SpeechData,
+    narrowband,
+    speech_batch,
+    speech_batch_host,
+)
 from speechrt_train.distributed import all_reduce_
 from speechrt_train.loop import Batches, Checkpointed, optimizer_options, warmup_rsqrt
 
@@ -346,7 +353,7 @@ class QuartzNetTrainer(Checkpointed):
         # DLE's features (16 kHz, 64 mels, 10 ms hop) with DLE's dither, in training and in the
         # exported model alike: teachers write exact digital silence, log(0 + 1e-20) features
         # otherwise, and the dither is what keeps such frames in the range the model has seen
-        self.features = FeatureConfig(dither=config.dither)
+        self.features = FeatureConfig(dither=config.dither, narrowband=narrowband(self.augment))
         dims = QuartzNetDims(**PRESETS[config.preset])
         if dims.n_classes != len(LABELS) + 1 or dims.n_feats != self.features.n_mels:
             raise ValueError("preset does not match the labels / features")

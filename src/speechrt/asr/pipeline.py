@@ -36,7 +36,7 @@ from speechrt.repo import ComponentInfo, read_info
 from speechrt.runtime.base import Runner
 
 if TYPE_CHECKING:
-    pass
+    from speechrt.audio.telephone import BandFilter
 
 AudioInput = np.ndarray | str | Path | bytes
 DECODERS = ("auto", "greedy", "beam")
@@ -262,15 +262,38 @@ class ASR:
 
     # -- stages --------------------------------------------------------------------------------
 
+    def band_filter(self, source_rate: int) -> BandFilter | None:
+        """The filter audio from a source at `source_rate` goes through once resampled to the
+        model's rate: the telephone band for a narrowband source (<= 8 kHz) where the model's
+        features ask for it (FeatureConfig.narrowband), else none."""
+        from speechrt.audio.telephone import NARROWBAND_RATE, BandFilter
+
+        if self.features.narrowband is None or source_rate > NARROWBAND_RATE:
+            return None
+        return BandFilter(self.sample_rate)
+
+    def from_rate(self, audio: np.ndarray, source_rate: int) -> np.ndarray:
+        """Mono audio (N,) at `source_rate` -> (M,) float32 at the model's rate, as the model
+        hears such a source (resampled, then `band_filter`ed)."""
+        from speechrt.audio.io import resample
+
+        if source_rate != self.sample_rate:
+            audio = resample(audio, source_rate, self.sample_rate)
+        band = self.band_filter(source_rate)
+        if band is not None:
+            audio = np.concatenate((band.push(audio), band.flush()))
+        return np.asarray(audio, dtype=np.float32)
+
     def load_audio(self, source: AudioInput, name: str | None = None) -> np.ndarray:
-        """A file path, file bytes or an array at the model's rate -> mono float32 (N,)."""
+        """A file path, file bytes or an array at the model's rate -> mono float32 (N,).
+        A file at another rate is heard as `from_rate` hears it."""
         from speechrt.audio.io import read_audio
 
         name = name or (str(source) if isinstance(source, (str, Path)) else "audio")
         if isinstance(source, (str, Path, bytes)):
             if isinstance(source, bytes) and not source:
                 raise SpeechRTError(f"{name}: empty file")
-            audio, _ = read_audio(source, target_sr=self.sample_rate)
+            audio, _ = read_audio(source, target_sr=self.sample_rate, band=self.band_filter)
             if not np.isfinite(audio).all():
                 raise SpeechRTError(f"{name}: samples contain NaN or infinity")
         else:

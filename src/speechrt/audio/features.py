@@ -47,6 +47,16 @@ class FeatureConfig:
     std_eps: float = 1e-5  # added to the unbiased per-feature std before dividing
     pad_align: int = 16  # the time axis is right-padded to a multiple of this
     dither: float = 0.0  # DLE adds dither * randn to the audio even at inference; 0 = off
+    # how a source sampled at 8 kHz or less is heard: None, as resampled (DLE's models);
+    # "telephone", filtered to the band the model learnt telephone audio in
+    # (speechrt.audio.telephone)
+    narrowband: str | None = None
+
+    def __post_init__(self) -> None:
+        from speechrt.audio.telephone import BANDS
+
+        if self.narrowband is not None and self.narrowband not in BANDS:
+            raise SpeechRTError(f"narrowband must be one of {BANDS} or null: {self.narrowband!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FeatureConfig:

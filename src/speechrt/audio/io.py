@@ -9,14 +9,18 @@ at the lower rate) written in numpy: importing scipy.signal takes about a second
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from functools import cache
 from math import gcd
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    from speechrt.audio.telephone import BandFilter
 
 FORMATS = ("wav", "flac", "pcm")  # lossless; speechrt.audio.codecs.FORMATS adds mp3, opus
 
@@ -169,6 +173,7 @@ def read_audio(
     source: str | Path | bytes | BinaryIO,
     target_sr: int | None = None,
     max_seconds: float | None = None,
+    band: Callable[[int], BandFilter | None] | None = None,
 ) -> tuple[np.ndarray, int]:
     """Decode WAV/FLAC/OGG (anything libsndfile reads) to mono float32 (N,), optionally resampled.
 
@@ -177,7 +182,8 @@ def read_audio(
     duration), then the file is decoded in blocks that are mixed to mono and resampled as
     they come, so memory follows the duration at the output rate, not the file's size or
     channel count. A file that decodes to more than `max_seconds` (its header said less, or
-    did not say) is refused as soon as decoding passes the limit.
+    did not say) is refused as soon as decoding passes the limit. `band(file's rate)` may
+    return a filter (speechrt.audio.telephone.BandFilter) for the resampled blocks.
     """
     import soundfile as sf
 
@@ -189,7 +195,7 @@ def read_audio(
         source = io.BytesIO(source)
     try:
         with _reader_class()(source) as f:
-            return _decode(f, name, target_sr, max_seconds)
+            return _decode(f, name, target_sr, max_seconds, band)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         reason = str(e).split(": ", 1)[-1] if str(e) else type(e).__name__
         raise SpeechRTError(f"{name}: not a readable audio file ({reason})") from None
@@ -210,7 +216,11 @@ def _reader_class() -> type:
 
 
 def _decode(
-    f: Any, name: str, target_sr: int | None, max_seconds: float | None
+    f: Any,
+    name: str,
+    target_sr: int | None,
+    max_seconds: float | None,
+    band: Callable[[int], BandFilter | None] | None,
 ) -> tuple[np.ndarray, int]:
     """An open soundfile.SoundFile -> mono float32 (N,) at target_sr (else its own rate)."""
     sr, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
@@ -225,6 +235,8 @@ def _decode(
         )
     out_sr = target_sr or sr
     resampler = StreamResampler(sr, out_sr) if out_sr != sr else None
+    filtered = band(sr) if band is not None else None
+    stages = [s for s in (resampler, filtered) if s is not None]  # each block through them
     parts: list[np.ndarray] = []
     decoded = 0
     block = max(1, BLOCK_SAMPLES // channels)
@@ -236,8 +248,13 @@ def _decode(
         if max_frames is not None and decoded > max_frames:
             raise SpeechRTError(f"{name}: audio is longer than the limit of {max_seconds:g} s")
         mono = data.mean(axis=1) if channels > 1 else data[:, 0].copy()  # (n,)
-        parts.append(resampler.push(mono) if resampler is not None else mono)
-    if resampler is not None:
-        parts.append(resampler.flush())
+        for stage in stages:
+            mono = stage.push(mono)
+        parts.append(mono)
+    for i, stage in enumerate(stages):  # what each stage held back, through the stages after it
+        tail = stage.flush()
+        for later in stages[i + 1 :]:
+            tail = later.push(tail)
+        parts.append(tail)
     audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
     return np.ascontiguousarray(audio, dtype=np.float32), out_sr

@@ -23,7 +23,8 @@ import numpy as np
 
 from speechrt.errors import SpeechRTError
 
-REALTIME_RATE = 24000  # what goes over the WebSocket (OpenAI's pcm16 rate)
+REALTIME_RATE = 24000  # what goes over the WebSocket (OpenAI's pcm16 rate) ...
+SESSION_RATES = (8000, 48000)  # ... for a file outside the rates a session takes (realtime.RATES)
 
 
 class PartialLine:
@@ -108,10 +109,12 @@ def _local(asr: Any, path: str, args: argparse.Namespace, line: PartialLine) -> 
 
 
 def _remote(url: str, path: str, args: argparse.Namespace, line: PartialLine) -> tuple[str, float]:
-    from speechrt.audio.io import read_audio
+    from speechrt.audio.io import read_audio, resample
     from speechrt.client import Client
 
-    audio, rate = read_audio(path, target_sr=REALTIME_RATE)
+    audio, rate = read_audio(path)  # at its own rate: the server hears a narrowband file as such
+    if not SESSION_RATES[0] <= rate <= SESSION_RATES[1]:
+        audio, rate = resample(audio, rate, REALTIME_RATE), REALTIME_RATE
     size = max(1, round(args.chunk_ms / 1000 * rate))
     text = ""
     with Client(url) as client:

@@ -279,9 +279,8 @@ class ASRService:
         return int(self.asr.sample_rate)
 
     def check_audio(self, audio: np.ndarray, sampling_rate: int | None = None) -> np.ndarray:
-        """A (N,) float32 waveform at the model's rate within the limits, or SpeechRTError."""
-        from speechrt.audio.io import resample
-
+        """A (N,) float32 waveform at `sampling_rate` (default: the model's) -> at the model's
+        rate as the model hears it (ASR.from_rate), within the limits, or SpeechRTError."""
         audio = np.asarray(audio, dtype=np.float32)
         if audio.ndim != 1:
             raise SpeechRTError(f"audio must be one channel (N,), got shape {list(audio.shape)}")
@@ -295,9 +294,9 @@ class ASRService:
             raise SpeechRTError(
                 f"audio is {seconds:.1f} s long; the limit is {self.limits.max_audio_seconds:g} s"
             )
-        if sr != self.sampling_rate:
-            audio = resample(audio, sr, self.sampling_rate)
-        return self.asr.load_audio(audio)  # checks the model's minimum length
+        return self.asr.load_audio(
+            self.asr.from_rate(audio, sr)
+        )  # checks the model's minimum length
 
     async def decode(self, data: bytes) -> np.ndarray:
         """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate.
@@ -309,8 +308,10 @@ class ASRService:
         if not data:
             raise SpeechRTError("the uploaded file is empty")
         limit = self.limits.max_audio_seconds
-        audio, sr = await asyncio.to_thread(read_audio, data, self.sampling_rate, limit)
-        return await asyncio.to_thread(self.check_audio, audio, sr)
+        audio, _ = await asyncio.to_thread(
+            read_audio, data, self.sampling_rate, limit, self.asr.band_filter
+        )
+        return await asyncio.to_thread(self.check_audio, audio)
 
     async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
         """Waveforms at the model's rate -> one Transcript each. The device thread runs the

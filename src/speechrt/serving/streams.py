@@ -33,6 +33,7 @@ class RecognitionStream:
         self.asr = srv.asr.asr  # speechrt.asr.ASR
         sr = self.asr.sample_rate
         self.resampler = StreamResampler(rate, sr) if rate != sr else None
+        self.band = self.asr.band_filter(rate)  # a narrowband stream: heard through its band
         # the server keeps the utterance itself (for the final pass at its own rate)
         self.recognizer = StreamingRecognizer(self.asr, chunk=chunk, keep_seconds=0.0)
         self.chunk = self.recognizer.chunk_samples
@@ -51,6 +52,7 @@ class RecognitionStream:
         self.parts.append(audio)
         self.samples += audio.size
         x = self.resampler.push(audio) if self.resampler is not None else audio
+        x = self.band.push(x) if self.band is not None else x
         self.pending = np.concatenate((self.pending, x))
         deltas = []
         while self.pending.size >= self.chunk:
