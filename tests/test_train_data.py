@@ -314,8 +314,11 @@ def test_channel_telephone_band_and_mu_law():
     in_band = power[:, 500:3000].mean()
     assert power[:, 4500:].mean() < 1e-3 * in_band  # > 30 dB down above the band
     assert power[:, 20:120].mean() < 0.1 * in_band  # and below it
-    from speechrt_train.asr_data import _mu_law
+    from speechrt_train.asr_data import AUGMENTS, _mu_law, narrowband
 
+    # the recogniser that trains on this band is told to hear 8 kHz sources through it
+    assert narrowband(AUGMENTS["recordings"]) == "telephone"
+    assert narrowband(AUGMENTS["synthetic"]) is None and narrowband(None) is None
     x = torch.linspace(-1, 1, 10001)
     coded = _mu_law(x)
     assert len(torch.unique(coded)) <= 256  # 8-bit codes

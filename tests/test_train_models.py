@@ -452,6 +452,8 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert {"asr_heldout_voice", "tts_intelligibility", "hello_world"} <= set(result["eval"])
     asr_meta = json.loads((out / "asr" / "model.json").read_text())["meta"]
     assert asr_meta["precise_bn"] and asr_meta["features"]["dither"] == 1e-5
+    # trained with telephones (the default augmentation): 8 kHz sources go through their band
+    assert asr_meta["features"]["narrowband"] == "telephone"
     for name in ("voice-acoustic", "voice-vocoder", "asr"):
         assert (out / name / "model.json").exists() and (out / name / "model.safetensors").exists()
     log = (tmp_path / "qn2" / "log.jsonl").read_text().splitlines()
@@ -481,7 +483,8 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
         json.dumps(
             {
                 "decoding": {"beam_size": 4},
-                "our_voice": scored,
+                "our_voice": scored
+                | {"8khz": scored | {"beam": 0.3}, "8khz_resampled_only": scored},
                 "heldout_voice_rms": scored,
                 "hello_world": "hello world",
             }
@@ -491,6 +494,7 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     assert main(["cards", "--metrics", str(metrics), *args]) == 0
     card = (tmp_path / "c3" / "quartznet.md").read_text()
     assert "| WER, our voice, 2 held-out sentences | **0.250** with the LM (greedy 0.500) |" in card
+    assert "| WER, our voice, the same at 8 kHz | **0.300** as heard (telephone band; " in card
     assert "Plan wide" not in card  # the wide plan's extra text is named only when it was read
     result["corpus"] = {"sentences": {"fortunes": 17955, "extra text": 45514}}
     metrics.write_text(json.dumps(result))

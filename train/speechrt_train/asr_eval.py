@@ -6,6 +6,8 @@
 Two sets, both the first N sentences of the held-out split (no model or LM trained on them):
 spoken by the default voice (FastPitch + HiFi-GAN in src/speechrt/defaults) and by the held-out
 teacher voice rms (flite, unpacked by train/corpus/unpack.sh; the recogniser never heard it).
+Each set also at 8 kHz (`8khz`: as the recogniser hears an 8 kHz file, through its telephone
+band; `8khz_resampled_only`: the same samples only resampled back to 16 kHz).
 References are what each voice was asked to say, in the recogniser's transcript form. One ASR
 pass per set gives the log-probabilities; both decoders read the same ones. `speechrt_train
 cards --decoding asr-eval.json` puts the result in docs/models/quartznet.md.
@@ -33,6 +35,7 @@ from speechrt.asr.beam import beam_search
 from speechrt.asr.ctc import greedy_decode
 from speechrt.asr.wer import wer
 from speechrt.audio.io import resample
+from speechrt.audio.telephone import NARROWBAND_RATE as TELEPHONE_RATE
 from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
@@ -77,15 +80,30 @@ def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]
     }
 
 
-def teacher_score(asr: ASR, teachers: str, voice: str, texts: list[str]) -> dict[str, Any]:
-    """`score` of a teacher voice reading these texts (as spoken: english_cleaners_v2)."""
+def with_telephone(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]:
+    """`score` of the audio as it is, and at 8 kHz: as the recogniser hears an 8 kHz file
+    (ASR.from_rate: its telephone band, where its features ask for it) and only resampled."""
+    narrow = [resample(a, asr.sample_rate, TELEPHONE_RATE) for a in audios]
+    return score(asr, refs, audios) | {
+        "8khz": score(asr, refs, [asr.from_rate(a, TELEPHONE_RATE) for a in narrow]),
+        "8khz_resampled_only": score(
+            asr, refs, [resample(a, TELEPHONE_RATE, asr.sample_rate) for a in narrow]
+        ),
+    }
+
+
+def teacher_score(
+    asr: ASR, teachers: str, voice: str, texts: list[str], telephone: bool = False
+) -> dict[str, Any]:
+    """`score` (with `telephone`: `with_telephone`) of a teacher voice reading these texts (as
+    spoken: english_cleaners_v2)."""
     tp = tp_plain(make_processor())
     spoken = [tp.normalize(t).strip() for t in texts]
     audios = [
         resample(u.audio, u.sample_rate, asr.sample_rate)
         for u in Teachers(teachers).synthesize(voice, spoken)
     ]
-    return score(asr, [transcript(t) for t in spoken], audios)
+    return (with_telephone if telephone else score)(asr, [transcript(t) for t in spoken], audios)
 
 
 def main() -> None:
@@ -113,8 +131,10 @@ def main() -> None:
         "asr": args.asr,
         "commit": commit.stdout.strip(),
         "decoding": asr.beam_options.to_dict(),
-        "our_voice": score(asr, refs, ours),
-        f"heldout_voice_{HELDOUT_VOICE}": teacher_score(asr, args.teachers, HELDOUT_VOICE, texts),
+        "our_voice": with_telephone(asr, refs, ours),
+        f"heldout_voice_{HELDOUT_VOICE}": teacher_score(
+            asr, args.teachers, HELDOUT_VOICE, texts, telephone=True
+        ),
         "hello_world": asr.transcribe([hello])[0].text,
     }
     if args.fit:
@@ -128,6 +148,9 @@ def main() -> None:
     rows.update({f"{TTS_VOICE} {k}": v for k, v in result.get("teacher_fit", {}).items()})
     for k, row in rows.items():
         print(k, {m: row[m] for m in ("sentences", "greedy", "beam")})
+        for at in ("8khz", "8khz_resampled_only"):
+            if at in row:
+                print(f"  {at}", {m: row[at][m] for m in ("greedy", "beam")})
 
 
 if __name__ == "__main__":

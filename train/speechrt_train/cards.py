@@ -145,6 +145,14 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
                     f"**{d['beam']:.3f}** with the LM (greedy {d['greedy']:.3f})",
                 )
             )
+            if "8khz" in d:  # resampled to 8 kHz: heard through the telephone band, or not
+                rows.append(
+                    (
+                        f"WER, {what}, the same at 8 kHz",
+                        f"**{d['8khz']['beam']:.3f}** as heard (telephone band; only "
+                        f"resampled: {d['8khz_resampled_only']['beam']:.3f})",
+                    )
+                )
         rows.append(("beam search", json.dumps(decoding["decoding"])))
         rows.append(('"Hello world." (our voice) heard as', repr(decoding["hello_world"])))
     if model in ("fastpitch", "hifigan") and "tts_intelligibility" in ev:
