@@ -58,7 +58,9 @@ ABOUT = {
         "of the items, silence before and after, a room (RT60 0.15-0.8 s), coloured noise "
         "(5-30 dB SNR), a random microphone EQ (+-6 dB), a telephone channel (G.711 mu-law, "
         "300-3400 Hz) and a vocal tract length warp (x0.88-1.12) "
-        "(train/speechrt_train/asr_data.py); corpora made since step 38,189 also pass a fifth "
+        "(train/speechrt_train/asr_data.py), and the exported model hears a source sampled at "
+        "8 kHz or less through the same telephone band (`narrowband` in its features: "
+        "speechrt.audio.telephone); corpora made since step 38,189 also pass a fifth "
         "of these voices' items through MP3 or Opus; "
         "BatchNorm folded into the convolutions at export.",
     ),
