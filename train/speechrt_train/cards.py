@@ -61,7 +61,7 @@ ABOUT = {
         "(train/speechrt_train/asr_data.py), and the exported model hears a source sampled at "
         "8 kHz or less through the same telephone band (`narrowband` in its features: "
         "speechrt.audio.telephone); corpora made since step 38,189 also pass a fifth "
-        "of these voices' items through MP3 or Opus; "
+        "of these voices' items through MP3, Opus or G.722; "
         "BatchNorm folded into the convolutions at export.",
     ),
 }

@@ -167,10 +167,15 @@ def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
 
 
 CODEC_SHARE = 0.2  # of a recogniser voice's training items, through a lossy codec and back
+G722_RATES = (64000, 56000, 48000)  # G.722's three modes (bit/s)
+G722_DELAY = 22  # samples its encoder and decoder's filter banks delay the audio by (measured)
 
 
 def check_codecs() -> None:
-    """codec_round_trip's libsndfile must write MP3 and Opus; a clear error if not."""
+    """codec_round_trip's libsndfile must write MP3 and Opus, and the G722 package be there;
+    a clear error if not."""
+    import importlib.util
+
     import soundfile as sf
 
     if "MP3" not in sf.available_formats() or "OPUS" not in sf.available_subtypes("OGG"):
@@ -178,12 +183,18 @@ def check_codecs() -> None:
             f"libsndfile {sf.__libsndfile_version__} cannot write MP3 and Opus "
             "(the corpus's codec round trips need both: soundfile >= 0.12's wheel has them)"
         )
+    if importlib.util.find_spec("G722") is None:
+        raise RuntimeError(
+            "the corpus's G.722 round trips need the G722 package (pip install G722)"
+        )
 
 
 def codec_round_trip(audio: np.ndarray, key: str) -> tuple[np.ndarray, str]:
-    """16 kHz float audio through MP3 or Opus and back, for CODEC_SHARE of the keys (a hash
-    of `key` picks which, the codec and its compression level) -> (audio, what was done:
-    "mp3 0.63", "opus 0.20" or "" for unchanged). libsndfile (soundfile) does both."""
+    """16 kHz float audio through MP3, Opus or G.722 and back, for CODEC_SHARE of the keys (a
+    hash of `key` picks which, the codec and its compression level or bit rate) -> (audio,
+    what was done: "mp3 0.63", "opus 0.20", "g722 56000" or "" for unchanged). libsndfile
+    (soundfile) does MP3 and Opus, the G722 package (ITU-T G.722, wideband telephony) G.722,
+    its delay taken out."""
     import io
 
     import soundfile as sf
@@ -192,14 +203,25 @@ def codec_round_trip(audio: np.ndarray, key: str) -> tuple[np.ndarray, str]:
     if (h % 1000) / 1000 >= CODEC_SHARE:
         return audio, ""
     h //= 1000
-    fmt, subtype, name = ("MP3", "MPEG_LAYER_III", "mp3") if h % 2 else ("OGG", "OPUS", "opus")
-    level = round(0.2 + 0.6 * ((h // 2) % 1000) / 1000, 2)  # 0 best, 1 smallest
+    codec, h = ("mp3", "opus", "g722")[h % 3], h // 3
+    if codec == "g722":
+        import G722
+
+        rate = G722_RATES[h % len(G722_RATES)]
+        pcm = np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16)
+        coded = G722.G722(ASR_RATE, rate).encode(
+            np.concatenate([pcm, np.zeros(G722_DELAY, np.int16)])
+        )
+        decoded = np.asarray(G722.G722(ASR_RATE, rate).decode(coded), dtype=np.float32) / 32768.0
+        return decoded[G722_DELAY : G722_DELAY + audio.shape[0]], f"g722 {rate}"
+    fmt, subtype = ("MP3", "MPEG_LAYER_III") if codec == "mp3" else ("OGG", "OPUS")
+    level = round(0.2 + 0.6 * (h % 1000) / 1000, 2)  # 0 best, 1 smallest
     buf = io.BytesIO()
     sf.write(buf, audio, ASR_RATE, format=fmt, subtype=subtype, compression_level=level)
     buf.seek(0)
     coded, rate = sf.read(buf, dtype="float32")
     assert rate == ASR_RATE
-    return coded, f"{name} {level:.2f}"
+    return coded, f"{codec} {level:.2f}"
 
 
 def _concat(parts: list[list[int]] | list[np.ndarray], dtype: torch.dtype) -> tuple:
