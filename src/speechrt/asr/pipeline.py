@@ -280,9 +280,7 @@ class ASR:
         if source_rate != self.sample_rate:
             audio = resample(audio, source_rate, self.sample_rate)
         band = self.band_filter(source_rate)
-        if band is not None:
-            audio = np.concatenate((band.push(audio), band.flush()))
-        return np.asarray(audio, dtype=np.float32)
+        return band.whole(audio) if band is not None else np.asarray(audio, dtype=np.float32)
 
     def load_audio(self, source: AudioInput, name: str | None = None) -> np.ndarray:
         """A file path, file bytes or an array at the model's rate -> mono float32 (N,).

@@ -71,8 +71,11 @@ class BandFilter:
         """The samples held back (the last TAPS // 2), as if zeros followed the audio."""
         return self.push(np.zeros(self.h.size // 2))
 
+    def whole(self, audio: np.ndarray) -> np.ndarray:
+        """A fresh filter's output for all of `audio`: (N,) -> (N,) float32."""
+        return np.concatenate((self.push(audio), self.flush()))
+
 
 def band_limit(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """audio (N,) -> (N,) float32 filtered to the telephone band."""
-    f = BandFilter(sample_rate)
-    return np.concatenate((f.push(audio), f.flush()))
+    return BandFilter(sample_rate).whole(audio)
