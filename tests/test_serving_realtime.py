@@ -217,6 +217,58 @@ def test_telephone_rate_is_heard_alike_on_every_route(
     assert capsys.readouterr().out == f"{path}\t{local}\n"
 
 
+def g711_session(server: str, coded: bytes, update: dict[str, Any]) -> list[dict[str, Any]]:
+    """A bare session: `update`, then `coded` G.711 bytes appended 100 ms at a time and
+    committed; its events up to the completed transcript."""
+    s = Raw(server)
+    assert s.recv()["type"] == "session.created"
+    s.send(update)
+    events = [s.recv()]
+    for i in range(0, len(coded), 800):
+        s.send(
+            {
+                "type": "input_audio_buffer.append",
+                "audio": base64.b64encode(coded[i : i + 800]).decode(),
+            }
+        )
+    s.send({"type": "input_audio_buffer.commit"})
+    while events[-1]["type"] != COMPLETED:
+        events.append(s.recv())
+    s.ws.close()
+    return events
+
+
+@pytest.mark.parametrize("law", ["ulaw", "alaw"])
+def test_g711_sessions_hear_telephone_audio(server: str, pcm: np.ndarray, law: str):
+    """G.711 mu-law (GA audio/pcmu) and A-law (beta g711_alaw) bytes at 8 kHz, as telephone
+    networks send them: the completed transcript is the recogniser's on the same samples."""
+    from speechrt.asr import ASR
+    from speechrt.audio.io import resample
+    from speechrt.audio.telephone import g711_decode
+
+    narrow = resample(pcm.astype(np.float32) / 32768.0, RATE, 8000)
+    buf = io.BytesIO()
+    sf.write(buf, narrow, 8000, format="RAW", subtype=law.upper())  # libsndfile's G.711 encoder
+    coded = buf.getvalue()
+    asr = ASR(default_model(ASR_MODEL), device="cpu")
+    local = asr.transcribe([asr.from_rate(g711_decode(coded, law), 8000)])[0].text
+    assert "machine" in local
+    if law == "ulaw":
+        update = {"type": "session.update",
+                  "session": {"audio": {"input": {"format": {"type": "audio/pcmu"}}}}}  # fmt: skip
+    else:
+        update = {"type": "transcription_session.update",
+                  "session": {"input_audio_format": "g711_alaw"}}  # fmt: skip
+    events = g711_session(server, coded, update)
+    session = events[0]["session"]
+    if law == "ulaw":
+        assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+    else:
+        assert session["input_audio_format"] == "g711_alaw"
+    assert events[-1]["transcript"] == local
+    assert events[-1]["usage"]["seconds"] == pytest.approx(len(coded) / 8000, abs=1e-3)
+
+
 class Raw:
     """A bare WebSocket session (no client library checks what is sent)."""
 
@@ -263,16 +315,21 @@ def test_bad_events_get_error_events_and_the_session_goes_on(server: str):
     for turn in ({}, {"type": "semantic_vad"}, {"type": "server_vad", "silence_duration_ms": 5}):
         vad = {"type": "session.update", "session": {"audio": {"input": {"turn_detection": turn}}}}
         assert s.error_of(vad)["code"] == "unsupported_turn_detection"
-    pcmu = {
-        "type": "session.update",
-        "session": {"audio": {"input": {"format": {"type": "audio/pcmu"}}}},
-    }
-    assert s.error_of(pcmu)["code"] == "unsupported_audio_format"
+
+    def fmt(f: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "session.update", "session": {"audio": {"input": {"format": f}}}}
+
+    assert s.error_of(fmt({"type": "audio/opus"}))["code"] == "unsupported_audio_format"
+    assert s.error_of(fmt({"type": "audio/pcmu", "rate": 16000}))["code"] == "invalid_rate"
+    beta = {"type": "transcription_session.update", "session": {"input_audio_format": "g729"}}
+    assert s.error_of(beta)["code"] == "unsupported_audio_format"
     # too much audio: refused, the buffer keeps what it had
     s.send({"type": "input_audio_buffer.append", "audio": _b64(np.zeros(RATE // 2))})
     too_much = np.zeros(MAX_SECONDS * RATE, dtype=np.int16)
     err = s.error_of({"type": "input_audio_buffer.append", "audio": _b64(too_much)})
     assert err["code"] == "input_audio_buffer_too_large"
+    # nor does the format change under it
+    assert s.error_of(fmt({"type": "audio/pcma"}))["code"] == "buffer_not_empty"
     s.send({"type": "input_audio_buffer.clear"})
     assert s.recv()["type"] == "input_audio_buffer.cleared"
     # still alive: the beta session event works

@@ -110,3 +110,17 @@ def test_narrowband_sources_are_heard_through_the_band(channels: int) -> None:
     assert level(read_audio(wav(at_16k, SR), SR, band=phone.band_filter)[0], 3800) > -1 + level(
         at_16k, 3800
     )
+
+
+@pytest.mark.parametrize("law", ["ulaw", "alaw"])
+def test_g711_decodes_every_code_as_libsndfile_does(law: str) -> None:
+    from speechrt.audio.telephone import g711_decode
+
+    codes = bytes(range(256))
+    want, _ = sf.read(
+        io.BytesIO(codes), samplerate=8000, channels=1, format="RAW", subtype=law.upper(),
+        dtype="int16",
+    )  # fmt: skip
+    got = g711_decode(codes, law)
+    assert got.dtype == np.float32 and got.shape == (256,)
+    np.testing.assert_array_equal(np.round(got * 32768).astype(np.int16), want)

@@ -9,7 +9,8 @@ instead, a band the recogniser never heard; a model whose features say `narrowba
 
 The filter is a linear-phase FIR (`TAPS` taps, the response sampled and windowed), run block by
 block (`BandFilter`) so that hours of audio or a live stream cost one block of memory; its
-output is delay-compensated and as long as its input. Numpy only.
+output is delay-compensated and as long as its input. `g711_decode` reads the telephone
+network's own sample format (ITU-T G.711 mu-law and A-law, 8 kHz). Numpy only.
 """
 
 from __future__ import annotations
@@ -79,3 +80,34 @@ class BandFilter:
 def band_limit(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """audio (N,) -> (N,) float32 filtered to the telephone band."""
     return BandFilter(sample_rate).whole(audio)
+
+
+G711_RATE = 8000
+
+
+def _g711_table(law: str) -> np.ndarray:
+    """(256,) float32: each G.711 code's linear value in [-1, 1) (ITU-T G.711's expansion)."""
+    code = np.arange(256)
+    if law == "ulaw":
+        u = ~code & 0xFF
+        exponent, mantissa = (u >> 4) & 7, u & 0x0F
+        magnitude = (((mantissa << 3) + 0x84) << exponent) - 0x84
+        linear = np.where(u & 0x80, -magnitude, magnitude)
+    elif law == "alaw":
+        a = code ^ 0x55
+        exponent, mantissa = (a >> 4) & 7, a & 0x0F
+        magnitude = np.where(
+            exponent == 0, (mantissa << 4) + 8, ((mantissa << 4) + 0x108) << (exponent - 1).clip(0)
+        )
+        linear = np.where(a & 0x80, magnitude, -magnitude)
+    else:
+        raise ValueError(f"G.711 law must be 'ulaw' or 'alaw', not {law!r}")
+    return (linear / 32768.0).astype(np.float32)
+
+
+G711 = {law: _g711_table(law) for law in ("ulaw", "alaw")}
+
+
+def g711_decode(data: bytes, law: str) -> np.ndarray:
+    """G.711 bytes (one 8 kHz sample each) -> (N,) float32 in [-1, 1)."""
+    return G711[law][np.frombuffer(data, dtype=np.uint8)]

@@ -1,9 +1,11 @@
 """OpenAI's realtime transcription over WebSocket: `/v1/realtime?intent=transcription`.
 
 Client events: `session.update` (GA: session.type "transcription", session.audio.input.format
-{type: "audio/pcm", rate}) or `transcription_session.update` (beta: input_audio_format "pcm16"),
+{type: "audio/pcm", rate} or {type: "audio/pcmu"} / {type: "audio/pcma"}) or
+`transcription_session.update` (beta: input_audio_format "pcm16", "g711_ulaw" or "g711_alaw"),
 `input_audio_buffer.append` (base64 little-endian 16-bit mono PCM, 24 kHz unless the session says
-otherwise), `input_audio_buffer.commit`, `input_audio_buffer.clear`. Server events:
+otherwise; or G.711 mu-law / A-law bytes at 8 kHz, as telephone networks send them),
+`input_audio_buffer.commit`, `input_audio_buffer.clear`. Server events:
 `session.created`, `session.updated` / `transcription_session.updated`,
 `conversation.item.input_audio_transcription.delta` (a chunk of new words, at most every 0.5 s of
 audio: speechrt.serving.streams), `input_audio_buffer.committed`,
@@ -17,8 +19,9 @@ detector (speechrt.asr.vad.TurnDetector, the one offline transcription uses, fed
 arrives) sends `input_audio_buffer.speech_started` / `.speech_stopped` and commits the buffer
 when speech is followed by `silence_duration_ms` of quiet. Its `threshold` is accepted and not
 used (the detector sets its own from the audio's noise floor); `semantic_vad` is refused.
-Other differences from OpenAI, by design: pcm only (no G.711), and `rate` may be any of 8-48 kHz,
-not only 24 kHz.
+Other differences from OpenAI, by design: a pcm `rate` may be any of 8-48 kHz, not only 24 kHz.
+Audio at 8 kHz (G.711 or pcm) is heard through the recogniser's telephone band where it has one
+(speechrt.audio.telephone), as an 8 kHz file is.
 Limits: a committed utterance holds at most the server's --max-audio-seconds (an append past it
 is refused with an error event); one message at most MAX_MESSAGE_BYTES; a session that sends
 nothing for `realtime_idle_s` is closed (code 1000 after an error event). Messages are handled in
@@ -39,6 +42,7 @@ import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from speechrt.asr.vad import TurnDetector
+from speechrt.audio.telephone import G711_RATE, g711_decode
 from speechrt.errors import SpeechRTError
 from speechrt.serving.streams import RecognitionStream
 
@@ -46,6 +50,10 @@ router = APIRouter(prefix="/v1")
 log = logging.getLogger("speechrt.serving")
 
 DEFAULT_RATE = 24000  # OpenAI's pcm16
+# input formats: the GA format type and the beta input_audio_format name -> G.711 law (None:
+# 16-bit PCM); G.711 is 8 kHz, as the telephone network sends it
+FORMATS = {"audio/pcm": None, "audio/pcmu": "ulaw", "audio/pcma": "alaw"}
+BETA_FORMATS = {"pcm16": None, "g711_ulaw": "ulaw", "g711_alaw": "alaw"}
 RATES = (8000, 48000)  # the rates a session may ask for
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one WebSocket message (uvicorn's ws_max_size)
 SERVER_VAD = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
@@ -73,6 +81,7 @@ class Session:
         self.model = model
         self.id = _id("sess")
         self.rate = DEFAULT_RATE
+        self.law: str | None = None  # G.711's (8 kHz), or None: 16-bit PCM
         self.max_samples = int(self.srv.config.limits.max_audio_seconds * DEFAULT_RATE)
         self.stream: RecognitionStream | None = None
         self.item_id = _id("item")
@@ -96,11 +105,13 @@ class Session:
                 "id": self.id,
                 "object": "realtime.transcription_session",
                 "modalities": ["text"],
-                "input_audio_format": "pcm16",
+                "input_audio_format": {v: k for k, v in BETA_FORMATS.items()}[self.law],
                 "input_audio_transcription": transcription,
                 "turn_detection": self.turn,
             }
-        fmt = {"type": "audio/pcm", "rate": self.rate}
+        fmt: dict[str, Any] = {"type": {v: k for k, v in FORMATS.items()}[self.law]}
+        if self.law is None:
+            fmt["rate"] = self.rate
         return {
             "type": "transcription",
             "object": "realtime.transcription_session",
@@ -139,13 +150,15 @@ class Session:
             raise EventError("`session` must be an object", "invalid_session", "session")
         if beta:
             fmt = session.get("input_audio_format", "pcm16")
-            if fmt != "pcm16":
+            if fmt not in BETA_FORMATS:
                 raise EventError(
-                    f"input_audio_format {str(fmt)[:30]!r} is not supported; use pcm16",
+                    f"input_audio_format {str(fmt)[:30]!r} is not supported; use one of "
+                    f"{', '.join(BETA_FORMATS)}",
                     "unsupported_audio_format",
                     "session.input_audio_format",
                 )
-            turn, rate = session.get("turn_detection"), DEFAULT_RATE
+            law = BETA_FORMATS[fmt]
+            turn, rate = session.get("turn_detection"), DEFAULT_RATE if law is None else G711_RATE
         else:
             if session.get("type", "transcription") != "transcription":
                 raise EventError(
@@ -155,13 +168,22 @@ class Session:
                 )
             audio_in = (session.get("audio") or {}).get("input") or {}
             fmt = audio_in.get("format") or {}
-            if fmt.get("type", "audio/pcm") != "audio/pcm":
+            kind = fmt.get("type", "audio/pcm")
+            if kind not in FORMATS:
                 raise EventError(
-                    f"audio format {str(fmt.get('type'))[:30]!r} is not supported; use audio/pcm",
+                    f"audio format {str(kind)[:30]!r} is not supported; use one of "
+                    f"{', '.join(FORMATS)}",
                     "unsupported_audio_format",
                     "session.audio.input.format",
                 )
-            rate = fmt.get("rate", self.rate)
+            law = FORMATS[kind]
+            rate = fmt.get("rate", self.rate if law is None else G711_RATE)
+            if law is not None and rate != G711_RATE:
+                raise EventError(
+                    f"{kind} is {G711_RATE} Hz audio",
+                    "invalid_rate",
+                    "session.audio.input.format.rate",
+                )
             turn = audio_in.get("turn_detection")
         turn = self.turn_settings(turn)
         if not isinstance(rate, int) or not RATES[0] <= rate <= RATES[1]:
@@ -170,13 +192,13 @@ class Session:
                 "invalid_rate",
                 "session.audio.input.format.rate",
             )
-        if rate != self.rate and self.stream is not None:
+        if (rate, law) != (self.rate, self.law) and self.stream is not None:
             raise EventError(
-                "the rate cannot change while the buffer holds audio (commit or clear it first)",
+                "the format cannot change while the buffer holds audio (commit or clear it first)",
                 "buffer_not_empty",
-                "session.audio.input.format.rate",
+                "session.audio.input.format",
             )
-        self.rate = rate
+        self.rate, self.law = rate, law
         self.max_samples = int(self.srv.config.limits.max_audio_seconds * rate)
         if turn != self.turn or (self.detector is not None and self.detector.hop != rate // 100):
             self.turn, self.detector, self.heard = turn, None, 0
@@ -214,11 +236,14 @@ class Session:
             data = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
             raise EventError("`audio` is not valid base64", "invalid_audio", "audio") from None
-        if len(data) % 2:
+        if self.law is not None:  # G.711: a byte per sample
+            pcm = g711_decode(data, self.law)
+        elif len(data) % 2:
             raise EventError(
                 "`audio` must be 16-bit PCM (an even number of bytes)", "invalid_audio", "audio"
             )
-        pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+        else:
+            pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
         held = self.stream.samples if self.stream is not None else 0
         if held + pcm.size > self.max_samples:
             limit = self.srv.config.limits.max_audio_seconds
