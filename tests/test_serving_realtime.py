@@ -224,6 +224,10 @@ def g711_session(server: str, coded: bytes, update: dict[str, Any]) -> list[dict
     assert s.recv()["type"] == "session.created"
     s.send(update)
     events = [s.recv()]
+    turn = {"turn_detection": None}  # an update that names no format keeps the session's
+    s.send({"type": update["type"], "session": turn if "input_audio_format" in update["session"]
+            else {"audio": {"input": turn}}})  # fmt: skip
+    events.append(s.recv())
     for i in range(0, len(coded), 800):
         s.send(
             {
@@ -260,7 +264,7 @@ def test_g711_sessions_hear_telephone_audio(server: str, pcm: np.ndarray, law: s
         update = {"type": "transcription_session.update",
                   "session": {"input_audio_format": "g711_alaw"}}  # fmt: skip
     events = g711_session(server, coded, update)
-    session = events[0]["session"]
+    session = events[1]["session"]  # after a second update without a format: still G.711
     if law == "ulaw":
         assert session["audio"]["input"]["format"] == {"type": "audio/pcmu"}
     else:
@@ -316,13 +320,18 @@ def test_bad_events_get_error_events_and_the_session_goes_on(server: str):
         vad = {"type": "session.update", "session": {"audio": {"input": {"turn_detection": turn}}}}
         assert s.error_of(vad)["code"] == "unsupported_turn_detection"
 
-    def fmt(f: dict[str, Any]) -> dict[str, Any]:
+    def fmt(f: Any) -> dict[str, Any]:
         return {"type": "session.update", "session": {"audio": {"input": {"format": f}}}}
 
     assert s.error_of(fmt({"type": "audio/opus"}))["code"] == "unsupported_audio_format"
     assert s.error_of(fmt({"type": "audio/pcmu", "rate": 16000}))["code"] == "invalid_rate"
-    beta = {"type": "transcription_session.update", "session": {"input_audio_format": "g729"}}
-    assert s.error_of(beta)["code"] == "unsupported_audio_format"
+    assert s.error_of(fmt("audio/pcmu"))["code"] == "unsupported_audio_format"  # not an object
+    for name in ("g729", ["pcm16"]):
+        beta = {"type": "transcription_session.update", "session": {"input_audio_format": name}}
+        assert s.error_of(beta)["code"] == "unsupported_audio_format"
+    for audio in (5, {"input": [1]}):
+        bad = {"type": "session.update", "session": {"audio": audio}}
+        assert s.error_of(bad)["code"] == "invalid_session"
     # too much audio: refused, the buffer keeps what it had
     s.send({"type": "input_audio_buffer.append", "audio": _b64(np.zeros(RATE // 2))})
     too_much = np.zeros(MAX_SECONDS * RATE, dtype=np.int16)

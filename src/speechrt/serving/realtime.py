@@ -148,17 +148,20 @@ class Session:
     def update(self, session: Any, beta: bool) -> None:
         if not isinstance(session, dict):
             raise EventError("`session` must be an object", "invalid_session", "session")
+        law, rate = self.law, self.rate  # a session.update without a format keeps the format
         if beta:
-            fmt = session.get("input_audio_format", "pcm16")
-            if fmt not in BETA_FORMATS:
-                raise EventError(
-                    f"input_audio_format {str(fmt)[:30]!r} is not supported; use one of "
-                    f"{', '.join(BETA_FORMATS)}",
-                    "unsupported_audio_format",
-                    "session.input_audio_format",
-                )
-            law = BETA_FORMATS[fmt]
-            turn, rate = session.get("turn_detection"), DEFAULT_RATE if law is None else G711_RATE
+            fmt = session.get("input_audio_format")
+            if fmt is not None:
+                if not isinstance(fmt, str) or fmt not in BETA_FORMATS:
+                    raise EventError(
+                        f"input_audio_format {str(fmt)[:30]!r} is not supported; use one of "
+                        f"{', '.join(BETA_FORMATS)}",
+                        "unsupported_audio_format",
+                        "session.input_audio_format",
+                    )
+                law = BETA_FORMATS[fmt]
+                rate = DEFAULT_RATE if law is None else G711_RATE
+            turn = session.get("turn_detection")
         else:
             if session.get("type", "transcription") != "transcription":
                 raise EventError(
@@ -166,24 +169,30 @@ class Session:
                     "unsupported_session_type",
                     "session.type",
                 )
-            audio_in = (session.get("audio") or {}).get("input") or {}
-            fmt = audio_in.get("format") or {}
-            kind = fmt.get("type", "audio/pcm")
-            if kind not in FORMATS:
+            audio = session.get("audio") or {}
+            audio_in = (audio.get("input") if isinstance(audio, dict) else audio) or {}
+            if not isinstance(audio_in, dict):
                 raise EventError(
-                    f"audio format {str(kind)[:30]!r} is not supported; use one of "
-                    f"{', '.join(FORMATS)}",
-                    "unsupported_audio_format",
-                    "session.audio.input.format",
+                    "session.audio.input must be an object", "invalid_session", "session.audio"
                 )
-            law = FORMATS[kind]
-            rate = fmt.get("rate", self.rate if law is None else G711_RATE)
-            if law is not None and rate != G711_RATE:
-                raise EventError(
-                    f"{kind} is {G711_RATE} Hz audio",
-                    "invalid_rate",
-                    "session.audio.input.format.rate",
-                )
+            fmt = audio_in.get("format")
+            if fmt is not None:
+                kind = fmt.get("type", "audio/pcm") if isinstance(fmt, dict) else None
+                if not isinstance(kind, str) or kind not in FORMATS:
+                    raise EventError(
+                        f"audio format {str(kind)[:30]!r} is not supported; use one of "
+                        f"{', '.join(FORMATS)}",
+                        "unsupported_audio_format",
+                        "session.audio.input.format",
+                    )
+                law = FORMATS[kind]
+                rate = fmt.get("rate", DEFAULT_RATE if law is None else G711_RATE)
+                if law is not None and rate != G711_RATE:
+                    raise EventError(
+                        f"{kind} is {G711_RATE} Hz audio",
+                        "invalid_rate",
+                        "session.audio.input.format.rate",
+                    )
             turn = audio_in.get("turn_detection")
         turn = self.turn_settings(turn)
         if not isinstance(rate, int) or not RATES[0] <= rate <= RATES[1]:
