@@ -72,6 +72,17 @@ class EventError(Exception):
         self.message, self.code, self.param = message, code, param
 
 
+def law_of(name: Any, known: dict[str, str | None], what: str, param: str) -> str | None:
+    """A format's name -> its G.711 law (None: 16-bit PCM); an error event for another."""
+    if not isinstance(name, str) or name not in known:
+        raise EventError(
+            f"{what} {str(name)[:30]!r} is not supported; use one of {', '.join(known)}",
+            "unsupported_audio_format",
+            param,
+        )
+    return known[name]
+
+
 class Session:
     """One WebSocket's transcription session: its settings and the utterance being appended."""
 
@@ -152,14 +163,7 @@ class Session:
         if beta:
             fmt = session.get("input_audio_format")
             if fmt is not None:
-                if not isinstance(fmt, str) or fmt not in BETA_FORMATS:
-                    raise EventError(
-                        f"input_audio_format {str(fmt)[:30]!r} is not supported; use one of "
-                        f"{', '.join(BETA_FORMATS)}",
-                        "unsupported_audio_format",
-                        "session.input_audio_format",
-                    )
-                law = BETA_FORMATS[fmt]
+                law = law_of(fmt, BETA_FORMATS, "input_audio_format", "session.input_audio_format")
                 rate = DEFAULT_RATE if law is None else G711_RATE
             turn = session.get("turn_detection")
         else:
@@ -178,14 +182,7 @@ class Session:
             fmt = audio_in.get("format")
             if fmt is not None:
                 kind = fmt.get("type", "audio/pcm") if isinstance(fmt, dict) else None
-                if not isinstance(kind, str) or kind not in FORMATS:
-                    raise EventError(
-                        f"audio format {str(kind)[:30]!r} is not supported; use one of "
-                        f"{', '.join(FORMATS)}",
-                        "unsupported_audio_format",
-                        "session.audio.input.format",
-                    )
-                law = FORMATS[kind]
+                law = law_of(kind, FORMATS, "audio format", "session.audio.input.format")
                 rate = fmt.get("rate", DEFAULT_RATE if law is None else G711_RATE)
                 if law is not None and rate != G711_RATE:
                     raise EventError(
