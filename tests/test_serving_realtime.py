@@ -124,6 +124,12 @@ def test_server_vad_commits_each_utterance(server: str):
     tts = TTS(device="cpu")
     said = tts.synthesize(["Speech recognition works on this machine.", "Please call Stella."])
     parts = [to_int16(resample(a, tts.sampling_rate, RATE)) for a in said]
+    # each part whole 10 ms blocks long: the session's turn detector splits at block
+    # boundaries, so the second part starts in its committed audio on the same 10 ms grid
+    # (the features' hop) as it does alone; a shift off that grid is other input, and the
+    # recogniser can hear a word differently there
+    hop = RATE // 100
+    parts = [np.pad(p, (0, -p.size % hop)) for p in parts]
     gap = np.zeros(int(1.5 * RATE), np.int16)
     pcm = np.concatenate([gap[: RATE // 2], parts[0], gap, parts[1], gap])
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
