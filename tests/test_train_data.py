@@ -180,6 +180,36 @@ def test_corpus_plan_gives_voices_disjoint_train_slices_interleaved():
         assign({"slt": (5000, 0)}, sentences)
 
 
+def test_corpus_round_pairs_voices_and_sentences_afresh():
+    from speechrt_train.corpus import assign
+    from speechrt_train.texts import Sentence, text_key
+
+    texts = [f"Sentence {i} is a fine line of prose." for i in range(3000)]
+    sentences = [Sentence(text_key(t), t) for t in texts]
+    plan = {"slt-hts": (900, 10), "slt": (900, 10), "awb": (900, 10), "rms": (0, 20)}
+
+    def read(round_: int) -> dict[str, list]:
+        by_voice: dict[str, list] = {}
+        for t in assign(plan, sentences, round_):
+            by_voice.setdefault(t.voice, []).extend(t.sentences)
+        return by_voice
+
+    first, second = read(0), read(1)
+    for voice in plan:
+        assert len(first[voice]) == len(second[voice])
+        assert [s.key for s in first[voice] if s.heldout] == [
+            s.key for s in second[voice] if s.heldout
+        ]  # the held-out side does not move
+    train = [
+        {v: {s.key for s in ss if not s.heldout} for v, ss in r.items()} for r in (first, second)
+    ]
+    for voice in ("slt-hts", "slt", "awb"):
+        # a voice now reads mostly sentences it did not read in round 0
+        assert len(train[1][voice] & train[0][voice]) < 0.5 * len(train[0][voice])
+    assert not train[1]["slt"] & train[1]["awb"]  # still disjoint slices within a round
+    assert [s.key for s in read(1)["slt"]] == [s.key for s in second["slt"]]  # deterministic
+
+
 def test_codec_round_trip_for_a_share_of_keys():
     from speechrt_train.corpus import CODEC_SHARE, codec_round_trip
 

@@ -24,6 +24,9 @@
 # QUARTZNET_GPUS=N trains QuartzNet data-parallel on GPUs 0..N-1 (`--gpus N`: one process per
 # GPU; --batch-size is the global batch, split across them); the other models then take the
 # GPU after those, or share GPU 0 where there is none (with no GPU: N CPU processes, a smoke run).
+# CORPUS_ROUND=N (default 0) pairs the corpus's voices and train sentences afresh (`corpus
+# --round`): give each cold chunk its own round and it trains on new audio of the same text.
+# CORPUS_MINUTES (default 3) caps the corpus's wall time (a cut corpus keeps each voice's share).
 # PLAN=wide (default full) makes the corpus with the extra text of .carry/text/*.deb (fortune-
 # anarchism, dict-jargon, dict-devil, wordnet-base): ~54 h, every sentence read about once.
 # Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
@@ -54,7 +57,8 @@ if [ ! -f corpus/manifest.json ]; then
   TEXT_ARGS=()  # PLAN=wide reads the extra text too (.carry/text/*.deb, unpacked to /tmp/text)
   [ "$PLAN" = wide ] && TEXT_ARGS=(--text-root /tmp/text)
   python3 -m speechrt_train corpus --out corpus --plan "$PLAN" --prefix /tmp/teachers \
-    --minutes 3 --quiet "${TEXT_ARGS[@]}" || exit 1
+    --minutes "${CORPUS_MINUTES:-3}" --round "${CORPUS_ROUND:-0}" --quiet "${TEXT_ARGS[@]}" ||
+    exit 1
 fi
 [ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
 

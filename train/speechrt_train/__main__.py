@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Debian root with more English text unpacked (as for `lm`): its sentences join "
         "the train side (plan wide)",
     )
+    p.add_argument(
+        "--round",
+        type=int,
+        default=0,
+        help="pair voices and train sentences afresh: round N of the plan (default 0)",
+    )
     p.add_argument("--quiet", action="store_true")
     for name in TRAINED:
         _common(sub.add_parser(name, help=f"train {name} (time-budgeted, resumable)"), name)
@@ -280,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.minutes,
                 not args.quiet,
                 args.text_root,
+                args.round,
             )
         except (FileNotFoundError, ValueError) as e:
             print(f"speechrt_train corpus: {e}", file=sys.stderr)
@@ -303,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 prune,
                 decoding,
                 args.text_root,
+                args.round,
             )
         except FileNotFoundError as e:
             print(f"speechrt_train lm: {e}", file=sys.stderr)

@@ -76,13 +76,22 @@ class Task:
     sentences: list[Sentence]
 
 
-def assign(plan: dict[str, tuple[int, int]], sentences: list[Sentence]) -> list[Task]:
+ROUND_SHIFT = 0.381966  # of the train sentences, per round: far from any small fraction
+
+
+def assign(
+    plan: dict[str, tuple[int, int]], sentences: list[Sentence], round_: int = 0
+) -> list[Task]:
     """Each voice's batches: held-out sentences first, then a train slice (consecutive slices
     for consecutive voices, wrapping round). Batches of all voices are interleaved in proportion,
-    so a run stopped at its deadline still has every voice's share done equally far."""
+    so a run stopped at its deadline still has every voice's share done equally far.
+
+    `round_` N starts the slices N x ROUND_SHIFT of the way round the train sentences: another
+    round pairs voices and train sentences afresh (and with them the prosody and codec drawn
+    from a hash of the pair); the held-out side stays the same."""
     train, heldout = split(sentences)
     ranked: list[tuple[float, int, Task]] = []
-    offset = 0
+    offset = int(round_ * ROUND_SHIFT * len(train)) % max(len(train), 1)
     for v, (voice, (n_train, n_heldout)) in enumerate(plan.items()):
         if n_train > len(train) or n_heldout > len(heldout):
             raise ValueError(f"{voice}: plan wants more sentences than there are")
@@ -263,6 +272,7 @@ def build(
     minutes: float | None = None,
     progress: bool = True,
     text_root: str | Path | None = None,
+    round_: int = 0,
 ) -> dict[str, Any]:
     """Synthesize the corpus into out_dir; returns (and writes) the manifest.
 
@@ -271,7 +281,9 @@ def build(
     fortunes' in hash order; the held-out sentences stay exactly the fortunes' own.
 
     `minutes`: stop handing out batches after this long and keep what is done (the batches are
-    interleaved across voices, so each voice gets its proportional share)."""
+    interleaved across voices, so each voice gets its proportional share).
+
+    `round_`: which voice reads which train sentence (`assign`)."""
     from tqdm import tqdm
 
     plan = PLANS[plan] if isinstance(plan, str) else plan
@@ -285,7 +297,7 @@ def build(
 
         extra = speech_sentences(text_root, sentences)
         sentences = sorted(sentences + extra, key=lambda s: s.key)
-    tasks = assign(plan, sentences)
+    tasks = assign(plan, sentences, round_)
     jobs = jobs or mp.cpu_count()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -312,6 +324,7 @@ def build(
                 break
     manifest: dict[str, Any] = {
         "plan": plan,
+        "round": round_,
         "jobs": jobs,
         "wall_seconds": round(time.time() - t0, 1),
         "stopped_at_deadline": stopped,
