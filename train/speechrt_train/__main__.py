@@ -225,7 +225,10 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
         torch.set_float32_matmul_precision("high")  # TF32 for the float32 parts
         # HiFi-GAN sees one segment shape: let cuDNN pick its fastest kernels once
         torch.backends.cudnn.benchmark = args.command == "hifigan"
+    loading = time.time()
     trainer = _trainer(args, device, ranks)
+    if ranks.main:  # a chunk's time before its first step: loading the corpus is most of it
+        print(f"{args.command}: corpus loaded in {time.time() - loading:.1f} s", flush=True)
     minutes = args.minutes
     if args.deadline:  # data loading took part of the chunk: step only until the deadline
         minutes = max(0.0, min(minutes, (args.deadline - time.time()) / 60))
@@ -310,7 +313,6 @@ def main(argv: list[str] | None = None) -> int:
                 prune,
                 decoding,
                 args.text_root,
-                args.round,
             )
         except FileNotFoundError as e:
             print(f"speechrt_train lm: {e}", file=sys.stderr)
