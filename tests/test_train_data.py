@@ -435,3 +435,46 @@ def test_packed_data_keeps_items_and_segments_match_slices():
         assert torch.equal(mel[k, :, :n], mels[i][:, s : s + n])
         assert (mel[k, :, n:] == floor).all() and not wave[k, n * hop :].any()
         assert torch.equal(wave[k, : n * hop], audio[i][s * hop : (s + n) * hop])
+
+
+def test_short_spans_for_a_share_of_training_items():
+    from speechrt_train.corpus import SHORT_SHARE, SHORT_WORDS, short_span
+
+    sentence = "the quick brown fox jumps over the lazy dog."
+    spans = [short_span(sentence, f"slt/{k}") for k in range(4000)]
+    short = [s for s in spans if s != sentence]
+    assert abs(len(short) / len(spans) - SHORT_SHARE) < 0.02
+    assert all(1 <= len(s.split()) <= SHORT_WORDS and s in sentence for s in short)
+    assert {len(s.split()) for s in short} == set(range(1, SHORT_WORDS + 1))
+    assert len(set(short)) > 15  # spans from all over the sentence
+    assert spans == [short_span(sentence, f"slt/{k}") for k in range(4000)]  # deterministic
+    assert short_span("hello.", "slt/0") == "hello."  # one word stays itself
+
+
+def test_corpus_task_reads_short_spans_for_recogniser_voices_only(monkeypatch):
+    from speechrt_train import corpus
+    from speechrt_train.align import make_processor, tp_plain
+    from speechrt_train.teachers import Utterance
+    from speechrt_train.texts import Sentence, text_key
+
+    asked: dict[str, list[str]] = {}
+
+    class Recording:
+        def synthesize(self, voice, texts):
+            asked[voice] = list(texts)
+            return [Utterance(np.zeros(1600, dtype=np.float32), 16000) for _ in texts]
+
+    tp = make_processor()
+    monkeypatch.setitem(corpus._worker, "teachers", Recording())
+    monkeypatch.setitem(corpus._worker, "tp", tp)
+    texts = [f"Sentence number {i} is a fine line of prose to read." for i in range(2000)]
+    pool = [Sentence(text_key(t), t) for t in texts]
+    sentences = [s for s in pool if not s.heldout][:60] + [s for s in pool if s.heldout][:5]
+    _, items, _, _ = corpus._run_task(corpus.Task("slt", sentences))
+    whole = [tp_plain(tp).normalize(s.text).strip() for s in sentences]
+    assert asked["slt"] == [x["spoken"] for x in items]
+    short = [x for x, w in zip(items, whole, strict=True) if x["spoken"] != w]
+    assert short and all(x["short"] and not x["heldout"] for x in short)
+    assert len(short) < len(items) / 3
+    assert all(len(x["spoken"].split()) <= corpus.SHORT_WORDS for x in short)
+    assert not any(x["short"] for x in items[-5:])  # held-out items are read whole

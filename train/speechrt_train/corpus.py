@@ -5,7 +5,9 @@
     -> corpus/<voice>.pt (one "shard" per voice) + corpus/manifest.json (hours, speeds, skips)
 
 A shard is a dict of plain tensors and lists (torch.load(weights_only=True) reads it):
-    voice, sample_rate, keys, texts (the sentence), spoken (what the teacher read), heldout,
+    voice, sample_rate, keys, texts (the sentence), spoken (what the teacher read: the
+    sentence normalized, or for SHORT_SHARE of a recogniser voice's train items a few of its
+    words alone, short_span), heldout,
     codec (the lossy round trip a recogniser voice's training item went through, or ""),
     audio (int16, all utterances concatenated), audio_offsets (N + 1,),
     and for the TTS voice: ids, id_offsets (N + 1,), durations (frames per id; no ids = not
@@ -145,16 +147,23 @@ def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
 
     tp = _worker["tp"]
     self_before = time.process_time()
-    spoken = [tp_plain(tp).normalize(s.text).strip() for s in task.sentences]
+    whole = [tp_plain(tp).normalize(s.text).strip() for s in task.sentences]
+    spoken = whole
+    if task.voice != TTS_VOICE:  # (the TTS voice's sentences are aligned whole)
+        spoken = [
+            t if s.heldout else short_span(t, f"{task.voice}/{s.key}")
+            for s, t in zip(task.sentences, whole, strict=True)
+        ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     utts = _synthesize_robustly(task.voice, spoken)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     out = []
-    for s, text, u in zip(task.sentences, spoken, utts, strict=True):
+    for s, text, full, u in zip(task.sentences, spoken, whole, utts, strict=True):
         if u is None:  # the synthesizer failed on this sentence: left out
             continue
         item: dict[str, Any] = {"key": s.key, "text": s.text, "spoken": text, "heldout": s.heldout}
+        item["short"] = text != full
         if task.voice == TTS_VOICE:
             sr, hop = TTS_MEL.sampling_rate, TTS_MEL.hop_length
             audio = resample(u.audio, u.sample_rate, sr)
@@ -173,6 +182,25 @@ def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
         item["audio"] = np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16)
         out.append(item)
     return task.voice, out, cpu, time.process_time() - self_before
+
+
+SHORT_SHARE = 0.1  # of a recogniser voice's training items: a few of the sentence's words alone
+SHORT_WORDS = 3
+
+
+def short_span(spoken: str, key: str) -> str:
+    """For SHORT_SHARE of the keys (a hash of `key`), 1-SHORT_WORDS consecutive words of the
+    sentence `spoken`, the span's length and start drawn from the hash; else the sentence.
+    People often say a word or two (an answer, a command, a menu prompt), and read sentences
+    alone would teach the recogniser that speech always goes on."""
+    h = int.from_bytes(hashlib.sha1(f"short\n{key}".encode()).digest()[:8], "little")
+    words = spoken.split()
+    if (h % 1000) / 1000 >= SHORT_SHARE or len(words) <= 1:
+        return spoken
+    h //= 1000
+    n = 1 + h % min(SHORT_WORDS, len(words))
+    start = (h // SHORT_WORDS) % (len(words) - n + 1)
+    return " ".join(words[start : start + n])
 
 
 CODEC_SHARE = 0.2  # of a recogniser voice's training items, through a lossy codec and back
@@ -345,6 +373,7 @@ def build(
             "audio_seconds_per_synth_cpu_second": round(seconds / max(synth_cpu[voice], 1e-9), 1),
             "audio_seconds_per_cpu_second": round(seconds / max(cpu, 1e-9), 1),
             "codec_round_trips": sum(bool(c) for c in shard["codec"]),
+            "short_spans": sum(bool(x.get("short")) for x in its),
         }
         if voice == TTS_VOICE:
             skips = [x.get("skip") for x in its if x.get("skip")]
