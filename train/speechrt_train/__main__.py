@@ -227,7 +227,7 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
         torch.backends.cudnn.benchmark = args.command == "hifigan"
     loading = time.time()
     trainer = _trainer(args, device, ranks)
-    if ranks.main:  # a chunk's time before its first step: loading the corpus is most of it
+    if ranks.main:  # what a chunk spends before its first step, on the corpus
         print(f"{args.command}: corpus loaded in {time.time() - loading:.1f} s", flush=True)
     minutes = args.minutes
     if args.deadline:  # data loading took part of the chunk: step only until the deadline

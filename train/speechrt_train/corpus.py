@@ -163,7 +163,7 @@ def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
         if u is None:  # the synthesizer failed on this sentence: left out
             continue
         item: dict[str, Any] = {"key": s.key, "text": s.text, "spoken": text, "heldout": s.heldout}
-        item["short"] = text != full
+        item["short"] = text != full  # (counted in the manifest)
         if task.voice == TTS_VOICE:
             sr, hop = TTS_MEL.sampling_rate, TTS_MEL.hop_length
             audio = resample(u.audio, u.sample_rate, sr)
@@ -373,7 +373,7 @@ def build(
             "audio_seconds_per_synth_cpu_second": round(seconds / max(synth_cpu[voice], 1e-9), 1),
             "audio_seconds_per_cpu_second": round(seconds / max(cpu, 1e-9), 1),
             "codec_round_trips": sum(bool(c) for c in shard["codec"]),
-            "short_spans": sum(bool(x.get("short")) for x in its),
+            "short_spans": sum(x["short"] for x in its),
         }
         if voice == TTS_VOICE:
             skips = [x.get("skip") for x in its if x.get("skip")]
