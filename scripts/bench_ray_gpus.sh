@@ -13,7 +13,8 @@
 # `speechrt serve --ray` (whole-server replicas with --warmup: every batch bucket compiled before
 # they are ready), warmed up at 1-64 closed-loop clients (not recorded; this compiles the split
 # stages), then swept over 1-64 clients with `speechrt bench tts --url`, and stopped. Results: OUT_DIR/ray-<config>.json (stamped with device, commit and
-# command), logs.
+# command), logs. PROC_CPU=1 also writes OUT_DIR/cpu-<config>.json: where the host's CPU time
+# went during the sweep, per process and thread (scripts/proc_cpu.py).
 set -euo pipefail
 out=${1:?usage: bench_ray_gpus.sh OUT_DIR}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -40,8 +41,10 @@ bench_config() {  # NAME PORT serve-flags...
   local url="http://127.0.0.1:$port"
   $sr bench tts --url "$name=$url" --concurrency 1,2,4,8,64 --seconds 4 --out-dir "$out/warmup" \
     --name "warmup-$name" > "$out/warmup-$name.log" 2>&1 || true
-  $sr bench tts --url "$name=$url" --concurrency "$levels" --seconds "$seconds" \
-    --out-dir "$out" --name "ray-$name" 2>&1 | tail -12
+  local cpu=() keep=12  # PROC_CPU=1: each process's CPU seconds in the sweep -> cpu-NAME.json
+  [ -n "${PROC_CPU:-}" ] && cpu=(python3 scripts/proc_cpu.py --out "$out/cpu-$name.json" --) keep=26
+  "${cpu[@]}" $sr bench tts --url "$name=$url" --concurrency "$levels" --seconds "$seconds" \
+    --out-dir "$out" --name "ray-$name" 2>&1 | tail -$keep
   kill -TERM "$pid"  # (a background job of a script ignores SIGINT)
   for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
   if kill -0 "$pid" 2>/dev/null; then  # stuck in shutdown: the next configuration needs the GPUs
