@@ -294,9 +294,8 @@ class ASRService:
             raise SpeechRTError(
                 f"audio is {seconds:.1f} s long; the limit is {self.limits.max_audio_seconds:g} s"
             )
-        return self.asr.load_audio(
-            self.asr.from_rate(audio, sr)
-        )  # checks the model's minimum length
+        audio = self.asr.from_rate(audio, sr)
+        return self.asr.load_audio(audio)  # checks the model's minimum length
 
     async def decode(self, data: bytes) -> np.ndarray:
         """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate.
