@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -478,3 +479,22 @@ def test_corpus_task_reads_short_spans_for_recogniser_voices_only(monkeypatch):
     assert len(short) < len(items) / 3
     assert all(len(x["spoken"].split()) <= corpus.SHORT_WORDS for x in short)
     assert not any(x["short"] for x in items[-5:])  # held-out items are read whole
+
+
+def _stuck(task):
+    threading.Event().wait()  # a batch that never finishes (a hung synthesizer)
+
+
+def test_corpus_deadline_holds_while_every_batch_is_stuck(monkeypatch, tmp_path):
+    from speechrt_train import corpus
+    from speechrt_train.texts import Sentence, text_key
+
+    texts = [f"Sentence number {i} is a fine line of prose to read." for i in range(200)]
+    monkeypatch.setattr(
+        corpus, "load_sentences", lambda root: [Sentence(text_key(t), t) for t in texts]
+    )
+    monkeypatch.setattr(corpus, "check_codecs", lambda: None)
+    monkeypatch.setattr(corpus, "_prepare", lambda prefix: None)
+    monkeypatch.setattr(corpus, "_run_task", _stuck)
+    manifest = corpus.build(tmp_path, {"slt": (8, 0)}, jobs=2, minutes=0.01, progress=False)
+    assert manifest["stopped_at_deadline"] and manifest["voices"]["slt"]["utterances"] == 0

@@ -18,6 +18,7 @@ as many different sentences as possible.
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import json
 import multiprocessing as mp
@@ -117,6 +118,9 @@ def _prepare(prefix: str | None) -> None:
     _worker["tp"].text_to_ids("warm up 1 2 3.")
 
 
+STALL_SECONDS = 120  # a batch taking longer than this dumps its worker's Python stack
+
+
 def _init() -> None:
     torch.set_num_threads(1)
 
@@ -146,6 +150,7 @@ def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
     from speechrt_train.align import AlignError, align, tp_plain
 
     tp = _worker["tp"]
+    faulthandler.dump_traceback_later(STALL_SECONDS)  # (to stderr) where a stuck batch waits
     self_before = time.process_time()
     whole = [tp_plain(tp).normalize(s.text).strip() for s in task.sentences]
     spoken = whole
@@ -181,6 +186,7 @@ def _run_task(task: Task) -> tuple[str, list[dict[str, Any]], float, float]:
                 audio, item["codec"] = codec_round_trip(audio, f"{task.voice}/{s.key}")
         item["audio"] = np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16)
         out.append(item)
+    faulthandler.cancel_dump_traceback_later()
     return task.voice, out, cpu, time.process_time() - self_before
 
 
@@ -341,15 +347,21 @@ def build(
         mp.get_context("fork").Pool(jobs, _init) as pool,
         tqdm(total=total, unit="utt", desc="corpus", disable=not progress, mininterval=5) as bar,
     ):
-        for voice, done, synth, python in pool.imap_unordered(_run_task, tasks):
+        results = pool.imap_unordered(_run_task, tasks)
+        while True:  # the deadline holds even while no batch finishes
+            wait = max(deadline - time.time(), 0.0) if minutes else None
+            try:
+                voice, done, synth, python = results.next(timeout=wait)
+            except StopIteration:
+                break
+            except mp.TimeoutError:
+                stopped = True
+                pool.terminate()
+                break
             items[voice] += done
             synth_cpu[voice] += synth
             python_cpu[voice] += python
             bar.update(len(done))
-            if time.time() > deadline:
-                stopped = True
-                pool.terminate()
-                break
     manifest: dict[str, Any] = {
         "plan": plan,
         "round": round_,
