@@ -566,3 +566,30 @@ def test_quartznet_augment_presets_by_name(speech):
     assert QuartzNetTrainer(train, val, QN).augment == Augment()
     with pytest.raises(ValueError, match="augment 'studio'"):
         QuartzNetTrainer(train, val, dataclasses.replace(QN, augment="studio"))
+
+
+def test_average_of_compact_files(tmp_path, capsys):
+    from speechrt_train.export import load_run
+
+    def compact(step, value):
+        weights = {
+            "w": torch.full((3,), value).half(),
+            "bn.num_batches_tracked": torch.tensor(step),
+        }
+        state = {"model": weights, "step": step, "config": {"lr": value}, "elapsed": float(step)}
+        torch.save(state, tmp_path / f"{step}.pt")
+        return str(tmp_path / f"{step}.pt")
+
+    a, b, out = compact(10, 1.0), compact(20, 3.0), str(tmp_path / "avg.pt")
+    assert main(["average", a, b, "--weights", "0.25", "0.75", "--out", out]) == 0
+    trainer, info = load_run(out)
+    assert trainer["model"]["w"].dtype == torch.float16
+    assert trainer["model"]["w"].tolist() == [2.5] * 3  # 0.25 x 1 + 0.75 x 3, exact in fp16
+    assert int(trainer["model"]["bn.num_batches_tracked"]) == 20 and info["steps"] == 20
+    assert info["averaged"] == [{"step": 10, "weight": 0.25}, {"step": 20, "weight": 0.75}]
+    capsys.readouterr()
+    assert main(["average", a, b, "--weights", "0.5", "0.6", "--out", out]) == 2
+    assert "sum to 1" in capsys.readouterr().err
+    torch.save({"model": {"v": torch.zeros(3)}, "step": 30}, tmp_path / "other.pt")
+    assert main(["average", a, str(tmp_path / "other.pt"), "--out", out]) == 2
+    assert "differ" in capsys.readouterr().err

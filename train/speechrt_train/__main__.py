@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help="decoding default")
     for name in ("alpha", "beta", "oov_penalty", "oov_char_penalty", "prune_logp"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, help="decoding default")
+    p = sub.add_parser("average", help="weighted average of compact files of one model")
+    p.add_argument("files", nargs="+", help="compact files (--compact-out) of one model")
+    p.add_argument(
+        "--weights", type=float, nargs="+", help="one each, summing to 1 (default: equal)"
+    )
+    p.add_argument("--out", required=True, help="the averaged compact file")
     p = sub.add_parser("export", help="runs -> model directories (+ evaluation)")
     p.add_argument("--runs", default="runs", help="folder of run folders (default: runs)")
     p.add_argument("--out", default="src/speechrt/defaults")
@@ -317,6 +323,17 @@ def main(argv: list[str] | None = None) -> int:
         except FileNotFoundError as e:
             print(f"speechrt_train lm: {e}", file=sys.stderr)
             return 2
+    elif args.command == "average":
+        from speechrt_train.loop import average_compact, save_atomic
+
+        weights = args.weights or [1 / len(args.files)] * len(args.files)
+        try:
+            state = average_compact(args.files, weights)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"speechrt_train average: {e}", file=sys.stderr)
+            return 2
+        save_atomic(state, Path(args.out))
+        result = {"out": args.out, "step": state["step"], "averaged": state["averaged"]}
     elif args.command == "export":
         from speechrt_train.export import evaluate, export, write_metrics
 

@@ -55,6 +55,8 @@ def load_run(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
         "train_seconds": round(float(state["elapsed"]), 1),
         "config": trainer.get("config", {}),
     }
+    if "averaged" in trainer:  # (speechrt_train average)
+        info["averaged"] = trainer["averaged"]
     log = run_dir / LOG if run_dir else None
     if log is not None and log.exists():
         records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
@@ -174,6 +176,8 @@ def export(
             model, component = BUILDERS[name](trainer)
         component.source = {"trained_by": "speechrt_train", "steps": info["steps"]}
         component.source["train_seconds"] = info["train_seconds"]
+        if "averaged" in info:
+            component.source["averaged"] = info["averaged"]
         error = fp16_error(name, model)
         dtype = torch.float16 if fp16 and error < FP16_TOLERANCE else None
         target = save_component(out / NAMES[name], component, model.state_dict(), dtype)

@@ -339,6 +339,39 @@ def write_compact(trainer: Trainer, run_dir: str | Path, path: str | Path) -> Pa
     return Path(path)
 
 
+def average_compact(paths: list[str | Path], weights: list[float]) -> dict[str, Any]:
+    """Compact files of one model -> their weighted average (weights summing to 1): each float
+    tensor averaged in fp32, stored in its own dtype; the rest (counters, config) from the last
+    file; step and elapsed the largest; "averaged" lists each file's step and weight. Averaging
+    two checkpoints of one run often keeps what each learnt (model soups)."""
+    if len(paths) != len(weights) or len(paths) < 2:
+        raise ValueError("average: give two or more files and one weight for each")
+    if abs(sum(weights) - 1.0) > 1e-6 or min(weights) < 0:
+        raise ValueError(f"average: weights {weights} must be >= 0 and sum to 1")
+    states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
+    out = dict(states[-1])
+    for key, last in states[-1].items():
+        if not isinstance(last, dict) or key == "config":
+            continue
+        for state in states:
+            if state.get(key, {}).keys() != last.keys():
+                raise ValueError(f"average: the files' {key!r} tensors differ")
+        out[key] = {
+            name: sum(w * s[key][name].float() for w, s in zip(weights, states, strict=True)).to(
+                tensor.dtype
+            )
+            if tensor.is_floating_point()
+            else tensor
+            for name, tensor in last.items()
+        }
+    out["step"] = max(int(s["step"]) for s in states)
+    out["elapsed"] = max(float(s.get("elapsed", 0.0)) for s in states)
+    out["averaged"] = [
+        {"step": int(s["step"]), "weight": w} for s, w in zip(states, weights, strict=True)
+    ]
+    return out
+
+
 class Checkpointed:
     """The Trainer protocol's four state methods, from two tables a trainer names:
     `_state_parts()` (name -> anything with state_dict/load_state_dict, or a torch.Generator:
