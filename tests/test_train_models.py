@@ -587,6 +587,10 @@ def test_average_of_compact_files(tmp_path, capsys):
     assert trainer["model"]["w"].tolist() == [2.5] * 3  # 0.25 x 1 + 0.75 x 3, exact in fp16
     assert int(trainer["model"]["bn.num_batches_tracked"]) == 20 and info["steps"] == 20
     assert info["averaged"] == [{"step": 10, "weight": 0.25}, {"step": 20, "weight": 0.75}]
+    from speechrt_train.cards import _steps  # what the model card says of it
+
+    assert _steps(info) == "the mean of steps 10 (weight 0.25) and 20 (weight 0.75)"
+    assert _steps({"steps": 20}) == "20"
     capsys.readouterr()
     assert main(["average", a, b, "--weights", "0.5", "0.6", "--out", out]) == 2
     assert "sum to 1" in capsys.readouterr().err

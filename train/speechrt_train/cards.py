@@ -111,6 +111,15 @@ def _fp16(export: dict[str, Any]) -> str:
     return f"fp16 relative output change {error:.2e}"
 
 
+def _steps(export: dict[str, Any]) -> str:
+    """The step count, or for an average (speechrt_train average) what it averaged."""
+    averaged = export.get("averaged")
+    if not averaged:
+        return str(export["steps"])
+    parts = " and ".join(f"{a['step']:,} (weight {a['weight']:g})" for a in averaged)
+    return f"the mean of steps {parts}"
+
+
 def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
     title, about = ABOUT[model]
     export = metrics["export"][model]
@@ -120,7 +129,7 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         ("preset", export.get("config", {}).get("preset", "?")),
         ("parameters", f"{export['parameters']:,}"),
         ("weights", f"{export['dtype']}, {export['bytes'] / 1e6:.2f} MB ({_fp16(export)})"),
-        ("training steps", export["steps"]),
+        ("training steps", _steps(export)),
         ("training time", f"{export['train_seconds'] / 60:.1f} min ({hardware})"),
         ("final training losses", json.dumps(export.get("last_losses", {}))),
         ("final evaluation", json.dumps(export.get("last_eval", {}))),
