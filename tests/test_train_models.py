@@ -597,3 +597,6 @@ def test_average_of_compact_files(tmp_path, capsys):
     torch.save({"model": {"v": torch.zeros(3)}, "step": 30}, tmp_path / "other.pt")
     assert main(["average", a, str(tmp_path / "other.pt"), "--out", out]) == 2
     assert "differ" in capsys.readouterr().err
+    torch.save({"model": {"w": torch.zeros(4).half()}, "step": 30}, tmp_path / "wider.pt")
+    assert main(["average", a, str(tmp_path / "wider.pt"), "--out", out]) == 2
+    assert "differ" in capsys.readouterr().err

@@ -353,17 +353,15 @@ def average_compact(paths: list[str | Path], weights: list[float]) -> dict[str, 
     for key, last in states[-1].items():
         if not isinstance(last, dict) or key == "config":
             continue
-        for state in states:
-            if state.get(key, {}).keys() != last.keys():
-                raise ValueError(f"average: the files' {key!r} tensors differ")
-        out[key] = {
-            name: sum(w * s[key][name].float() for w, s in zip(weights, states, strict=True)).to(
-                tensor.dtype
-            )
-            if tensor.is_floating_point()
-            else tensor
-            for name, tensor in last.items()
-        }
+        shapes = {name: t.shape for name, t in last.items()}
+        if any({n: t.shape for n, t in s.get(key, {}).items()} != shapes for s in states):
+            raise ValueError(f"average: the files' {key!r} tensors differ")
+        out[key] = {}
+        for name, tensor in last.items():
+            if tensor.is_floating_point():
+                mean = sum(w * s[key][name].float() for w, s in zip(weights, states, strict=True))
+                tensor = mean.to(tensor.dtype)
+            out[key][name] = tensor
     out["step"] = max(int(s["step"]) for s in states)
     out["elapsed"] = max(float(s.get("elapsed", 0.0)) for s in states)
     out["averaged"] = [
