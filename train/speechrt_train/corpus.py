@@ -33,6 +33,7 @@ import torch
 
 from speechrt.audio.io import resample
 from speechrt.audio.mel import MelConfig
+from speechrt_train.loop import save_atomic
 from speechrt_train.texts import Sentence, load_sentences, split
 
 TTS_VOICE = "slt-hts"  # the voice our FastPitch + HiFi-GAN learn
@@ -373,7 +374,7 @@ def build(
     voices = {}
     for voice, its in items.items():
         shard = make_shard(voice, its)
-        torch.save(shard, out / f"{voice}.pt")
+        save_atomic(shard, out / f"{voice}.pt")  # (a new file: a mapped old one stays whole)
         seconds = len(shard["audio"]) / shard["sample_rate"]
         cpu = synth_cpu[voice] + python_cpu[voice]
         info = {
@@ -399,7 +400,9 @@ def build(
 
 
 def load_shard(path: str | Path) -> dict[str, Any]:
-    return torch.load(path, weights_only=True)
+    """A voice's shard, its tensors mapped from the file (read as used, shared between the
+    processes of a data-parallel run) rather than copied into memory first."""
+    return torch.load(path, weights_only=True, mmap=True)
 
 
 def utterance_audio(shard: dict[str, Any], i: int) -> torch.Tensor:

@@ -19,6 +19,7 @@ from speechrt.audio.mel import MelConfig
 from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
 from speechrt_train.corpus import ASR_RATE, HELDOUT_VOICE, TTS_VOICE, make_shard
+from speechrt_train.loop import save_atomic
 from speechrt_train.texts import text_key
 
 SENTENCES = (
@@ -104,7 +105,6 @@ def write_corpus(out_dir: str | Path, heldout: int = 3, seed: int = 0) -> dict[s
     mel = MelConfig()
     n = len(SENTENCES)
     flags = [i >= n - heldout for i in range(n)]
-    import torch
 
     voices: dict[str, Any] = {}
     for voice in VOICE_SHIFTS:
@@ -115,7 +115,7 @@ def write_corpus(out_dir: str | Path, heldout: int = 3, seed: int = 0) -> dict[s
         if voice == HELDOUT_VOICE:
             items = [x for x in items if x["heldout"]]
         shard = make_shard(voice, items)
-        torch.save(shard, out / f"{voice}.pt")
+        save_atomic(shard, out / f"{voice}.pt")  # (a new file: a mapped old one stays whole)
         voices[voice] = {
             "utterances": len(items),
             "heldout": sum(shard["heldout"]),
