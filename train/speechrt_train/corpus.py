@@ -19,7 +19,6 @@ as many different sentences as possible.
 from __future__ import annotations
 
 import faulthandler
-import hashlib
 import json
 import multiprocessing as mp
 import resource
@@ -34,7 +33,7 @@ import torch
 from speechrt.audio.io import resample
 from speechrt.audio.mel import MelConfig
 from speechrt_train.loop import save_atomic
-from speechrt_train.texts import Sentence, load_sentences, split
+from speechrt_train.texts import Sentence, hash64, load_sentences, split
 
 TTS_VOICE = "slt-hts"  # the voice our FastPitch + HiFi-GAN learn
 HELDOUT_VOICE = "rms"  # the voice no recogniser trains on: its held-out sentences measure WER
@@ -200,7 +199,7 @@ def short_span(spoken: str, key: str) -> str:
     sentence `spoken`, the span's length and start drawn from the hash; else the sentence.
     People often say a word or two (an answer, a command, a menu prompt), and read sentences
     alone would teach the recogniser that speech always goes on."""
-    h = int.from_bytes(hashlib.sha1(f"short\n{key}".encode()).digest()[:8], "little")
+    h = hash64(f"short\n{key}")
     words = spoken.split()
     if (h % 1000) / 1000 >= SHORT_SHARE or len(words) <= 1:
         return spoken
@@ -243,7 +242,7 @@ def codec_round_trip(audio: np.ndarray, key: str) -> tuple[np.ndarray, str]:
 
     import soundfile as sf
 
-    h = int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "little")
+    h = hash64(key)
     if (h % 1000) / 1000 >= CODEC_SHARE:
         return audio, ""
     h //= 1000

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from speechrt_train.texts import hash64
+
 FLITE_VOICES = ("rms", "slt", "awb", "kal16")
 FESTIVAL_VOICES = {"slt-hts": "voice_cmu_us_slt_arctic_hts", "ked": "voice_ked_diphone"}
 PICO_VOICES = {"pico-us": "en-US", "pico-gb": "en-GB"}
@@ -262,7 +264,7 @@ def parse_festival_dump(text: str) -> tuple[list[tuple[str, str]], list[Segment]
 def espeak_voice(text: str) -> list[str]:
     """espeak-ng's arguments for `text`: an accent, a variant, a rate (130-199 words/min) and
     a pitch (25-74), drawn from a hash of the text (the same speaker on every machine)."""
-    h = int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "little")
+    h = hash64(text)
     accent = ESPEAK_ACCENTS[h % len(ESPEAK_ACCENTS)]
     h //= len(ESPEAK_ACCENTS)
     variant = ESPEAK_VARIANTS[h % len(ESPEAK_VARIANTS)]

@@ -50,6 +50,12 @@ def text_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
+def hash64(key: str) -> int:
+    """A 64-bit number drawn from `key` (SHA-1): the same on every machine, for choices that
+    must not depend on a random seed (which voice variant, codec or span an item gets)."""
+    return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "little")
+
+
 def is_heldout(text: str) -> bool:
     """True for the ~3 % of sentences that no model may train on (a function of the text)."""
     return int(text_key(text)[:8], 16) % 100 < HELDOUT_PERCENT
