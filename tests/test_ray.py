@@ -80,34 +80,14 @@ def test_replicas_run_the_app_on_their_main_loop(monkeypatch: pytest.MonkeyPatch
     environment of `speechrt serve --ray` says otherwise."""
     from speechrt.serving.ray_app import replica_env, replica_options
 
-    flag, switch = "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD", "SPEECHRT_SWITCH_INTERVAL_MS"
+    flag = "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"
     monkeypatch.delenv(flag, raising=False)
-    monkeypatch.delenv(switch, raising=False)
-    assert replica_env() == {flag: "0", switch: "0.5"}
+    assert replica_env() == {flag: "0"}
     opts = replica_options(env={"PROMETHEUS_MULTIPROC_DIR": "/tmp/m"})
     env = opts["ray_actor_options"]["runtime_env"]["env_vars"]
-    assert env == {flag: "0", switch: "0.5", "PROMETHEUS_MULTIPROC_DIR": "/tmp/m"}
+    assert env == {flag: "0", "PROMETHEUS_MULTIPROC_DIR": "/tmp/m"}
     monkeypatch.setenv(flag, "1")
-    monkeypatch.setenv(switch, "5")
-    assert replica_env() == {flag: "1", switch: "5"}
-
-
-def test_replicas_set_their_switch_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A replica takes its GIL switch interval from SPEECHRT_SWITCH_INTERVAL_MS."""
-    import sys
-
-    from speechrt.serving.ray_app import set_switch_interval
-
-    before = sys.getswitchinterval()
-    try:
-        monkeypatch.setenv("SPEECHRT_SWITCH_INTERVAL_MS", "0.5")
-        set_switch_interval()
-        assert sys.getswitchinterval() == pytest.approx(0.0005)
-        monkeypatch.delenv("SPEECHRT_SWITCH_INTERVAL_MS")
-        set_switch_interval()  # unset: left as it is
-        assert sys.getswitchinterval() == pytest.approx(0.0005)
-    finally:
-        sys.setswitchinterval(before)
+    assert replica_env() == {flag: "1"}
 
 
 # -- on a local cluster --------------------------------------------------------------------------

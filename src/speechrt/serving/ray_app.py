@@ -12,7 +12,6 @@ Importing this module imports ray; nothing on the plain `serve` path imports it.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,25 +33,12 @@ REPLICA_HEADER = "x-speechrt-replica"
 # for /v2/health/ready behind HAProxy, 0.80 -> 0.59 for /openapi.json with the other settings
 # of Ray's throughput mode; scripts/replica_cpu.py --ray, 2-core CPU), time its device thread
 # would otherwise wait for. The environment given to `speechrt serve --ray` overrides it.
-# A replica's device thread and its event loop share one interpreter: Python lets a thread that
-# wants the GIL wait up to the switch interval (5 ms by default) while the other holds it, and
-# a device thread that waits leaves its GPU idle. SPEECHRT_SWITCH_INTERVAL_MS sets a replica's.
-REPLICA_ENV = {
-    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
-    "SPEECHRT_SWITCH_INTERVAL_MS": "0.5",
-}
+REPLICA_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 
 
 def replica_env() -> dict[str, str]:
     """REPLICA_ENV, each value as this process's environment sets it, if it does."""
     return {k: os.environ.get(k, v) for k, v in REPLICA_ENV.items()}
-
-
-def set_switch_interval() -> None:
-    """In a replica: the GIL switch interval its environment gives (REPLICA_ENV)."""
-    ms = os.environ.get("SPEECHRT_SWITCH_INTERVAL_MS")
-    if ms is not None:
-        sys.setswitchinterval(float(ms) / 1000)
 
 
 class ReplicaHeader:
@@ -83,7 +69,6 @@ class SpeechServer:
 
     def __init__(self, load: Callable[[], Server], metrics_dir: str | None) -> None:
         self.metrics_dir = metrics_dir  # first: __del__ runs even if loading fails
-        set_switch_interval()
         if metrics_dir is not None:
             os.makedirs(metrics_dir, exist_ok=True)  # on another node it may not exist yet
             if shared_dir() != metrics_dir:

@@ -37,7 +37,7 @@ from speechrt.repo import read_info
 from speechrt.serving.errors import HANDLERS, ApiError
 from speechrt.serving.openai_api import SPEED_RANGE, SpeechRequest, speaker_of
 from speechrt.serving.pipelines import Limits
-from speechrt.serving.ray_app import replica_env, set_switch_interval
+from speechrt.serving.ray_app import replica_env
 from speechrt.tts import Piece, join_pieces, text_to_pieces
 
 MAX_BATCH = 8  # items per stage batch (split_tts_app(max_batch_size=...) sets it)
@@ -61,7 +61,6 @@ class _Stage:
     ) -> None:
         from speechrt.tts import TTS
 
-        set_switch_interval()
         self.tts = TTS(acoustic, vocoder, device=device, precision=precision, backend=backend)
         self.run.set_max_batch_size(batch)  # type: ignore[attr-defined]
 
