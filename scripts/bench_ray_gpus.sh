@@ -14,7 +14,10 @@
 # they are ready), warmed up at 1-64 closed-loop clients (not recorded; this compiles the split
 # stages), then swept over 1-64 clients with `speechrt bench tts --url`, and stopped. Results: OUT_DIR/ray-<config>.json (stamped with device, commit and
 # command), logs. PROC_CPU=1 also writes OUT_DIR/cpu-<config>.json: where the host's CPU time
-# went during the sweep, per process and thread (scripts/proc_cpu.py).
+# went during the sweep, per process and thread (scripts/proc_cpu.py). GPU_USE=1 also writes
+# OUT_DIR/gpu-use-<config>.csv: each GPU's utilization (the share of time a kernel ran), SM clock
+# and power every 0.5 s through the sweep (nvidia-smi), and prints each GPU's mean over the
+# samples that found it busy (it idles between levels).
 set -euo pipefail
 out=${1:?usage: bench_ray_gpus.sh OUT_DIR}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -43,8 +46,20 @@ bench_config() {  # NAME PORT serve-flags...
     --name "warmup-$name" > "$out/warmup-$name.log" 2>&1 || true
   local cpu=() keep=12  # PROC_CPU=1: each process's CPU seconds in the sweep -> cpu-NAME.json
   [ -n "${PROC_CPU:-}" ] && cpu=(python3 scripts/proc_cpu.py --out "$out/cpu-$name.json" --) keep=26
+  local smi=
+  if [ -n "${GPU_USE:-}" ]; then
+    nvidia-smi --query-gpu=timestamp,index,utilization.gpu,clocks.sm,power.draw \
+      --format=csv,noheader,nounits -lms 500 > "$out/gpu-use-$name.csv" &
+    smi=$!
+  fi
   "${cpu[@]}" $sr bench tts --url "$name=$url" --concurrency "$levels" --seconds "$seconds" \
     --out-dir "$out" --name "ray-$name" 2>&1 | tail -$keep
+  if [ -n "$smi" ]; then
+    kill "$smi"
+    awk -F', ' '$3 > 0 {n[$2]++; u[$2] += $3}
+      END {for (g in n) printf "GPU %s: %.1f %% busy while in use\n", g, u[g] / n[g]}' \
+      "$out/gpu-use-$name.csv"
+  fi
   kill -TERM "$pid"  # (a background job of a script ignores SIGINT)
   for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
   if kill -0 "$pid" 2>/dev/null; then  # stuck in shutdown: the next configuration needs the GPUs

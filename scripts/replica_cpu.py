@@ -1,13 +1,17 @@
 """CPU time a server process spends per request: plain `speechrt serve` against a Ray replica.
 
     python scripts/replica_cpu.py [--ray] [--route /v2/health/ready] [--requests 1000] [SERVE ARGS]
+    python scripts/replica_cpu.py --speech [--acoustic DIR --vocoder DIR] [SERVE ARGS]
 
-Starts `speechrt serve` (with `--ray`: one replica behind Ray's proxy) on the bundled voice, on
-the CPU, waits until it is ready, sends a few warm-up requests, then `--requests` GET requests
-to `--route` from 4 keep-alive client threads, and reports the CPU time (user + system, from
-/proc) of the process that runs the app: the server itself, or the Ray replica (the process
-named ServeReplica). One JSON line; Linux only. A Ray replica's interpreter also drives the GPU,
-so its CPU time per request is time the device thread waits for.
+Starts `speechrt serve` (with `--ray`: one replica behind Ray's proxy) on the bundled voice (or
+`--acoustic`/`--vocoder`), on the CPU, waits until it is ready, sends a few warm-up requests, then
+`--requests` GET requests to `--route` from 4 keep-alive client threads (`--speech`: POST
+/v1/audio/speech with the benchmark's 128-character sentence and raw PCM back, the request of
+`speechrt bench tts --url`), and reports the CPU time (user + system, from /proc) of the process
+that runs the app: the server itself, or the Ray replica (the process named ServeReplica). One
+JSON line; Linux only. A Ray replica's interpreter also drives the GPU, so its CPU time per
+request is time the device thread waits for. With a tiny voice, --speech is mostly the serving
+code's own time per request: the models' share shrinks with their size.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from speechrt.bench.inputs import TTS_TEXT
 
 DEFAULTS = Path(__file__).resolve().parents[1] / "src" / "speechrt" / "defaults"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -50,10 +56,18 @@ def replica_pid() -> int:
     return max(found)[1]
 
 
+SPEECH = "/v1/audio/speech"
+
+
 def hammer(port: int, route: str, n: int) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port)
     for _ in range(n):
-        conn.request("GET", route)
+        if route == SPEECH:
+            body = {"model": "tts", "input": TTS_TEXT, "voice": "0", "response_format": "pcm"}
+            headers = {"Content-Type": "application/json"}
+            conn.request("POST", route, json.dumps(body), headers)
+        else:
+            conn.request("GET", route)
         response = conn.getresponse()
         response.read()
         if response.status != 200:
@@ -78,11 +92,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ray", action="store_true")
     ap.add_argument("--route", default="/v2/health/ready")
+    ap.add_argument("--speech", action="store_true", help=f"POST {SPEECH} instead of --route")
+    ap.add_argument("--acoustic", default=str(DEFAULTS / "voice-acoustic"))
+    ap.add_argument("--vocoder", default=str(DEFAULTS / "voice-vocoder"))
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--port", type=int, default=8470)
     args, serve_args = ap.parse_known_args()
-    voice = ["--acoustic", str(DEFAULTS / "voice-acoustic"),
-             "--vocoder", str(DEFAULTS / "voice-vocoder")]  # fmt: skip
+    if args.speech:
+        args.route = SPEECH
+    voice = ["--acoustic", args.acoustic, "--vocoder", args.vocoder]
     cmd = [sys.executable, "-m", "speechrt.cli", "serve", "--port", str(args.port)]
     cmd += ["--device", "cpu", *voice, *(["--ray"] if args.ray else []), *serve_args]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
