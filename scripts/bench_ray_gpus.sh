@@ -17,7 +17,10 @@
 # went during the sweep, per process and thread (scripts/proc_cpu.py). GPU_USE=1 also writes
 # OUT_DIR/gpu-use-<config>.csv: each GPU's utilization (the share of time a kernel ran), SM clock
 # and power every 0.5 s through the sweep (nvidia-smi), and prints each GPU's mean over the
-# samples that found it busy (it idles between levels).
+# samples that found it busy (it idles between levels). PYSPY=S (py-spy on PATH): PYSPY_AFTER
+# seconds (default 20) into the sweep, S seconds of `py-spy record --idle` on every replica into
+# OUT_DIR/pyspy-<config>-<pid>.txt (raw stacks, each with its sample count), and which GPU each
+# process uses into OUT_DIR/gpu-apps-<config>.csv.
 set -euo pipefail
 out=${1:?usage: bench_ray_gpus.sh OUT_DIR}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -30,6 +33,17 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 voice=(--acoustic "$models/fastpitch" --vocoder "$models/hifigan" --device cuda --precision fp16)
 batching=(--max-batch-size 8 --max-queue-delay-ms 5 --max-queue-size 4096)
+
+spy() {  # NAME: where the replicas spend their time, PYSPY_AFTER s into the sweep
+  sleep "${PYSPY_AFTER:-20}"
+  nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv > "$out/gpu-apps-$1.csv"
+  local p
+  for p in $(pgrep -f ServeReplica); do
+    py-spy record -p "$p" -d "$PYSPY" -r 250 --idle --nonblocking -f raw \
+      -o "$out/pyspy-$1-$p.txt" > /dev/null 2>&1 &
+  done
+  wait
+}
 
 bench_config() {  # NAME PORT serve-flags...
   local name=$1 port=$2
@@ -52,8 +66,11 @@ bench_config() {  # NAME PORT serve-flags...
       --format=csv,noheader,nounits -lms 500 > "$out/gpu-use-$name.csv" &
     smi=$!
   fi
+  local spying=
+  [ -n "${PYSPY:-}" ] && { spy "$name" & spying=$!; }
   "${cpu[@]}" $sr bench tts --url "$name=$url" --concurrency "$levels" --seconds "$seconds" \
     --out-dir "$out" --name "ray-$name" 2>&1 | tail -$keep
+  [ -n "$spying" ] && wait "$spying"
   if [ -n "$smi" ]; then
     kill "$smi"
     awk -F', ' '$3 > 0 {n[$2]++; u[$2] += $3}
