@@ -342,3 +342,28 @@ def test_serve_cli_refuses_bad_setups(capsys, tmp_path, monkeypatch):
     assert "not a model directory" in capsys.readouterr().err
     assert main(["serve", "--asr", str(tmp_path), "--max-batch-size", "0"]) == 2
     assert "batch size" in capsys.readouterr().err
+
+
+def test_pipelined_batches_give_the_same_speech(tiny_voice):
+    """`--pipeline-batches` (BatchConfig.pipeline): the tiny voice says the same with and
+    without, within one int16 step (batches may group differently, and batched audio may
+    differ by a step from the same piece batched otherwise)."""
+    from speechrt.tts import TTS
+
+    tts = TTS(*tiny_voice, device="cpu")
+    texts = ["Hello world.", "A longer sentence, with a comma. And a second one!", "Hi."]
+
+    def speech(pipeline: bool) -> list[np.ndarray]:
+        config = ServeConfig(
+            BatchConfig(max_batch_size=4, max_queue_delay_ms=20, pipeline=pipeline)
+        )
+
+        async def body(client, server):
+            rs = await asyncio.gather(*(speak(client, t) for t in texts))
+            assert [r.status_code for r in rs] == [200] * len(texts)
+            return [np.frombuffer(r.content, dtype="<i2").astype(np.int32) for r in rs]
+
+        return run_app(tts, config, body)
+
+    for a, b in zip(speech(False), speech(True), strict=True):
+        assert a.shape == b.shape and np.abs(a - b).max() <= 1

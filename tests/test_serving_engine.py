@@ -311,6 +311,108 @@ def test_close_drains_queued_work_then_refuses():
     assert asyncio.run(main()) == [2 * v for v in range(7)]
 
 
+@dataclass
+class Launcher(Doubler):
+    """A Doubler that also launches its batches in two steps (the engine's pipelining).
+
+    launch_batch records the batch's size in `launched` and returns finish; `hold`: the first
+    batch's finish waits for it, so a test can watch the next batch launch meanwhile. A batch
+    holding a value < 0 fails in finish (its items are then retried with run_batch)."""
+
+    hold: threading.Event | None = None
+    launched: list[int] = field(default_factory=list)
+    finishers: set[str] = field(default_factory=set)
+    second: threading.Event = field(default_factory=threading.Event)  # two batches launched
+
+    def launch_batch(self, items: list[tuple]):
+        self.threads.add(threading.current_thread().name)
+        self.launched.append(len(items))
+        if len(self.launched) >= 2:
+            self.second.set()
+        first, values = len(self.launched) == 1, [v for _, _, v in items]
+
+        def finish() -> list[int]:
+            self.finishers.add(threading.current_thread().name)
+            if first and self.hold is not None:
+                assert self.hold.wait(30), "the test never released the first batch"
+            if any(v < 0 for v in values):
+                raise SpeechRTError(f"bad value in {values}")
+            return [2 * v for v in values]
+
+        return finish
+
+
+def test_pipelined_batches_launch_while_the_last_one_finishes():
+    hold = threading.Event()
+    adapter = Launcher(hold=hold)
+    clock = FakeClock()  # never moves: only full batches leave
+
+    async def body(engine):
+        first = engine.submit([("a", 1, v) for v in range(8)])
+        # batch 1 is held in its finish; batch 2 launches all the same
+        assert await asyncio.to_thread(adapter.second.wait, 30), "batch 2 never launched"
+        launched_while_held = list(adapter.launched)
+        later = engine.submit([("a", 1, v) for v in range(8, 12)])
+        await settle(engine)
+        third_waits = list(adapter.launched)  # two batches between launch and finish: no third
+        hold.set()
+        results = await asyncio.gather(*first, *later)
+        return launched_while_held, third_waits, results
+
+    cfg = BatchConfig(max_batch_size=4, max_queue_delay_ms=5000, pipeline=True)
+    launched_while_held, third_waits, results = run_engine(adapter, cfg, body, clock=clock)
+    assert launched_while_held == [4, 4]
+    assert third_waits == [4, 4]
+    assert adapter.launched == [4, 4, 4]
+    assert results == [2 * v for v in range(12)]
+    assert adapter.threads == {"speechrt-device_0"}
+    assert adapter.finishers == {"speechrt-finish_0"}
+    assert adapter.batches == []  # run_batch never ran: every batch launched
+
+
+def test_pipelined_batch_failing_in_finish_fails_only_its_bad_item():
+    adapter = Launcher()
+    items = [("a", 1, 1), ("a", 1, -1), ("a", 1, 3)]
+
+    async def body(engine):
+        results = await asyncio.gather(*engine.submit(items), return_exceptions=True)
+        after = await engine.infer([("a", 1, 5)])
+        return results, after
+
+    results, after = run_engine(adapter, BatchConfig(max_batch_size=4, pipeline=True), body)
+    assert results[0] == 2 and results[2] == 6 and after == [10]
+    assert isinstance(results[1], SpeechRTError)
+    assert [len(b) for b in adapter.batches] == [1, 1, 1]  # the failed batch, one by one
+
+
+def test_pipelined_close_drains_every_batch():
+    adapter = Launcher(sleep=0.0)
+
+    async def main():
+        worker = DeviceWorker()
+        config = BatchConfig(max_batch_size=2, pipeline=True)
+        engine = Engine("m", adapter, worker, config)
+        engine.start()
+        futures = engine.submit([("a", 1, v) for v in range(7)])
+        await engine.close()
+        worker.close()
+        return [f.result() for f in futures], engine.pending
+
+    results, pending = asyncio.run(main())
+    assert results == [2 * v for v in range(7)] and pending == 0
+
+
+def test_pipeline_needs_an_adapter_that_launches():
+    """An adapter without launch_batch runs whole batches even with pipeline on."""
+    adapter = Doubler()
+
+    async def body(engine):
+        return await engine.infer([("a", 1, v) for v in range(3)])
+
+    assert run_engine(adapter, BatchConfig(pipeline=True), body) == [0, 2, 4]
+    assert [len(b) for b in adapter.batches] == [3]
+
+
 def test_bad_config_is_refused():
     with pytest.raises(SpeechRTError):
         BatchConfig(max_batch_size=0)

@@ -55,6 +55,17 @@ def test_cli_convert_then_synthesize_matches_in_memory_model(tmp_path, capsys):
     assert np.abs(pcm16 - ref).max() <= 1.01 / 32767
 
 
+def test_audio_later_is_the_same_audio(tts):
+    """ids_to_audio_later (the server's pipelined batches) gives what ids_to_audio gives."""
+    pieces = tts.text_to_pieces(["Hello world.", "A longer sentence, with a comma."], [0, 1])
+    now = tts.ids_to_audio(pieces, SynthesisOptions())
+    later = tts.ids_to_audio_later(pieces, SynthesisOptions())()
+    assert len(later) == len(now) == 2
+    for a, b in zip(now, later, strict=True):
+        assert a.shape == b.shape
+        assert np.abs(a - b).max() <= 1e-6  # the same computation, run twice
+
+
 def test_batched_equals_single(tts):
     texts = ["Hello world.", "A much longer sentence, with a comma and more words in it.", "Hi!"]
     batched = tts.synthesize(texts, batch_size=3, seeds=[0, 1, 2])

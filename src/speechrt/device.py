@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -114,18 +115,32 @@ def set_batch_invariant(on: bool = True) -> None:
 
 def to_host(*arrays: torch.Tensor | np.ndarray) -> list[np.ndarray]:
     """Tensors (any device) -> numpy arrays, from a GPU in one wait: each tensor is copied into
-    pinned host memory without blocking, then the stream is synchronised once. numpy arrays
+    pinned host memory without blocking, then the copies are waited for once. numpy arrays
     pass through."""
+    return to_host_later(*arrays)()
+
+
+def to_host_later(*arrays: torch.Tensor | np.ndarray) -> Callable[[], list[np.ndarray]]:
+    """to_host in two steps: the copies are queued now; the function returned waits for them
+    (for an event recorded behind them, not for the whole stream: a later batch may already be
+    queued there) and gives the arrays."""
     out: list[Any] = []
-    streams = {}
+    events = {}
     for x in arrays:
         if isinstance(x, np.ndarray) or x.device.type != "cuda":
             out.append(x)
             continue
         host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
         host.copy_(x, non_blocking=True)
-        streams[x.device] = torch.cuda.current_stream(x.device)
         out.append(host)
-    for stream in streams.values():
-        stream.synchronize()
-    return [x if isinstance(x, np.ndarray) else x.detach().numpy() for x in out]
+        if x.device not in events:
+            events[x.device] = torch.cuda.Event()
+    for device, event in events.items():
+        event.record(torch.cuda.current_stream(device))
+
+    def arrays_on_host() -> list[np.ndarray]:
+        for event in events.values():
+            event.synchronize()
+        return [x if isinstance(x, np.ndarray) else x.detach().numpy() for x in out]
+
+    return arrays_on_host

@@ -254,13 +254,24 @@ class TTS:
     def to_numpy(audio: Any, audio_lengths: Any) -> list[np.ndarray]:
         """The one device -> host copy: (B, S) -> B waveforms trimmed to their lengths, each a
         row of one clipped host batch (views: no copy per item)."""
+        return TTS.to_numpy_later(audio, audio_lengths)()
+
+    @staticmethod
+    def to_numpy_later(audio: Any, audio_lengths: Any) -> Callable[[], list[np.ndarray]]:
+        """to_numpy in two steps: the copy is queued now (speechrt.device.to_host_later), the
+        function returned waits for it and cuts the waveforms."""
         if isinstance(audio, np.ndarray):
             host, n = np.clip(audio, -1.0, 1.0), np.asarray(audio_lengths)
-        else:
-            from speechrt.device import to_host
+            return lambda: [host[i, : int(k)] for i, k in enumerate(n.tolist())]
+        from speechrt.device import to_host_later
 
-            host, n = to_host(audio.clamp(-1.0, 1.0).float(), audio_lengths)
-        return [host[i, : int(k)] for i, k in enumerate(n.tolist())]
+        fetch = to_host_later(audio.clamp(-1.0, 1.0).float(), audio_lengths)
+
+        def waves() -> list[np.ndarray]:
+            host, n = fetch()
+            return [host[i, : int(k)] for i, k in enumerate(n.tolist())]
+
+        return waves
 
     def ids_to_audio(
         self,
@@ -280,6 +291,19 @@ class TTS:
 
         with torch.inference_mode():
             return self._ids_to_audio(batch, options, on_head=on_head)
+
+    def ids_to_audio_later(
+        self, batch: list[Piece], options: SynthesisOptions
+    ) -> Callable[[], list[np.ndarray]]:
+        """ids_to_audio in two steps: the batch runs and its audio's copy to the host is queued
+        now; the function returned waits for the copy and gives the waveforms. Between the two a
+        server can start the next batch, which a GPU then runs as soon as this one is done."""
+        if self.numpy:
+            return self._ids_to_audio(batch, options, later=True)
+        import torch
+
+        with torch.inference_mode():
+            return self._ids_to_audio(batch, options, later=True)
 
     @property
     def has_durations(self) -> bool:
@@ -312,7 +336,9 @@ class TTS:
         options: SynthesisOptions,
         timed: bool = False,
         on_head: Callable[[list[np.ndarray]], None] | None = None,
-    ) -> list[Any]:
+        later: bool = False,
+    ) -> Any:
+        """The batch's waveforms (timed: TimedAudio; later: a function that gives them)."""
         ids, lengths, seeds = self.batch_to_tensors(batch)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaxDecoderStepsWarning)
@@ -349,6 +375,8 @@ class TTS:
             audio, audio_lengths = self.mel_to_audio(mel, mel_lengths, options, seeds)
         if options.denoise > 0:
             audio = self.denoise(audio, audio_lengths, options.denoise)
+        if later:
+            return self.to_numpy_later(audio, audio_lengths)
         waves = self.to_numpy(audio, audio_lengths)
         if not timed:
             return waves

@@ -61,6 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "no request holds the device for long; one item always runs alone whatever its time; "
         "0: no bound (default: 500)",
     )
+    g.add_argument(
+        "--pipeline-batches",
+        action="store_true",
+        help="speech: start the next batch while the last one's audio comes back to the host, "
+        "so that a GPU has it queued (default: one batch after the other)",
+    )
     g = p.add_argument_group("limits")
     g.add_argument("--max-text-chars", type=int, default=10_000, help="per text (default: 10000)")
     g.add_argument(
@@ -209,6 +215,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
             args.max_queue_delay_ms,
             args.max_queue_size,
             max_batch_ms=args.max_batch_ms or None,
+            pipeline=args.pipeline_batches,
         ),
         limits=Limits(
             max_text_chars=args.max_text_chars,

@@ -23,7 +23,14 @@ The engine knows no models. Like LitServe's hook contract, an adapter supplies
     run_batch(items) -> outputs   (runs on the device thread; one output per item, in order)
     length(item) -> int           (what padding is proportional to)
     key(item) -> Hashable         (items with different keys never share a batch)
+and may supply
+    launch_batch(items) -> finish (on the device thread: start the batch; finish() -> outputs,
+                                   on a thread of its own, waits for them)
 If a batch raises, its items are retried one by one, so only the bad item fails.
+
+With `BatchConfig.pipeline` and an adapter that has launch_batch, the device thread starts the
+next batch while the last one's outputs are still on their way back (a GPU then has the next
+batch queued behind the last): at most two batches of an engine are between launch and finish.
 """
 
 from __future__ import annotations
@@ -85,6 +92,7 @@ class BatchConfig:
     max_queue_delay_ms: float = 5.0  # how long the oldest item may wait for batch-mates
     max_queue_size: int = 256  # queued items (not counting the batch on the device)
     max_batch_ms: float | None = None  # predicted compute per batch; None: no bound
+    pipeline: bool = False  # launch a batch while the last one finishes (adapter.launch_batch)
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -114,6 +122,7 @@ class DeviceWorker:
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speechrt-device")
+        self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speechrt-finish")
         self._lock = asyncio.Lock()  # FIFO: a waiting engine goes before one coming back
 
     @contextlib.asynccontextmanager
@@ -124,8 +133,13 @@ class DeviceWorker:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    async def finish(self, fn: Callable[[], T]) -> T:
+        """A launched batch's finish(), off the device thread (it waits for the device)."""
+        return await asyncio.get_running_loop().run_in_executor(self._finisher, fn)
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._finisher.shutdown(wait=True)
 
 
 @dataclass(eq=False)
@@ -167,7 +181,9 @@ class Engine(Generic[In, Out]):
         self._arrivals = itertools.count()
         self._round = 0  # the round of the last dispatched head
         self._seconds_per_work: float | None = None  # learnt from executed batches
-        self._executing = 0
+        self._executing = 0  # items between dispatch and their futures' results
+        self._finishing: set[asyncio.Task[None]] = set()  # pipelined batches coming back
+        self._launches = asyncio.Semaphore(2)  # pipelined batches between launch and finish
         self._closing = False
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -262,27 +278,42 @@ class Engine(Generic[In, Out]):
     def _head(self) -> _Pending[In, Out]:
         return min(self._queue, key=lambda p: p.tag)
 
+    @property
+    def _pipelined(self) -> bool:
+        return self.config.pipeline and hasattr(self.adapter, "launch_batch")
+
     async def _loop(self) -> None:
         while True:
             self._prune()
             if not self._queue:
                 if self._closing:
+                    await asyncio.gather(*self._finishing)
                     return
                 await self._sleep(None)
                 continue
             await self._wait_for_batch_mates()
-            async with self.worker.turn():
-                self._prune()  # items may have been cancelled while another engine ran
-                if not self._queue:
-                    continue
-                batch = self._choose(self._head())
-                chosen = set(map(id, batch))
-                self._queue = [p for p in self._queue if id(p) not in chosen]
-                self._round = max(self._round, batch[0].tag[0])
-                try:
-                    await self._execute(batch)
-                except Exception:  # never let the scheduler die; _execute already failed items
-                    log.exception("engine %s: scheduler error", self.name)
+            if self._pipelined:  # (before the turn: other engines need not wait on this one)
+                await self._launches.acquire()
+            launched = False
+            try:
+                async with self.worker.turn():
+                    self._prune()  # items may have been cancelled while another engine ran
+                    if not self._queue:
+                        continue
+                    batch = self._choose(self._head())
+                    chosen = set(map(id, batch))
+                    self._queue = [p for p in self._queue if id(p) not in chosen]
+                    self._round = max(self._round, batch[0].tag[0])
+                    try:
+                        if self._pipelined:
+                            launched = await self._launch(batch)
+                        else:
+                            await self._execute(batch)
+                    except Exception:  # never let the scheduler die; items already failed
+                        log.exception("engine %s: scheduler error", self.name)
+            finally:
+                if self._pipelined and not launched:
+                    self._launches.release()
 
     async def _wait_for_batch_mates(self) -> None:
         """Until the head's batch is full or the oldest item has waited max_queue_delay_ms."""
@@ -355,34 +386,94 @@ class Engine(Generic[In, Out]):
             self.on_batch(stats)
 
     async def _execute(self, batch: list[_Pending[In, Out]]) -> None:
-        self._executing = len(batch)
+        self._executing += len(batch)
         try:
             try:
                 outputs = await self._run(batch)
             except Exception as e:
-                if len(batch) == 1:
-                    _settle(batch[0].future, error=self._item_error(e))
-                    return
-                log.warning(
-                    "engine %s: batch of %d failed (%s); retrying its items one by one",
-                    self.name,
-                    len(batch),
-                    e,
-                )
-                for p in batch:
-                    try:
-                        if not p.future.done():
-                            (out,) = await self._run([p])
-                            _settle(p.future, out)
-                    except Exception as e1:
-                        _settle(p.future, error=self._item_error(e1))
-                    finally:
-                        self._executing -= 1
+                await self._one_by_one(batch, e)
                 return
             for p, out in zip(batch, outputs, strict=True):
                 _settle(p.future, out)
         finally:
-            self._executing = 0
+            self._executing -= len(batch)
+
+    async def _one_by_one(self, batch: list[_Pending[In, Out]], e: Exception) -> None:
+        """After batch failed with e: its items run alone, so only a bad one fails."""
+        if len(batch) == 1:
+            _settle(batch[0].future, error=self._item_error(e))
+            return
+        log.warning(
+            "engine %s: batch of %d failed (%s); retrying its items one by one",
+            self.name,
+            len(batch),
+            e,
+        )
+        for p in batch:
+            try:
+                if not p.future.done():
+                    (out,) = await self._run([p])
+                    _settle(p.future, out)
+            except Exception as e1:
+                _settle(p.future, error=self._item_error(e1))
+
+    async def _launch(self, batch: list[_Pending[In, Out]]) -> bool:
+        """Start batch on the device and leave its finish to a task; False if it failed to
+        start (its items have been retried one by one)."""
+        self._executing += len(batch)
+        start = self.clock()
+        queue_s = [start - p.enqueued for p in batch]
+        launch: Callable[[list[In]], Callable[[], list[Out]]] = self.adapter.launch_batch  # type: ignore[attr-defined]
+        try:
+            finish = await self.worker.run(launch, [p.item for p in batch])
+        except Exception as e:
+            self._report(BatchStats(self.name, len(batch), queue_s, self.clock() - start, False))
+            try:
+                await self._one_by_one(batch, e)
+            finally:
+                self._executing -= len(batch)
+            return False
+        task = asyncio.create_task(self._finish(batch, finish, start, queue_s))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+        return True
+
+    async def _finish(
+        self,
+        batch: list[_Pending[In, Out]],
+        finish: Callable[[], list[Out]],
+        start: float,
+        queue_s: list[float],
+    ) -> None:
+        """A launched batch's outputs to its futures (compute_s: launch to outputs)."""
+        outputs: list[Out] = []
+        error: Exception | None = None
+        try:
+            outputs = await self.worker.finish(finish)
+        except Exception as e:
+            error = e
+        finally:
+            self._launches.release()
+        try:
+            if error is None and len(outputs) != len(batch):
+                error = RuntimeError(
+                    f"{self.name}: launch_batch gave {len(outputs)} outputs for {len(batch)} items"
+                )
+            compute_s = self.clock() - start
+            self._report(BatchStats(self.name, len(batch), queue_s, compute_s, error is None))
+            if error is not None:
+                async with self.worker.turn():  # the retries take turns like any batch
+                    await self._one_by_one(batch, error)
+                return
+            self._learn(batch, compute_s)
+            for p, out in zip(batch, outputs, strict=True):
+                _settle(p.future, out)
+        except Exception:  # a finishing task must not die with its futures unsettled
+            log.exception("engine %s: finishing a batch failed", self.name)
+            for p in batch:
+                _settle(p.future, error=InferenceError(f"{self.name}: the batch was lost"))
+        finally:
+            self._executing -= len(batch)
 
     def _item_error(self, e: Exception) -> Exception:
         """Bad input stays a SpeechRTError (HTTP 400); anything else is logged once and becomes

@@ -75,6 +75,16 @@ class TTSAdapter:
             return self.tts.ids_to_audio(pieces, items[0].options, on_head=heard)
         return self.tts.ids_to_audio(pieces, items[0].options)
 
+    def launch_batch(self, items: list[TTSItem]) -> Callable[[], list[Any]]:
+        """run_batch in two steps (the engine's pipelining): plain items are started and their
+        audio's copy to the host queued (TTS.ids_to_audio_later); timed and lead items, or a tts
+        without that method, run whole now."""
+        later = getattr(self.tts, "ids_to_audio_later", None)
+        if items[0].timed or items[0].on_head is not None or later is None:
+            outputs = self.run_batch(items)
+            return lambda: outputs
+        return later([it.piece for it in items], items[0].options)
+
     def length(self, item: TTSItem) -> int:
         return len(item.piece.ids)
 
