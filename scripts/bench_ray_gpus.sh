@@ -20,7 +20,8 @@
 # samples that found it busy (it idles between levels). PYSPY=S (py-spy on PATH): PYSPY_AFTER
 # seconds (default 20) into the sweep, S seconds of `py-spy record --idle` on every replica into
 # OUT_DIR/pyspy-<config>-<pid>.txt (raw stacks, each with its sample count), and which GPU each
-# process uses into OUT_DIR/gpu-apps-<config>.csv.
+# process uses into OUT_DIR/gpu-apps-<config>.csv. SERVE_ARGS: more `speechrt serve` flags for
+# every configuration (e.g. --pipeline-batches).
 set -euo pipefail
 out=${1:?usage: bench_ray_gpus.sh OUT_DIR}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -33,6 +34,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 voice=(--acoustic "$models/fastpitch" --vocoder "$models/hifigan" --device cuda --precision fp16)
 batching=(--max-batch-size 8 --max-queue-delay-ms 5 --max-queue-size 4096)
+read -ra extra <<< "${SERVE_ARGS:-}"
 
 spy() {  # NAME: where the replicas spend their time, PYSPY_AFTER s into the sweep
   sleep "${PYSPY_AFTER:-20}"
@@ -48,7 +50,8 @@ spy() {  # NAME: where the replicas spend their time, PYSPY_AFTER s into the swe
 bench_config() {  # NAME PORT serve-flags...
   local name=$1 port=$2
   shift 2
-  $sr serve --ray --port "$port" "${voice[@]}" "${batching[@]}" "$@" > "$out/serve-$name.log" 2>&1 &
+  $sr serve --ray --port "$port" "${voice[@]}" "${batching[@]}" "${extra[@]}" "$@" \
+    > "$out/serve-$name.log" 2>&1 &
   local pid=$!
   for _ in $(seq 600); do
     grep -q "on Ray Serve:" "$out/serve-$name.log" && break
