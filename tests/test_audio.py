@@ -195,3 +195,18 @@ def test_read_audio_refuses_absurd_headers(tmp_path):
     sf.write(path, np.zeros(10, dtype=np.int16), 384000)
     with pytest.raises(SpeechRTError, match="sample rate 384000 Hz is outside"):
         read_audio(path, target_sr=16000)
+
+
+def test_join_pieces_pauses_between_pieces_and_keeps_a_lone_piece():
+    from speechrt.pieces import PAUSE_SECONDS, Piece, join_pieces
+
+    sr = 1000
+    a, b = np.full(5, 0.25, np.float32), np.full(3, -0.5, np.float32)
+    lone = Piece(0, 0, [1], 0)
+    assert join_pieces([lone], [a], sr) is a  # no silences: the audio itself, not a copy
+    second = Piece(0, 1, [2], 0, after=0.002)
+    joined = join_pieces([lone, second], [a, b], sr)
+    gap = int(round(PAUSE_SECONDS * sr))
+    assert joined.dtype == np.float32 and len(joined) == 5 + gap + 3 + 2
+    assert (joined[:5] == a).all() and (joined[5 : 5 + gap] == 0).all()
+    assert (joined[5 + gap : 8 + gap] == b).all() and (joined[-2:] == 0).all()

@@ -57,11 +57,14 @@ class Piece:
 def join_pieces(
     pieces: Sequence[Piece], audio: Sequence[np.ndarray], sampling_rate: int
 ) -> np.ndarray:
-    """One text's pieces' audio (S_i,) in order, with the silences around them -> (S,)."""
+    """One text's pieces' audio (S_i,) in order, with the silences around them -> (S,). A lone
+    piece without silences is its audio itself (no copy)."""
     parts = []
     for p, a in zip(pieces, audio, strict=True):
         before, after = p.silence(sampling_rate)
         parts += [before, a, after]
+    if len(pieces) == 1 and len(parts[0]) == len(parts[2]) == 0:
+        return parts[1]
     return np.concatenate(parts)
 
 

@@ -82,7 +82,9 @@ def resample_poly(x: np.ndarray, up: int, down: int, h: np.ndarray) -> np.ndarra
 
 def to_int16(audio: np.ndarray) -> np.ndarray:
     """float in [-1, 1] -> int16 with clipping (32767 for +1.0)."""
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2")
+    x = np.clip(audio, -1.0, 1.0)  # the one float temporary, worked on in place
+    x *= 32767.0
+    return np.rint(x, out=x).astype("<i2")
 
 
 def encode_audio(
