@@ -43,7 +43,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from speechrt.errors import SpeechRTError
 
@@ -64,6 +64,13 @@ class Adapter(Protocol[In, Out]):
     def length(self, item: In) -> int: ...
 
     def key(self, item: In) -> Hashable: ...
+
+
+@runtime_checkable
+class Launches(Protocol[In, Out]):
+    """An adapter that can also run a batch in two steps (BatchConfig.pipeline)."""
+
+    def launch_batch(self, items: list[In]) -> Callable[[], list[Out]]: ...
 
 
 class Overloaded(Exception):
@@ -280,7 +287,7 @@ class Engine(Generic[In, Out]):
 
     @property
     def _pipelined(self) -> bool:
-        return self.config.pipeline and hasattr(self.adapter, "launch_batch")
+        return self.config.pipeline and isinstance(self.adapter, Launches)
 
     async def _loop(self) -> None:
         while True:
@@ -423,9 +430,9 @@ class Engine(Generic[In, Out]):
         self._executing += len(batch)
         start = self.clock()
         queue_s = [start - p.enqueued for p in batch]
-        launch: Callable[[list[In]], Callable[[], list[Out]]] = self.adapter.launch_batch  # type: ignore[attr-defined]
+        assert isinstance(self.adapter, Launches)
         try:
-            finish = await self.worker.run(launch, [p.item for p in batch])
+            finish = await self.worker.run(self.adapter.launch_batch, [p.item for p in batch])
         except Exception as e:
             self._report(BatchStats(self.name, len(batch), queue_s, self.clock() - start, False))
             try:
