@@ -260,18 +260,17 @@ class TTS:
     def to_numpy_later(audio: Any, audio_lengths: Any) -> Callable[[], list[np.ndarray]]:
         """to_numpy in two steps: the copy is queued now (speechrt.device.to_host_later), the
         function returned waits for it and cuts the waveforms."""
-        if isinstance(audio, np.ndarray):
+
+        def cut(host: np.ndarray, n: np.ndarray) -> list[np.ndarray]:
+            return [host[i, : int(k)] for i, k in enumerate(n.tolist())]
+
+        if isinstance(audio, np.ndarray):  # (the numpy runners: no torch here)
             host, n = np.clip(audio, -1.0, 1.0), np.asarray(audio_lengths)
-            return lambda: [host[i, : int(k)] for i, k in enumerate(n.tolist())]
+            return lambda: cut(host, n)
         from speechrt.device import to_host_later
 
         fetch = to_host_later(audio.clamp(-1.0, 1.0).float(), audio_lengths)
-
-        def waves() -> list[np.ndarray]:
-            host, n = fetch()
-            return [host[i, : int(k)] for i, k in enumerate(n.tolist())]
-
-        return waves
+        return lambda: cut(*fetch())
 
     def ids_to_audio(
         self,

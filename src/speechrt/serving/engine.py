@@ -191,6 +191,7 @@ class Engine(Generic[In, Out]):
         self._executing = 0  # items between dispatch and their futures' results
         self._finishing: set[asyncio.Task[None]] = set()  # pipelined batches coming back
         self._launches = asyncio.Semaphore(2)  # pipelined batches between launch and finish
+        self._pipelined = self.config.pipeline and isinstance(adapter, Launches)
         self._closing = False
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -284,10 +285,6 @@ class Engine(Generic[In, Out]):
 
     def _head(self) -> _Pending[In, Out]:
         return min(self._queue, key=lambda p: p.tag)
-
-    @property
-    def _pipelined(self) -> bool:
-        return self.config.pipeline and isinstance(self.adapter, Launches)
 
     async def _loop(self) -> None:
         while True:
