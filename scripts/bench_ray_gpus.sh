@@ -21,7 +21,7 @@
 # seconds (default 20) into the sweep, S seconds of `py-spy record --idle` on every replica into
 # OUT_DIR/pyspy-<config>-<pid>.txt (raw stacks, each with its sample count), and which GPU each
 # process uses into OUT_DIR/gpu-apps-<config>.csv. SERVE_ARGS: more `speechrt serve` flags for
-# every configuration (e.g. --pipeline-batches).
+# every configuration (e.g. --no-pipeline-batches).
 set -euo pipefail
 out=${1:?usage: bench_ray_gpus.sh OUT_DIR}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

@@ -345,9 +345,9 @@ def test_serve_cli_refuses_bad_setups(capsys, tmp_path, monkeypatch):
 
 
 def test_pipelined_batches_give_the_same_speech(tiny_voice):
-    """`--pipeline-batches` (BatchConfig.pipeline): the tiny voice says the same with and
-    without, within one int16 step (batches may group differently, and batched audio may
-    differ by a step from the same piece batched otherwise)."""
+    """Pipelined batches (BatchConfig.pipeline, the default): the tiny voice says the same
+    with and without, within one int16 step (batches may group differently, and batched audio
+    may differ by a step from the same piece batched otherwise)."""
     from speechrt.tts import TTS
 
     tts = TTS(*tiny_voice, device="cpu")

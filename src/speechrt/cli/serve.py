@@ -63,9 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--pipeline-batches",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="speech: start the next batch while the last one's audio comes back to the host, "
-        "so that a GPU has it queued (default: one batch after the other)",
+        "so that a GPU has it queued (default: on; --no-pipeline-batches: one batch after the "
+        "other)",
     )
     g = p.add_argument_group("limits")
     g.add_argument("--max-text-chars", type=int, default=10_000, help="per text (default: 10000)")

@@ -99,7 +99,7 @@ class BatchConfig:
     max_queue_delay_ms: float = 5.0  # how long the oldest item may wait for batch-mates
     max_queue_size: int = 256  # queued items (not counting the batch on the device)
     max_batch_ms: float | None = None  # predicted compute per batch; None: no bound
-    pipeline: bool = False  # launch a batch while the last one finishes (adapter.launch_batch)
+    pipeline: bool = True  # launch a batch while the last one finishes (adapter.launch_batch)
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
