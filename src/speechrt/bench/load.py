@@ -235,10 +235,11 @@ def plot_sweep(rows: list[dict], path, title: str) -> None:
         p50 = [mine[c]["latency_s"]["p50"] * 1e3 if c in mine else 0 for c in levels]
         p99 = [mine[c]["latency_s"]["p99"] * 1e3 if c in mine else 0 for c in levels]
         off = x + (i - (len(targets) - 1) / 2) * width
-        ax.bar(off, p99, width, alpha=0.35, label=f"{t} p99")
-        ax.bar(off, p50, width, alpha=0.9, label=f"{t} p50")
+        color = f"C{i}"  # one colour per target: its bars and its line
+        ax.bar(off, p99, width, color=color, alpha=0.35, label=f"{t} p99")
+        ax.bar(off, p50, width, color=color, alpha=0.9, label=f"{t} p50")
         ax2.plot(x, [mine[c]["throughput_rps"] if c in mine else 0 for c in levels], marker="o",
-                 label=f"{t} throughput")  # fmt: skip
+                 color=color, label=f"{t} throughput")  # fmt: skip
     ax.set_xticks(x, [str(c) for c in levels])
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("latency (ms)")
