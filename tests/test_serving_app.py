@@ -344,6 +344,17 @@ def test_serve_cli_refuses_bad_setups(capsys, tmp_path, monkeypatch):
     assert "batch size" in capsys.readouterr().err
 
 
+def test_serve_pipelines_batches_unless_told_not_to(tiny_voice):
+    """`speechrt serve` pipelines speech batches by default; --no-pipeline-batches stops it."""
+    from speechrt.cli import build_parser
+    from speechrt.cli.serve import serve_config
+
+    voice = ["--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])]
+    parse = build_parser().parse_args
+    assert serve_config(parse(["serve", *voice])).batch.pipeline
+    assert not serve_config(parse(["serve", *voice, "--no-pipeline-batches"])).batch.pipeline
+
+
 def test_pipelined_batches_give_the_same_speech(tiny_voice):
     """Pipelined batches (BatchConfig.pipeline, the default): the tiny voice says the same
     with and without, within one int16 step (batches may group differently, and batched audio
