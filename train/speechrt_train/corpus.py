@@ -406,9 +406,9 @@ PACK_LEVEL = 0.9  # libsndfile's Opus compression level for pack_shard: ~32 kbit
 
 
 def pack_shard(shard: dict[str, Any]) -> dict[str, Any]:
-    """A recogniser voice's shard with each utterance's audio as Ogg Opus bytes (a tenth of
-    the int16 size) in `opus` (uint8) + `opus_offsets`, to carry it where it cannot be made;
-    `unpack_shard` gives the audio back (lossy: as through one more codec)."""
+    """A recogniser voice's shard with each utterance's audio as Ogg Opus bytes (about an
+    eighth of the int16 size) in `opus` (uint8) + `opus_offsets`, to carry it where it cannot
+    be made; `unpack_shard` gives the audio back (lossy: as through one more codec)."""
     import io
 
     import soundfile as sf
@@ -427,7 +427,8 @@ def pack_shard(shard: dict[str, Any]) -> dict[str, Any]:
 
 
 def unpack_shard(packed: dict[str, Any]) -> dict[str, Any]:
-    """pack_shard's inverse: the audio decoded to int16 again (lengths within a few ms)."""
+    """pack_shard's inverse: the audio decoded to int16 again, each utterance as long as
+    before."""
     import io
 
     import soundfile as sf
