@@ -349,10 +349,10 @@ def load_piper(voice: str) -> Any:
     """A piper.PiperVoice on one onnxruntime thread (the corpus runs a process per core)."""
     import json
 
+    path = piper_model(voice)  # (first: a clear TeacherError where piper is missing)
     import onnxruntime
     from piper import PiperConfig, PiperVoice
 
-    path = piper_model(voice)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = onnxruntime.InferenceSession(
