@@ -62,6 +62,19 @@ def speech(corpus):
     return load_speech(shards, False), load_speech([load_shard(corpus / "rms.pt")], True)
 
 
+def test_a_repeated_voice_is_listed_again_not_copied(corpus):
+    shards = [load_shard(corpus / f"{v}.pt") for v in (TTS_VOICE, "slt")]
+    once = load_speech(shards, False)
+    twice = load_speech(shards, False, repeat={"slt": 2})
+    assert twice.voices.count("slt") == 2 * once.voices.count("slt") > 0
+    assert twice.voices.count(TTS_VOICE) == once.voices.count(TTS_VOICE)
+    first = twice.voices.index("slt")
+    assert twice.audio[first] is twice.audio[first + 1]  # the same tensor, listed twice
+    assert twice.texts[first] == twice.texts[first + 1]
+    with pytest.raises(ValueError, match="lack: joe"):
+        load_speech(shards, False, repeat={"joe": 3})
+
+
 def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     sa, sb = a.state_dict(), b.state_dict()
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)

@@ -96,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="data-parallel processes, one per GPU (cuda:0..N-1; with --device cpu: N CPU "
         "processes); --batch-size is split across them",
     )
+    sub.choices["quartznet"].add_argument(
+        "--voice-repeat",
+        action="append",
+        default=[],
+        metavar="VOICE=N",
+        help="train on VOICE's utterances N times per pass (e.g. joe=3: a voice with few "
+        "sentences weighs as the others); repeatable",
+    )
     sub.choices["hifigan"].add_argument(
         "--mels-from",
         metavar="DIR",
@@ -213,7 +221,16 @@ def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
     from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
 
     shards = [load_shard(p) for p in sorted(corpus.glob("*.pt")) if p.stem != HELDOUT_VOICE]
-    train = load_speech(shards, heldout=False, device=device, limit=args.limit)
+    repeat = {}
+    for item in args.voice_repeat:
+        voice, _, n = item.partition("=")
+        if not n.isdigit() or int(n) < 1:
+            raise SystemExit(f"--voice-repeat {item}: expected VOICE=N with N >= 1")
+        repeat[voice] = int(n)
+    try:
+        train = load_speech(shards, heldout=False, device=device, limit=args.limit, repeat=repeat)
+    except ValueError as e:
+        raise SystemExit(f"speechrt_train quartznet: {corpus}: {e}") from None
     val = None  # only rank 0 evaluates
     if ranks.main:
         val = load_speech([load_shard(corpus / f"{HELDOUT_VOICE}.pt")], True, device=device)

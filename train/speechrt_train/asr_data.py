@@ -79,21 +79,30 @@ def load_speech(
     sample_rate: int = 16000,
     device: str | torch.device = "cpu",
     limit: int | None = None,
+    repeat: dict[str, int] | None = None,
 ) -> SpeechData:
-    """Train (or held-out) utterances of every shard, resampled to `sample_rate`."""
+    """Train (or held-out) utterances of every shard, resampled to `sample_rate`; a voice in
+    `repeat` has each of its items listed that many times (the same tensors, not copies)."""
     data = SpeechData([], [], [], [])
+    missing = set(repeat or {}) - {shard["voice"] for shard in shards}
+    if missing:
+        raise ValueError(f"repeat names voices the shards lack: {', '.join(sorted(missing))}")
     for shard in shards:
         picked = [i for i, h in enumerate(shard["heldout"]) if h == heldout][:limit]
         off = shard["audio_offsets"]
+        times = (repeat or {}).get(shard["voice"], 1)
         for i in picked:
             text = transcript(shard["spoken"][i])
             if not text:
                 continue
             pcm = shard["audio"][int(off[i]) : int(off[i + 1])].to(device).float() / 32768.0
-            data.audio.append(fft_resample(pcm, shard["sample_rate"], sample_rate))
-            data.texts.append(text)
-            data.targets.append(torch.tensor(label_ids(text), dtype=torch.long))
-            data.voices.append(shard["voice"])
+            audio = fft_resample(pcm, shard["sample_rate"], sample_rate)
+            target = torch.tensor(label_ids(text), dtype=torch.long)
+            for _ in range(times):
+                data.audio.append(audio)
+                data.texts.append(text)
+                data.targets.append(target)
+                data.voices.append(shard["voice"])
     if not data.audio:
         raise ValueError(f"no {'held-out' if heldout else 'training'} speech in the shards")
     return data
