@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from speechrt.audio.io import resample
+from speechrt.audio.io import resample, to_int16
 from speechrt.audio.mel import MelConfig
 from speechrt_train.loop import save_atomic
 from speechrt_train.texts import Sentence, hash64, load_sentences, split
@@ -440,7 +440,7 @@ def unpack_shard(packed: dict[str, Any]) -> dict[str, Any]:
         audio, rate = sf.read(io.BytesIO(data), dtype="float32")
         if rate != packed["sample_rate"]:
             raise ValueError(f"utterance {i}: {rate} Hz in a {packed['sample_rate']} Hz shard")
-        parts.append(np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16))
+        parts.append(to_int16(audio))
     shard = {k: v for k, v in packed.items() if k not in ("opus", "opus_offsets")}
     shard["audio"], shard["audio_offsets"] = _concat(parts, torch.int16)
     return shard
