@@ -53,12 +53,12 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || ec
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 NGPU_SPEED=$(( NGPU > 0 ? NGPU : 1 ))
 bash train/corpus/unpack.sh /tmp/teachers /tmp/site || exit 1
-export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site
+export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site${PYTHONPATH:+:$PYTHONPATH}  # (+ the caller's)
 
 if [ ! -f corpus/manifest.json ]; then
   echo "== corpus ($PLAN)"
   TEXT_ARGS=()  # PLAN=wide reads the extra text too (.carry/text/*.deb, unpacked to /tmp/text)
-  [ "$PLAN" = wide ] && TEXT_ARGS=(--text-root /tmp/text)
+  case $PLAN in wide*) TEXT_ARGS=(--text-root /tmp/text) ;; esac
   python3 -m speechrt_train corpus --out corpus --plan "$PLAN" --prefix /tmp/teachers \
     --minutes "${CORPUS_MINUTES:-3}" --round "${CORPUS_ROUND:-0}" --quiet "${TEXT_ARGS[@]}" ||
     exit 1

@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("corpus", help="synthesize the teacher corpus")
     p.add_argument("--out", default="corpus")
     p.add_argument(
-        "--plan", default="small", help="full, wide, small, tiny or synthetic (default: small)"
+        "--plan",
+        default="small",
+        help="full, wide, wide-piper, small, tiny or synthetic (default: small)",
     )
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument("--prefix", help="unpacked .debs (train/corpus/unpack.sh); default: system")

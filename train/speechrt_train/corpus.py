@@ -74,6 +74,9 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
     "small": {v: (200, 20) for v in ("slt-hts", "slt", "awb", "kal16")} | {"rms": (0, 100)},
     "tiny": {"slt-hts": (12, 3), "slt": (8, 2), "rms": (0, 4)},
 }
+# wide with the Piper voice made beside the others, where piper-tts and the voice's wheel are
+# importable (on the GPU image: both carried and put on PYTHONPATH, docs/models/README.md)
+PLANS["wide-piper"] = PLANS["wide"] | {"joe": (12000, 200)}
 
 
 @dataclass
