@@ -613,3 +613,50 @@ def test_average_of_compact_files(tmp_path, capsys):
     torch.save({"model": {"w": torch.zeros(4).half()}, "step": 30}, tmp_path / "wider.pt")
     assert main(["average", a, str(tmp_path / "wider.pt"), "--out", out]) == 2
     assert "differ" in capsys.readouterr().err
+
+
+def test_average_of_exported_directories(tiny_asr, tmp_path, capsys):
+    """`average DIR DIR` takes the weighted mean of exported (folded) weights, keeps model.json
+    apart from its source, which lists what it averaged, and writes the main graph."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from speechrt.repo import read_info
+    from speechrt_train.cards import _steps
+
+    def exported(name, scale, source):
+        d = tmp_path / name
+        shutil.copytree(tiny_asr, d)
+        weights = {k: v * scale for k, v in load_file(str(d / "model.safetensors")).items()}
+        save_file(weights, str(d / "model.safetensors"))
+        info = json.loads((d / "model.json").read_text())
+        (d / "model.json").write_text(json.dumps(info | {"source": source}))
+        return d
+
+    meaned = {"steps": 20, "averaged": [{"step": 10, "weight": 0.5}, {"step": 20, "weight": 0.5}]}
+    a, b = exported("a", 1.0, meaned), exported("b", -3.0, {"steps": 30, "train_seconds": 9.0})
+    out = tmp_path / "mean"
+    assert main(["average", str(a), str(b), "--weights", "0.75", "0.25", "--out", str(out)]) == 0
+    got, first = load_file(str(out / "model.safetensors")), load_file(str(a / "model.safetensors"))
+    for name, tensor in first.items():  # 0.75 x w + 0.25 x (-3 w) = 0
+        torch.testing.assert_close(got[name], torch.zeros_like(tensor), atol=1e-6, rtol=0)
+    assert (out / "model.onnx").is_file()
+    info = read_info(out)
+    assert info.meta == read_info(a).meta and info.dims == read_info(a).dims
+    assert info.source["steps"] == 30 and info.source["train_seconds"] == 9.0
+    assert info.source["averaged"] == [
+        {"step": 20, "weight": 0.75, "averaged": meaned["averaged"]},
+        {"step": 30, "weight": 0.25},
+    ]
+    assert _steps(info.source) == (
+        "the mean of [the mean of steps 10 (weight 0.5) and 20 (weight 0.5)] (weight 0.75)"
+        " and step 30 (weight 0.25)"
+    )
+    capsys.readouterr()
+    other = exported("c", 1.0, {"steps": 5})
+    info = json.loads((other / "model.json").read_text())
+    info["meta"]["pad_leading"] = 99
+    (other / "model.json").write_text(json.dumps(info))
+    assert main(["average", str(a), str(other), "--out", str(tmp_path / "bad")]) == 2
+    assert "differs" in capsys.readouterr().err

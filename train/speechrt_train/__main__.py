@@ -134,7 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("alpha", "beta", "oov_penalty", "oov_char_penalty", "prune_logp"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, help="decoding default")
     p = sub.add_parser("average", help="weighted average of compact files of one model")
-    p.add_argument("files", nargs="+", help="compact files (--compact-out) of one model")
+    p.add_argument(
+        "files",
+        nargs="+",
+        help="compact files (--compact-out) of one model, or exported model directories of "
+        "one component (their folded weights averaged; --out a directory)",
+    )
     p.add_argument(
         "--weights", type=float, nargs="+", help="one each, summing to 1 (default: equal)"
     )
@@ -360,16 +365,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"speechrt_train lm: {e}", file=sys.stderr)
             return 2
     elif args.command == "average":
+        from speechrt.errors import SpeechRTError
         from speechrt_train.loop import average_compact, save_atomic
 
         weights = args.weights or [1 / len(args.files)] * len(args.files)
         try:
-            state = average_compact(args.files, weights)
-        except (FileNotFoundError, ValueError) as e:
+            if all(Path(f).is_dir() for f in args.files):
+                from speechrt_train.export import average_exported
+
+                result = average_exported(args.files, weights, args.out)
+            else:
+                state = average_compact(args.files, weights)
+                save_atomic(state, Path(args.out))
+                result = {"out": args.out, "step": state["step"], "averaged": state["averaged"]}
+        except (FileNotFoundError, ValueError, SpeechRTError) as e:
             print(f"speechrt_train average: {e}", file=sys.stderr)
             return 2
-        save_atomic(state, Path(args.out))
-        result = {"out": args.out, "step": state["step"], "averaged": state["averaged"]}
     elif args.command == "export":
         from speechrt_train.export import evaluate, export, write_metrics
 

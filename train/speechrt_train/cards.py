@@ -116,8 +116,19 @@ def _steps(export: dict[str, Any]) -> str:
     averaged = export.get("averaged")
     if not averaged:
         return str(export["steps"])
-    parts = " and ".join(f"{a['step']:,} (weight {a['weight']:g})" for a in averaged)
-    return f"the mean of steps {parts}"
+    if not any(a.get("averaged") for a in averaged):
+        parts = " and ".join(f"{a['step']:,} (weight {a['weight']:g})" for a in averaged)
+        return f"the mean of steps {parts}"
+    parts = " and ".join(  # a mean of means (`average` of exported directories)
+        (
+            f"[{_steps({'steps': a['step'], 'averaged': a['averaged']})}]"
+            if a.get("averaged")
+            else f"step {a['step']:,}"
+        )
+        + f" (weight {a['weight']:g})"
+        for a in averaged
+    )
+    return f"the mean of {parts}"
 
 
 def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:

@@ -26,7 +26,7 @@ from speechrt.models.fastpitch import FastPitch, FastPitchDims
 from speechrt.models.hifigan import HiFiGAN, HiFiGANDims
 from speechrt.models.jasper import LABELS, QuartzNetDims
 from speechrt.registry import graphs_of
-from speechrt.repo import ComponentInfo, save_component
+from speechrt.repo import WEIGHTS_FILE, ComponentInfo, read_info, save_component
 from speechrt.runtime.export import export_dir
 from speechrt_train.align import make_processor
 from speechrt_train.asr_data import AUGMENTS, SpeechData, narrowband, transcript
@@ -192,6 +192,61 @@ def export(
     if total / 1e6 > MAX_TOTAL_MB:
         raise ValueError(f"the defaults take {total / 1e6:.1f} MB (limit {MAX_TOTAL_MB} MB)")
     return summary
+
+
+def average_exported(
+    dirs: list[str | Path], weights: list[float], out_dir: str | Path
+) -> dict[str, Any]:
+    """Exported model directories of one component -> their weighted mean in out_dir (weights
+    >= 0 summing to 1): every float tensor of model.safetensors averaged in fp32 and stored in
+    the first's dtype, model.json the first's with source.averaged listing each input's steps
+    and weight (and what it averaged in turn), then the main graph. For models exported with
+    their normalisation folded (QuartzNet's BatchNorm into each convolution) the mean is taken
+    of the folded weights; the model.json files must agree apart from their source."""
+    from safetensors.torch import load_file
+
+    if len(dirs) != len(weights) or len(dirs) < 2:
+        raise ValueError("average: give two or more directories and one weight for each")
+    if abs(sum(weights) - 1.0) > 1e-6 or min(weights) < 0:
+        raise ValueError(f"average: weights {weights} must be >= 0 and sum to 1")
+    infos = [read_info(d) for d in dirs]
+    first = {k: v for k, v in infos[0].to_json().items() if k != "source"}
+    for d, info in zip(dirs, infos, strict=True):
+        if {k: v for k, v in info.to_json().items() if k != "source"} != first:
+            raise ValueError(f"average: {d}'s model.json differs from {dirs[0]}'s")
+    states = [load_file(str(Path(d) / WEIGHTS_FILE)) for d in dirs]
+    shapes = {k: t.shape for k, t in states[0].items()}
+    for d, state in zip(dirs, states, strict=True):
+        if {k: t.shape for k, t in state.items()} != shapes:
+            raise ValueError(f"average: {d}'s tensors differ from {dirs[0]}'s")
+    mean = {}
+    for name, tensor in states[0].items():
+        if tensor.is_floating_point():
+            total = sum(w * s[name].float() for w, s in zip(weights, states, strict=True))
+            tensor = total.to(tensor.dtype)
+        mean[name] = tensor
+    sources = [info.source for info in infos]
+    averaged = []
+    for source, w in zip(sources, weights, strict=True):
+        item: dict[str, Any] = {"step": int(source.get("steps", 0)), "weight": w}
+        if source.get("averaged"):
+            item["averaged"] = source["averaged"]
+        averaged.append(item)
+    info = infos[0]
+    info.source = {
+        "trained_by": "speechrt_train",
+        "steps": max(a["step"] for a in averaged),
+        "train_seconds": max(float(s.get("train_seconds", 0.0)) for s in sources),
+        "averaged": averaged,
+    }
+    target = save_component(out_dir, info, mean)
+    export_dir(target, graphs=[next(iter(graphs_of(info.kind)))])
+    return {
+        "out": str(target),
+        "steps": info.source["steps"],
+        "averaged": averaged,
+        "bytes": sum(p.stat().st_size for p in target.iterdir()),
+    }
 
 
 def _asr_wer(asr: Any, audios: list[np.ndarray], refs: list[str]) -> tuple[float, list[str]]:
