@@ -198,9 +198,10 @@ def average_exported(
     dirs: list[str | Path], weights: list[float], out_dir: str | Path
 ) -> dict[str, Any]:
     """Exported model directories of one component -> their weighted mean in out_dir (weights
-    >= 0 summing to 1): every float tensor of model.safetensors averaged in fp32 and stored in
-    the first's dtype, model.json the first's with source.averaged listing each input's steps
-    and weight (and what it averaged in turn), then the main graph. For models exported with
+    >= 0 summing to 1): every float tensor of model.safetensors averaged in fp32 (stored fp16
+    where the first input is and rounding moves the output by less than FP16_TOLERANCE),
+    model.json the first's with source.averaged listing each input's steps and weight (and
+    what it averaged in turn), then the main graph. For models exported with
     their normalisation folded (QuartzNet's BatchNorm into each convolution) the mean is taken
     of the folded weights; the model.json files must agree apart from their source."""
     from safetensors.torch import load_file
@@ -219,12 +220,18 @@ def average_exported(
     for d, state in zip(dirs, states, strict=True):
         if {k: t.shape for k, t in state.items()} != shapes:
             raise ValueError(f"average: {d}'s tensors differ from {dirs[0]}'s")
-    mean = {}
+    mean = {}  # in fp32, then stored as the first input is where rounding changes little
     for name, tensor in states[0].items():
         if tensor.is_floating_point():
-            total = sum(w * s[name].float() for w, s in zip(weights, states, strict=True))
-            tensor = total.to(tensor.dtype)
+            tensor = sum(w * s[name].float() for w, s in zip(weights, states, strict=True))
         mean[name] = tensor
+    from speechrt.models import build_model
+
+    model = build_model(infos[0].kind, infos[0].dims)
+    model.load_state_dict(mean)
+    error = fp16_error(infos[0].kind, model)
+    fp16 = any(t.dtype == torch.float16 for t in states[0].values())
+    dtype = torch.float16 if fp16 and error < FP16_TOLERANCE else None
     sources = [info.source for info in infos]
     averaged = []
     for source, w in zip(sources, weights, strict=True):
@@ -239,13 +246,17 @@ def average_exported(
         "train_seconds": max(float(s.get("train_seconds", 0.0)) for s in sources),
         "averaged": averaged,
     }
-    target = save_component(out_dir, info, mean)
+    target = save_component(out_dir, info, mean, dtype)
     export_dir(target, graphs=[next(iter(graphs_of(info.kind)))])
     return {
         "out": str(target),
         "steps": info.source["steps"],
+        "train_seconds": info.source["train_seconds"],
         "averaged": averaged,
+        "parameters": sum(v.numel() for v in mean.values()),
         "bytes": sum(p.stat().st_size for p in target.iterdir()),
+        "dtype": "fp16" if dtype else "fp32",
+        "fp16_rel_error": error,
     }
 
 
