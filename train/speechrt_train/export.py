@@ -33,7 +33,7 @@ from speechrt_train.asr_data import AUGMENTS, SpeechData, narrowband, transcript
 from speechrt_train.fastpitch_train import PRESETS as FASTPITCH_PRESETS
 from speechrt_train.hifigan_train import PRESETS as HIFIGAN_PRESETS
 from speechrt_train.hifigan_train import plain_generator
-from speechrt_train.loop import CHECKPOINT, LOG, full
+from speechrt_train.loop import CHECKPOINT, LOG, check_weights, full
 from speechrt_train.quartznet_train import PRESETS as QUARTZNET_PRESETS
 from speechrt_train.quartznet_train import QuartzNetConfig, TrainableJasper, precise_bn
 
@@ -206,11 +206,10 @@ def average_exported(
     of the folded weights; the model.json files must agree apart from their source."""
     from safetensors.torch import load_file
 
-    if len(dirs) != len(weights) or len(dirs) < 2:
-        raise ValueError("average: give two or more directories and one weight for each")
-    if abs(sum(weights) - 1.0) > 1e-6 or min(weights) < 0:
-        raise ValueError(f"average: weights {weights} must be >= 0 and sum to 1")
+    check_weights(weights, len(dirs))
     infos = [read_info(d) for d in dirs]
+    if infos[0].kind not in BUILDERS:
+        raise ValueError(f"average: {infos[0].kind} is not a component speechrt_train makes")
     first = {k: v for k, v in infos[0].to_json().items() if k != "source"}
     for d, info in zip(dirs, infos, strict=True):
         if {k: v for k, v in info.to_json().items() if k != "source"} != first:

@@ -339,15 +339,20 @@ def write_compact(trainer: Trainer, run_dir: str | Path, path: str | Path) -> Pa
     return Path(path)
 
 
+def check_weights(weights: list[float], count: int) -> None:
+    """ValueError unless there are two or more inputs, one weight each, >= 0, summing to 1."""
+    if count != len(weights) or count < 2:
+        raise ValueError("average: give two or more inputs and one weight for each")
+    if abs(sum(weights) - 1.0) > 1e-6 or min(weights) < 0:
+        raise ValueError(f"average: weights {weights} must be >= 0 and sum to 1")
+
+
 def average_compact(paths: list[str | Path], weights: list[float]) -> dict[str, Any]:
     """Compact files of one model -> their weighted average (weights summing to 1): each float
     tensor averaged in fp32, stored in its own dtype; the rest (counters, config) from the last
     file; step and elapsed the largest; "averaged" lists each file's step and weight. Averaging
     two checkpoints of one run often keeps what each learnt (model soups)."""
-    if len(paths) != len(weights) or len(paths) < 2:
-        raise ValueError("average: give two or more files and one weight for each")
-    if abs(sum(weights) - 1.0) > 1e-6 or min(weights) < 0:
-        raise ValueError(f"average: weights {weights} must be >= 0 and sum to 1")
+    check_weights(weights, len(paths))
     states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
     out = dict(states[-1])
     for key, last in states[-1].items():
