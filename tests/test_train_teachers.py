@@ -21,6 +21,8 @@ from speechrt_train.teachers import (
     Prosody,
     TeacherError,
     Teachers,
+    change_config,
+    change_gender,
     espeak_voice,
     festival_prosody,
     flite_prosody,
@@ -200,3 +202,63 @@ def test_piper_speaks_at_its_rate(monkeypatch):
         (u,) = teachers.synthesize("joe", [text])
         lengths[scale] = len(u.audio)
     assert lengths[2.0] / lengths[1.0] == pytest.approx(2.0, rel=0.15)
+
+
+def test_changed_voice_reading_is_a_function_of_the_text():
+    texts = [f"Sentence number {i} of the corpus." for i in range(400)]
+    drawn = [change_config("joe-f", t) for t in texts]
+    assert drawn == [change_config("joe-f", t) for t in texts]  # the same on every machine
+    f0s = [d["pitch_median"] for d in drawn]
+    ratios = [d["formant_ratio"] for d in drawn]
+    ranges = [d["pitch_range"] for d in drawn]
+    assert 165 <= min(f0s) < 175 and 235 < max(f0s) <= 245
+    assert 1.10 <= min(ratios) < 1.12 and 1.20 < max(ratios) <= 1.22
+    assert 0.8 <= min(ranges) < 0.85 and 1.35 < max(ranges) <= 1.4
+
+
+def _vowel(f0: float, formants: tuple[float, ...], sr: int = 22050, seconds: float = 1.0):
+    """A sustained vowel: a pulse train at f0 (with a slow 3 % vibrato) through resonators."""
+    from scipy.signal import lfilter
+
+    t = np.arange(int(sr * seconds)) / sr
+    phase = np.cumsum(f0 * (1 + 0.03 * np.sin(2 * np.pi * 5 * t)) / sr)
+    x = (np.diff(np.floor(phase), prepend=0.0) > 0).astype(np.float64)
+    for f in formants:  # a two-pole resonator per formant, 80 Hz wide
+        r = np.exp(-np.pi * 80 / sr)
+        x = lfilter([1 - r], [1, -2 * r * np.cos(2 * np.pi * f / sr), r * r], x)
+    return (0.5 * x / np.abs(x).max()).astype(np.float32)
+
+
+def test_change_gender_moves_pitch_and_formants():
+    parselmouth = pytest.importorskip("parselmouth")
+    sr = 22050
+    audio = _vowel(110.0, (600.0, 1100.0, 2500.0), sr)
+    out = change_gender(
+        audio, sr, {"pitch_median": 220.0, "formant_ratio": 1.2, "pitch_range": 1.0}
+    )
+    assert out.dtype == np.float32 and abs(len(out) - len(audio)) < 0.02 * len(audio)
+    assert np.abs(out).max() <= 0.95 + 1e-6
+
+    def measure(x):
+        sound = parselmouth.Sound(x.astype(np.float64), sampling_frequency=sr)
+        f = sound.to_pitch().selected_array["frequency"]
+        formant = sound.to_formant_burg(max_number_of_formants=5, maximum_formant=5500)
+        f1 = [formant.get_value_at_time(1, t) for t in np.arange(0.2, 0.8, 0.05)]
+        return float(np.median(f[f > 0])), float(np.nanmedian(f1))
+
+    (f0_in, f1_in), (f0_out, f1_out) = measure(audio), measure(out)
+    assert f0_in == pytest.approx(110, rel=0.05)
+    assert f0_out == pytest.approx(220, rel=0.08)
+    assert 1.08 < f1_out / f1_in < 1.32  # the vocal tract shortened by about 1.2
+    with pytest.raises(TeacherError, match="Change gender"):  # nothing voiced to change
+        change_gender(np.zeros(sr, np.float32), sr, change_config("joe-f", "silence"))
+
+
+def test_changed_voice_needs_parselmouth(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "parselmouth" else real(n, *a)
+    )
+    assert not Teachers().available("joe-f")

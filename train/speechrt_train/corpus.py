@@ -77,6 +77,8 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
 # wide with the Piper voice made beside the others, where piper-tts and the voice's wheel are
 # importable (on the GPU image: both carried and put on PYTHONPATH, docs/models/README.md)
 PLANS["wide-piper"] = PLANS["wide"] | {"joe": (12000, 200)}
+# and joe's readings changed to a woman's pitch and formants (needs praat-parselmouth too)
+PLANS["wide-piper-f"] = PLANS["wide-piper"] | {"joe-f": (10000, 200)}
 
 
 @dataclass

