@@ -262,3 +262,38 @@ def test_changed_voice_needs_parselmouth(monkeypatch):
         importlib.util, "find_spec", lambda n, *a: None if n == "parselmouth" else real(n, *a)
     )
     assert not Teachers().available("joe-f")
+
+
+def test_tune_decoding_reads_with_a_teacher_voice(monkeypatch, tmp_path):
+    """`tune_decoding --reader VOICE`: that voice reads the dev sentences, every grid point
+    decodes them (a stand-in voice here: CI has no flite)."""
+    import json
+    import sys
+
+    from speechrt_train import tune_decoding
+    from speechrt_train.teachers import Utterance
+
+    texts = ["the first dev sentence", "a second one", "and the third"]
+    read: list[tuple[str, list[str]]] = []
+
+    class Reader:
+        def __init__(self, prefix):
+            pass
+
+        def synthesize(self, voice, spoken):
+            read.append((voice, spoken))
+            rng = np.random.default_rng(0)
+            return [Utterance(0.05 * rng.standard_normal(16000).astype(np.float32), 16000)] * 3
+
+    monkeypatch.setattr(tune_decoding, "sentence_sets", lambda root, limit: {"dev": texts})
+    monkeypatch.setattr(tune_decoding, "Teachers", Reader)
+    out = tmp_path / "tune.json"
+    grid = '{"alpha": [0.5, 0.9], "beta": [0.0]}'
+    argv = ["tune_decoding", "--reader", "rms", "--grid", grid, "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    tune_decoding.main()
+    result = json.loads(out.read_text())
+    assert [v for v, _ in read] == ["rms"] and len(read[0][1]) == 3
+    assert result["voice"] == "rms" and result["sentences"] == 3
+    assert [(p["alpha"], p["beta"]) for p in result["points"]] == [(0.5, 0.0), (0.9, 0.0)]
+    assert all(p["wer"] >= 0.0 for p in result["points"]) and result["best"] in result["points"]

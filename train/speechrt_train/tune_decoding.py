@@ -1,11 +1,12 @@
 """Tune the LM's decoding weights (alpha, beta, ...) on the dev sentences, never the CI's 40.
 
     PYTHONPATH=src:train python -m speechrt_train.tune_decoding --out tune.json \
-        [--asr src/speechrt/defaults/asr] [--voice src/speechrt/defaults] \
+        [--asr src/speechrt/defaults/asr] [--voice src/speechrt/defaults] [--reader rms] \
         [--grid '{"alpha": [0.6, 0.8, 1.0, 1.2], "beta": [-0.5, 0.0, 0.5]}']
 
-Our voice (FastPitch + HiFi-GAN from --voice) reads the dev sentences (held-out 300.. minus
-the CI's 40: speechrt_train.round_trip_breakdown.sentence_sets); one acoustic pass gives the
+Our voice (FastPitch + HiFi-GAN from --voice), or with --reader a teacher voice (rms: the one
+no recogniser trains on), reads the dev sentences (held-out 300.. minus the CI's 40:
+speechrt_train.round_trip_breakdown.sentence_sets); one acoustic pass gives the
 log-probabilities, cached in --cache (reused while the recogniser and voice are the same), and
 every point of the grid (speechrt.asr.beam.BeamOptions fields) decodes them with the recogniser's
 LM. Prints and writes the WER of each point and the best one; put the best into lm.json's
@@ -34,6 +35,7 @@ from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
 from speechrt_train.asr_eval import log_probs
 from speechrt_train.round_trip_breakdown import sentence_sets
+from speechrt_train.teachers import Teachers
 
 DEFAULT_GRID = {"alpha": [0.6, 0.8, 1.0, 1.2], "beta": [-0.5, 0.0, 0.5]}
 
@@ -42,6 +44,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--asr", default="src/speechrt/defaults/asr", help="recogniser folder + LM")
     p.add_argument("--voice", default="src/speechrt/defaults", help="folder of voice-*")
+    p.add_argument("--reader", help="a teacher voice reads the sentences instead (e.g. rms)")
     p.add_argument("--teachers", default="/tmp/teachers", help="unpacked .debs (fortunes)")
     p.add_argument("--grid", default=json.dumps(DEFAULT_GRID), help="JSON: field -> values")
     p.add_argument("--cache", help=".npz of the dev log-probs (written if absent)")
@@ -55,11 +58,15 @@ def main() -> None:
     tp = tp_plain(make_processor())
     refs = [transcript(tp.normalize(t)) for t in texts]
     cache = Path(args.cache) if args.cache else None
-    if cache is not None and cache.exists():
+    if cache is not None and cache.exists():  # (made by the same reader: the caller's care)
         z = np.load(cache)
         lps = [z[f"arr_{i}"] for i in range(len(z.files))]
         if len(lps) != len(refs):
             raise SystemExit(f"{cache} holds {len(lps)} utterances, the dev set {len(refs)}")
+    elif args.reader:
+        spoken = [tp.normalize(t).strip() for t in texts]
+        utts = Teachers(args.teachers).synthesize(args.reader, spoken)
+        lps = log_probs(asr, [resample(u.audio, u.sample_rate, asr.sample_rate) for u in utts])
     else:
         voice = TTS(Path(args.voice) / "voice-acoustic", Path(args.voice) / "voice-vocoder", "cpu")
         audios = voice.synthesize(texts, batch_size=8)
@@ -76,7 +83,7 @@ def main() -> None:
     best = min(points, key=lambda r: r["wer"])
     result = {
         "asr": args.asr,
-        "voice": args.voice,
+        "voice": args.reader or args.voice,
         "sentences": len(refs),
         "shipped": asr.beam_options.to_dict(),
         "points": points,
