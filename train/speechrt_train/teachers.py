@@ -333,11 +333,17 @@ class Prosody:
     stretch: float  # x the durations: U[0.85, 1.2] (> 1: slower)
 
 
+def uniforms(voice: str, text: str) -> list[float]:
+    """Three numbers in [0, 1) drawn from a hash of `voice` and `text` (the same on every
+    machine; different voices differ on the same sentence)."""
+    digest = hashlib.sha1(f"{voice}\n{text}".encode()).digest()
+    return [int.from_bytes(digest[4 * i : 4 * i + 4], "little") / 2**32 for i in range(3)]
+
+
 def prosody(voice: str, text: str) -> Prosody:
     """`voice` reading `text`: its prosody, drawn from a hash of both (the same on every
     machine, different voices differ on the same sentence)."""
-    digest = hashlib.sha1(f"{voice}\n{text}".encode()).digest()
-    u = [int.from_bytes(digest[4 * i : 4 * i + 4], "little") / 2**32 for i in range(3)]
+    u = uniforms(voice, text)
     return Prosody(2 ** (0.6 * u[0] - 0.3), 0.6 + u[1], 0.85 + 0.35 * u[2])
 
 
@@ -397,8 +403,7 @@ def change_config(voice: str, text: str) -> dict[str, float]:
     new median F0 and formant shift ratio from the voice's ranges, and a pitch range factor
     U[0.8, 1.4], drawn from a hash of both."""
     _, (f0_lo, f0_hi), (ratio_lo, ratio_hi) = CHANGED_VOICES[voice]
-    digest = hashlib.sha1(f"{voice}\n{text}".encode()).digest()
-    u = [int.from_bytes(digest[4 * i : 4 * i + 4], "little") / 2**32 for i in range(3)]
+    u = uniforms(voice, text)
     return {
         "pitch_median": f0_lo + (f0_hi - f0_lo) * u[0],
         "formant_ratio": ratio_lo + (ratio_hi - ratio_lo) * u[1],
