@@ -1,7 +1,8 @@
 """WER of the bundled recogniser and of pocketsphinx on recordings of real people (held out).
 
     pip install pocketsphinx G722     # optional: only this script needs them (the `human` extra)
-    python scripts/eval_human.py [--cache out/human-speech] [--json out/human-eval.json]
+    python scripts/eval_human.py [--cache out/human-speech] [--json out/human-eval.json] \
+        [--asr DIR]     # another recogniser folder (model + LM) in place of the bundled one
 
 Fetches the packages listed in speechrt_train.human_speech (Debian .debs with `apt-get download`,
 the pocketsphinx sdist with `pip download`) into the git-ignored cache, builds a JSON-lines
@@ -22,6 +23,7 @@ The recordings are a test set only: never train, tune decoding or pick checkpoin
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import sys
@@ -51,13 +53,13 @@ def load_mono(path: str) -> tuple[np.ndarray, int]:
 
 
 def run_bundled(
-    recordings: list[tuple[np.ndarray, int]], ids: list[str]
+    recordings: list[tuple[np.ndarray, int]], ids: list[str], folder: str | None = None
 ) -> tuple[list[str], float]:
-    """The shipped recogniser (its defaults: beam + LM, VAD), hearing each recording as it
-    hears a file at that rate -> (hypotheses, compute seconds)."""
+    """The shipped recogniser, or the one in `folder` (its defaults: beam + LM, VAD), hearing
+    each recording as it hears a file at that rate -> (hypotheses, compute seconds)."""
     from speechrt.asr import ASR
 
-    asr = ASR()
+    asr = ASR(folder)
     waves = [asr.from_rate(audio, sr) for audio, sr in recordings]
     # the model dithers its features: seed each utterance by its id, so that its transcript
     # does not depend on which other sources run beside it
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=str(ROOT / "out/human-eval.json"), help="results file")
     p.add_argument("--sources", nargs="+", default=list(hs.BUILDERS), choices=list(hs.BUILDERS))
     p.add_argument("--skip-pocketsphinx", action="store_true", help="only the bundled model")
+    p.add_argument("--asr", help="a recogniser folder (model + LM) in place of the bundled one")
     args = p.parse_args(argv)
     if not args.skip_pocketsphinx:
         try:
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     entries: list[hs.Entry] = hs.build_manifest(roots, cache / "manifest.jsonl")
     recordings = [load_mono(e.audio_filepath) for e in entries]
     seconds = sum(audio.shape[0] / sr for audio, sr in recordings)
-    recognisers = {"bundled": run_bundled}
+    recognisers = {"bundled": functools.partial(run_bundled, folder=args.asr)}
     if not args.skip_pocketsphinx:
         recognisers["pocketsphinx"] = run_pocketsphinx
     hyps, results, timing = {}, {}, {}
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python", "scripts/eval_human.py", *(argv or sys.argv[1:])]),
         "cpu": cpu_model(),
         "commit": git_commit(),
+        "asr": args.asr or "bundled",
         "audio_minutes": round(seconds / 60, 2),
         "timing": timing,
         "results": {n: {s: t.to_dict() for s, t in r.items()} for n, r in results.items()},
