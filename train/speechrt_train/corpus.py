@@ -79,6 +79,11 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
 PLANS["wide-piper"] = PLANS["wide"] | {"joe": (12000, 200)}
 # and joe's readings changed to a woman's pitch and formants (needs praat-parselmouth too)
 PLANS["wide-piper-f"] = PLANS["wide-piper"] | {"joe-f": (10000, 200)}
+# and a higher man's voice made from joe the same way
+PLANS["wide-piper-fh"] = PLANS["wide-piper-f"] | {"joe-h": (8000, 200)}
+# voices no recogniser trains on (every plan gives them held-out sentences only): rms, and the
+# natural-prosody voice joe-x that selection reads (speechrt_train.pick)
+HELDOUT_VOICES = (HELDOUT_VOICE, "joe-x")
 
 
 @dataclass

