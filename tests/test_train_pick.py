@@ -1,0 +1,57 @@
+"""speechrt_train.pick: the rule, and one run over two candidates with stand-in readers."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
+from speechrt_train import pick
+from speechrt_train.teachers import Utterance
+
+
+def test_the_rule_keeps_the_round_trip_and_breaks_ties_early():
+    rows = [
+        {"asr": "shipped", "held_out": 0.30, "round_trip": 0.09},
+        {"asr": "better", "held_out": 0.25, "round_trip": 0.10},
+        {"asr": "same", "held_out": 0.25, "round_trip": 0.05},
+        {"asr": "best but breaks the test", "held_out": 0.20, "round_trip": 0.11},
+    ]
+    assert pick.pick(rows)["asr"] == "better"
+    assert pick.pick(rows[3:]) is None
+
+
+@pytest.mark.skipif(default_model(ASR_MODEL) is None, reason="no default recogniser bundled")
+def test_pick_hears_every_held_out_voice_with_every_candidate(monkeypatch, tmp_path):
+    read: list[str] = []
+
+    class Reader:
+        def __init__(self, prefix):
+            pass
+
+        def synthesize(self, voice, spoken):
+            read.append(voice)
+            rng = np.random.default_rng(len(read))
+            return [Utterance(0.02 * rng.standard_normal(8000).astype(np.float32), 16000)] * 3
+
+    sets = {"dev": ["one two three", "a fourth", "the fifth"], "ci_40": ["Hello there."]}
+    monkeypatch.setattr(pick, "sentence_sets", lambda root, limit: sets)
+    monkeypatch.setattr(pick, "Teachers", Reader)
+    asr = str(default_model(ASR_MODEL))
+    out = tmp_path / "pick.json"
+    voice = str(default_model(VOICE_ACOUSTIC).parent)
+    argv = ["pick", asr, asr, "--voice", voice, "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    pick.main()
+    result = json.loads(out.read_text())
+    assert read == ["rms", "joe-x"] and result["voices"] == ["rms", "joe-x"]
+    first, second = result["candidates"]
+    assert first["asr"] == second["asr"] == asr
+    assert first["held_out"] == pytest.approx((first["rms"] + first["joe-x"]) / 2, abs=1e-4)
+    assert first["round_trip"] >= 0.0 and first["held_out"] >= 0.0
+    # the same recogniser twice: the same figures, and the earlier one wins any tie
+    assert first == second
+    assert result["pick"] == (asr if first["round_trip"] <= 0.10 else None)

@@ -1,0 +1,110 @@
+"""Pick a recogniser among candidates by a rule fixed before any of them is measured.
+
+    PYTHONPATH=src:train python -m speechrt_train.pick SHIPPED CANDIDATE... --out pick.json \
+        [--teachers /tmp/teachers]
+
+Each candidate (a recogniser folder with its LM, as `export` or `average` writes it) hears, as
+`ASR()` ships it (beam search + LM, voice activity detection):
+- the dev sentences (held-out 300.. minus the CI's 40: round_trip_breakdown.sentence_sets) read
+  by each voice no recogniser trains on (corpus.HELDOUT_VOICES): rms, flite's rule-based voice,
+  and joe-x, the neural voice joe with a pitch and vocal tract between the trained joe-h and
+  joe-f. One is an unseen speaker with machine prosody, the other an unseen speaker with
+  natural prosody;
+- the CI's 40 held-out sentences read by the bundled voice (the round-trip test of
+  tests/test_defaults.py).
+
+The pick: the lowest mean WER over the held-out voices among the candidates whose round trip
+stays within the test's bound (0.10); a tie goes to the earlier candidate, so list the shipped
+recogniser first. Every voice's audio is made once and heard by every candidate. Real
+recordings (scripts/eval_human.py) are a test set and never read here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from speechrt.asr import ASR
+from speechrt.asr.wer import wer
+from speechrt.audio.io import resample
+from speechrt.tts import TTS
+from speechrt_train.align import make_processor, tp_plain
+from speechrt_train.asr_data import transcript
+from speechrt_train.corpus import ASR_RATE, HELDOUT_VOICES
+from speechrt_train.round_trip_breakdown import sentence_sets
+from speechrt_train.teachers import Teachers
+
+ROUND_TRIP_WER = 0.10  # tests/test_defaults.py's bound on the CI's 40 sentences
+
+
+Reading = tuple[list[str], list[np.ndarray]]  # references, (N_i,) float32 audio at ASR_RATE
+
+
+def teacher_reading(teachers: Teachers, voice: str, texts: list[str]) -> Reading:
+    tp = tp_plain(make_processor())
+    spoken = [tp.normalize(t).strip() for t in texts]
+    utts = teachers.synthesize(voice, spoken)
+    return [transcript(s) for s in spoken], [
+        resample(u.audio, u.sample_rate, ASR_RATE) for u in utts
+    ]
+
+
+def voice_reading(voice: TTS, texts: list[str]) -> Reading:
+    refs = [transcript(tp_plain(voice.text).normalize(s)) for s in texts]
+    return refs, [resample(a, voice.sampling_rate, ASR_RATE) for a in voice.synthesize(texts)]
+
+
+def heard(asr: ASR, reading: Reading) -> float:
+    refs, audios = reading
+    return round(wer(refs, [t.text for t in asr.transcribe(audios, batch_size=8)]), 4)
+
+
+def pick(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rule: the first row with the lowest `held_out` among those whose `round_trip` is
+    within ROUND_TRIP_WER; None when no row is."""
+    eligible = [r for r in rows if r["round_trip"] <= ROUND_TRIP_WER]
+    return min(eligible, key=lambda r: r["held_out"]) if eligible else None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("candidates", nargs="+", help="recogniser folders, the shipped one first")
+    p.add_argument("--voice", default="src/speechrt/defaults", help="folder of voice-*")
+    p.add_argument("--teachers", default="/tmp/teachers", help="unpacked .debs (fortunes)")
+    p.add_argument("--limit", type=int, help="first N sentences of each set (smoke runs)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    torch.set_num_threads(2)
+    sets = sentence_sets(args.teachers, args.limit)
+    teachers = Teachers(args.teachers)
+    readings = {v: teacher_reading(teachers, v, sets["dev"]) for v in HELDOUT_VOICES}
+    voice = TTS(Path(args.voice) / "voice-acoustic", Path(args.voice) / "voice-vocoder", "cpu")
+    round_trip = voice_reading(voice, sets["ci_40"])
+    rows = []
+    for folder in tqdm(args.candidates, desc="candidates"):
+        asr = ASR(folder, device="cpu")
+        row: dict[str, Any] = {"asr": folder} | {v: heard(asr, r) for v, r in readings.items()}
+        row["held_out"] = round(float(np.mean([row[v] for v in readings])), 4)
+        row["round_trip"] = heard(asr, round_trip)
+        rows.append(row)
+        tqdm.write(json.dumps(row))
+    chosen = pick(rows)
+    result = {
+        "voices": list(readings),
+        "sentences": {"dev": len(sets["dev"]), "ci_40": len(sets["ci_40"])},
+        "round_trip_bound": ROUND_TRIP_WER,
+        "candidates": rows,
+        "pick": chosen and chosen["asr"],
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print("pick", result["pick"])
+
+
+if __name__ == "__main__":
+    main()
