@@ -43,10 +43,12 @@ def test_pick_hears_every_held_out_voice_with_every_candidate(monkeypatch, tmp_p
     asr = str(default_model(ASR_MODEL))
     out = tmp_path / "pick.json"
     voice = str(default_model(VOICE_ACOUSTIC).parent)
-    argv = ["pick", asr, asr, "--voice", voice, "--out", str(out)]
+    cache = tmp_path / "readings.npz"
+    argv = ["pick", asr, asr, "--voice", voice, "--out", str(out), "--readings", str(cache)]
     monkeypatch.setattr(sys, "argv", argv)
     pick.main()
     result = json.loads(out.read_text())
+    assert cache.exists()
     assert read == ["rms", "joe-x"] and result["voices"] == ["rms", "joe-x"]
     first, second = result["candidates"]
     assert first["asr"] == second["asr"] == asr
@@ -55,3 +57,9 @@ def test_pick_hears_every_held_out_voice_with_every_candidate(monkeypatch, tmp_p
     # the same recogniser twice: the same figures, and the earlier one wins any tie
     assert first == second
     assert result["pick"] == (asr if first["round_trip"] <= 0.10 else None)
+    # --readings again: the same audio from the file, no voice reads, the same figures
+    monkeypatch.setattr(pick, "Teachers", None)
+    monkeypatch.setattr(pick, "TTS", None)
+    pick.main()
+    again = json.loads(out.read_text())
+    assert again == result and read == ["rms", "joe-x"]

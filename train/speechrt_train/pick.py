@@ -15,8 +15,11 @@ Each candidate (a recogniser folder with its LM, as `export` or `average` writes
 
 The pick: the lowest mean WER over the held-out voices among the candidates whose round trip
 stays within the test's bound (0.10); a tie goes to the earlier candidate, so list the shipped
-recogniser first. Every voice's audio is made once and heard by every candidate. Real
-recordings (scripts/eval_human.py) are a test set and never read here.
+recogniser first. Every voice's audio is made once and heard by every candidate. joe's VITS
+draws noise as it speaks, so each run reads joe-x afresh (a few tenths of a point of WER apart
+between runs): compare candidates within one run, or keep the audio with `--readings FILE`
+(written if absent, else read). Real recordings (scripts/eval_human.py) are a test set and
+never read here.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from speechrt_train.round_trip_breakdown import sentence_sets
 from speechrt_train.teachers import Teachers
 
 ROUND_TRIP_WER = 0.10  # tests/test_defaults.py's bound on the CI's 40 sentences
+ROUND_TRIP = "round_trip"  # the bundled voice reading the CI's 40, beside the voices' readings
 
 
 Reading = tuple[list[str], list[np.ndarray]]  # references, (N_i,) float32 audio at ASR_RATE
@@ -58,6 +62,18 @@ def teacher_reading(teachers: Teachers, voice: str, texts: list[str]) -> Reading
 def voice_reading(voice: TTS, texts: list[str]) -> Reading:
     refs = [transcript(tp_plain(voice.text).normalize(s)) for s in texts]
     return refs, [resample(a, voice.sampling_rate, ASR_RATE) for a in voice.synthesize(texts)]
+
+
+def load_readings(path: Path) -> dict[str, Reading]:
+    z = np.load(path, allow_pickle=False)
+    sets = json.loads(str(z["refs"]))
+    return {k: (refs, [z[f"{k}/{i}"] for i in range(len(refs))]) for k, refs in sets.items()}
+
+
+def save_readings(path: Path, readings: dict[str, Reading]) -> None:
+    arrays = {f"{k}/{i}": a for k, (_, audios) in readings.items() for i, a in enumerate(audios)}
+    refs = json.dumps({k: refs for k, (refs, _) in readings.items()})
+    np.savez_compressed(path, refs=np.array(refs), **arrays)
 
 
 def heard(asr: ASR, reading: Reading) -> float:
@@ -78,14 +94,22 @@ def main() -> None:
     p.add_argument("--voice", default="src/speechrt/defaults", help="folder of voice-*")
     p.add_argument("--teachers", default="/tmp/teachers", help="unpacked .debs (fortunes)")
     p.add_argument("--limit", type=int, help="first N sentences of each set (smoke runs)")
+    p.add_argument("--readings", help=".npz of every reading's audio (written if absent)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.set_num_threads(2)
-    sets = sentence_sets(args.teachers, args.limit)
-    teachers = Teachers(args.teachers)
-    readings = {v: teacher_reading(teachers, v, sets["dev"]) for v in HELDOUT_VOICES}
-    voice = TTS(Path(args.voice) / "voice-acoustic", Path(args.voice) / "voice-vocoder", "cpu")
-    round_trip = voice_reading(voice, sets["ci_40"])
+    cache = Path(args.readings) if args.readings else None
+    if cache is not None and cache.exists():
+        readings = load_readings(cache)
+    else:
+        sets = sentence_sets(args.teachers, args.limit)
+        teachers = Teachers(args.teachers)
+        readings = {v: teacher_reading(teachers, v, sets["dev"]) for v in HELDOUT_VOICES}
+        voice = TTS(Path(args.voice) / "voice-acoustic", Path(args.voice) / "voice-vocoder", "cpu")
+        readings[ROUND_TRIP] = voice_reading(voice, sets["ci_40"])
+        if cache is not None:
+            save_readings(cache, readings)
+    round_trip = readings.pop(ROUND_TRIP)
     rows = []
     for folder in tqdm(args.candidates, desc="candidates"):
         asr = ASR(folder, device="cpu")
@@ -97,7 +121,7 @@ def main() -> None:
     chosen = pick(rows)
     result = {
         "voices": list(readings),
-        "sentences": {"dev": len(sets["dev"]), "ci_40": len(sets["ci_40"])},
+        "sentences": {"dev": len(next(iter(readings.values()))[0]), "ci_40": len(round_trip[0])},
         "round_trip_bound": ROUND_TRIP_WER,
         "candidates": rows,
         "pick": chosen and chosen["asr"],
