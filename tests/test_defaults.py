@@ -137,7 +137,8 @@ def test_round_trip_sentences_are_held_out():
 # when the audio is padded with 3 s of silence. Step 38,189 (trained for real recordings):
 # 0.0945 with voice activity detection; step 39,606: 0.0883 (0.0862 without); step 40,461:
 # 0.1006; the mean of steps 39,606 and 40,461: 0.0924, with or without; 0.7 x that mean +
-# 0.3 x step 42,774: 0.0945 (0.0903 without); step 46,854 (shipped): 0.0903 (0.0862 without).
+# 0.3 x step 42,774: 0.0945 (0.0903 without); step 46,854: 0.0903 (0.0862 without); the
+# equal mean of steps 46,854, 49,751 and 51,902 (shipped): 0.0924 (0.0801 without).
 ROUND_TRIP_WER = 0.10
 
 

