@@ -22,6 +22,13 @@ def test_the_rule_keeps_the_round_trip_and_breaks_ties_early():
     ]
     assert pick.pick(rows)["asr"] == "better"
     assert pick.pick(rows[3:]) is None
+    # within the margin of the shipped model: it stays; beyond it: the better one
+    close = [{"asr": "shipped", "held_out": 0.1598, "round_trip": 0.09}]
+    close.append({"asr": "a hair better", "held_out": 0.1592, "round_trip": 0.09})
+    assert pick.pick(close)["asr"] == "shipped"
+    assert pick.pick(close, margin=0.0)["asr"] == "a hair better"
+    close.append({"asr": "clearly better", "held_out": 0.1550, "round_trip": 0.09})
+    assert pick.pick(close)["asr"] == "clearly better"
 
 
 @pytest.mark.skipif(default_model(ASR_MODEL) is None, reason="no default recogniser bundled")
