@@ -308,11 +308,15 @@ def test_tune_decoding_reads_with_a_teacher_voice(monkeypatch, tmp_path):
     monkeypatch.setattr(tune_decoding, "Teachers", Reader)
     out = tmp_path / "tune.json"
     grid = '{"alpha": [0.5, 0.9], "beta": [0.0]}'
+    cache = tmp_path / "dev-rms.npz"
     argv = ["tune_decoding", "--reader", "rms", "--grid", grid, "--out", str(out)]
-    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "argv", [*argv, "--cache", str(cache)])
     tune_decoding.main()
     result = json.loads(out.read_text())
     assert [v for v, _ in read] == ["rms"] and len(read[0][1]) == 3
+    assert cache.exists()  # the reader's log-probs are kept too, and read back the next time
+    tune_decoding.main()
+    assert len(read) == 1 and json.loads(out.read_text()) == result
     assert result["voice"] == "rms" and result["sentences"] == 3
     assert [(p["alpha"], p["beta"]) for p in result["points"]] == [(0.5, 0.0), (0.9, 0.0)]
     assert all(p["wer"] >= 0.0 for p in result["points"]) and result["best"] in result["points"]

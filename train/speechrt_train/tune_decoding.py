@@ -63,14 +63,19 @@ def main() -> None:
         lps = [z[f"arr_{i}"] for i in range(len(z.files))]
         if len(lps) != len(refs):
             raise SystemExit(f"{cache} holds {len(lps)} utterances, the dev set {len(refs)}")
-    elif args.reader:
-        spoken = [tp.normalize(t).strip() for t in texts]
-        utts = Teachers(args.teachers).synthesize(args.reader, spoken)
-        lps = log_probs(asr, [resample(u.audio, u.sample_rate, asr.sample_rate) for u in utts])
     else:
-        voice = TTS(Path(args.voice) / "voice-acoustic", Path(args.voice) / "voice-vocoder", "cpu")
-        audios = voice.synthesize(texts, batch_size=8)
-        lps = log_probs(asr, [resample(a, voice.sampling_rate, asr.sample_rate) for a in audios])
+        if args.reader:
+            spoken = [tp.normalize(t).strip() for t in texts]
+            utts = Teachers(args.teachers).synthesize(args.reader, spoken)
+            audios = [resample(u.audio, u.sample_rate, asr.sample_rate) for u in utts]
+        else:
+            folder = Path(args.voice)
+            voice = TTS(folder / "voice-acoustic", folder / "voice-vocoder", "cpu")
+            audios = [
+                resample(a, voice.sampling_rate, asr.sample_rate)
+                for a in voice.synthesize(texts, batch_size=8)
+            ]
+        lps = log_probs(asr, audios)
         if cache is not None:
             np.savez_compressed(cache, *lps)
     points = []
