@@ -29,6 +29,10 @@ def test_the_rule_keeps_the_round_trip_and_breaks_ties_early():
     assert pick.pick(close, margin=0.0)["asr"] == "a hair better"
     close.append({"asr": "clearly better", "held_out": 0.1550, "round_trip": 0.09})
     assert pick.pick(close)["asr"] == "clearly better"
+    # the margin only ever keeps the shipped model, never another candidate
+    broken = [{"asr": "shipped, over the bound", "held_out": 0.30, "round_trip": 0.11}]
+    broken += [{"asr": "second", "held_out": 0.1601, "round_trip": 0.09}, close[1]]
+    assert pick.pick(broken)["asr"] == "a hair better"
 
 
 @pytest.mark.skipif(default_model(ASR_MODEL) is None, reason="no default recogniser bundled")

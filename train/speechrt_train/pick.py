@@ -86,13 +86,16 @@ def heard(asr: ASR, reading: Reading) -> float:
 
 def pick(rows: list[dict[str, Any]], margin: float = TIE_MARGIN) -> dict[str, Any] | None:
     """The rule: among the rows whose `round_trip` is within ROUND_TRIP_WER, the one with the
-    lowest `held_out`, unless the first eligible row (the shipped model) is within `margin` of
-    it: then that first row. None when no row is eligible."""
+    lowest `held_out`, unless the first row (the shipped model) is one of them and within
+    `margin` of it: then the first row. None when no row is eligible."""
     eligible = [r for r in rows if r["round_trip"] <= ROUND_TRIP_WER]
     if not eligible:
         return None
     best = min(eligible, key=lambda r: r["held_out"])
-    return eligible[0] if eligible[0]["held_out"] - best["held_out"] <= margin else best
+    shipped = rows[0]
+    if shipped in eligible and shipped["held_out"] - best["held_out"] <= margin:
+        return shipped
+    return best
 
 
 def main() -> None:
