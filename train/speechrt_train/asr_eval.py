@@ -40,7 +40,7 @@ from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
-from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE
+from speechrt_train.corpus import ASR_RATE, HELDOUT_VOICE, TTS_VOICE
 from speechrt_train.teachers import Teachers
 from speechrt_train.texts import load_sentences, split
 
@@ -92,18 +92,23 @@ def with_telephone(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[
     }
 
 
+def teacher_reading(
+    teachers: Teachers, voice: str, texts: list[str], rate: int = ASR_RATE
+) -> tuple[list[str], list[np.ndarray]]:
+    """A teacher voice reading these texts as spoken (english_cleaners_v2) -> the references in
+    transcript form, and (N_i,) float32 audio at `rate` (the recogniser's)."""
+    tp = tp_plain(make_processor())
+    spoken = [tp.normalize(t).strip() for t in texts]
+    utts = teachers.synthesize(voice, spoken)
+    return [transcript(t) for t in spoken], [resample(u.audio, u.sample_rate, rate) for u in utts]
+
+
 def teacher_score(
     asr: ASR, teachers: str, voice: str, texts: list[str], telephone: bool = False
 ) -> dict[str, Any]:
-    """`score` (with `telephone`: `with_telephone`) of a teacher voice reading these texts (as
-    spoken: english_cleaners_v2)."""
-    tp = tp_plain(make_processor())
-    spoken = [tp.normalize(t).strip() for t in texts]
-    audios = [
-        resample(u.audio, u.sample_rate, asr.sample_rate)
-        for u in Teachers(teachers).synthesize(voice, spoken)
-    ]
-    return (with_telephone if telephone else score)(asr, [transcript(t) for t in spoken], audios)
+    """`score` (with `telephone`: `with_telephone`) of a teacher voice reading these texts."""
+    refs, audios = teacher_reading(Teachers(teachers), voice, texts, asr.sample_rate)
+    return (with_telephone if telephone else score)(asr, refs, audios)
 
 
 def main() -> None:

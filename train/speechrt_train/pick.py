@@ -37,8 +37,9 @@ from speechrt.asr import ASR
 from speechrt.asr.wer import wer
 from speechrt.audio.io import resample
 from speechrt.tts import TTS
-from speechrt_train.align import make_processor, tp_plain
+from speechrt_train.align import tp_plain
 from speechrt_train.asr_data import transcript
+from speechrt_train.asr_eval import teacher_reading
 from speechrt_train.corpus import ASR_RATE, HELDOUT_VOICES
 from speechrt_train.round_trip_breakdown import sentence_sets
 from speechrt_train.teachers import Teachers
@@ -51,15 +52,6 @@ ROUND_TRIP = "round_trip"  # the bundled voice reading the CI's 40, beside the v
 
 
 Reading = tuple[list[str], list[np.ndarray]]  # references, (N_i,) float32 audio at ASR_RATE
-
-
-def teacher_reading(teachers: Teachers, voice: str, texts: list[str]) -> Reading:
-    tp = tp_plain(make_processor())
-    spoken = [tp.normalize(t).strip() for t in texts]
-    utts = teachers.synthesize(voice, spoken)
-    return [transcript(s) for s in spoken], [
-        resample(u.audio, u.sample_rate, ASR_RATE) for u in utts
-    ]
 
 
 def voice_reading(voice: TTS, texts: list[str]) -> Reading:

