@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pack", help="a recogniser voice's shard with its audio as Opus (to carry)")
     p.add_argument("shard", help="corpus/VOICE.pt")
     p.add_argument("--out", required=True, help="the packed file")
+    p = sub.add_parser("people", help="real people's words from Debian packages: a voice")
+    p.add_argument("--out", required=True, help="corpus/people.pt")
+    p.add_argument("--cache", default="out/people", help="downloads and unpacked packages")
     p = sub.add_parser("unpack", help="a packed shard back to a corpus shard (int16 audio)")
     p.add_argument("packed", help="pack's output")
     p.add_argument("--out", required=True, help="corpus/VOICE.pt")
@@ -331,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, ValueError) as e:
             print(f"speechrt_train corpus: {e}", file=sys.stderr)
             return 2
+    elif args.command == "people":
+        from speechrt_train.people import build as build_people
+
+        result = build_people(Path(args.out), Path(args.cache))
     elif args.command in ("pack", "unpack"):
         import torch
 

@@ -1,0 +1,93 @@
+"""speechrt_train.people: which files of each package become training clips, with which words."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+pytest.importorskip("speechrt_train")
+from speechrt_train import people  # noqa: E402
+
+
+def _sound(path: Path, seconds: float, rate: int, seed: int, stereo: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    audio = 0.1 * rng.standard_normal((int(seconds * rate), 2 if stereo else 1))
+    fmt = "WAV" if path.suffix == ".wav" else "OGG"
+    sf.write(str(path), audio.astype(np.float32), rate, format=fmt)
+    return path
+
+
+def _roots(tmp_path: Path) -> dict[str, Path]:
+    roots = {s.package: tmp_path / s.package for s in people.SOURCES}
+    k = roots["klettres-data"] / "usr/share/klettres"
+    for i, f in enumerate(["en/syllab/dog.ogg", "en/syllab/th.ogg", "en_GB/syllab/sky.ogg",
+                           "en/alpha/A.ogg"]):  # fmt: skip
+        _sound(k / f, 0.5, 44100, i)
+    t = roots["ktuberling-data"] / "usr/share/ktuberling/sounds"
+    for i, f in enumerate(["en/egypt_palmtree.ogg", "en/nose.ogg", "en/tv_car.ogg",
+                           "en/moon_ufo.ogg", "de/nose.ogg"]):  # fmt: skip
+        _sound(t / f, 0.4, 44100, 10 + i, stereo=True)
+    s = roots["tuxpaint-stamps-default"] / "usr/share/tuxpaint/stamps"
+    for i, (name, text) in enumerate([("animals/owl", "An owl.\nA bird.\n"),
+                                      ("animals/chimp", "A chimpanzee.\n")]):  # fmt: skip
+        _sound(s / f"{name}_desc.ogg", 0.3, 11025, 20 + i)
+        (s / f"{name}.txt").write_text(text)
+    _sound(s / "animals/owl.ogg", 0.3, 44100, 23)  # the owl's hoot, not speech
+    for i, f in enumerate(["5.ogg", "7_en_GB.ogg", "5_fr.ogg"]):
+        _sound(s / "symbols/math" / f, 0.3, 8000, 30 + i)
+    h = roots["hedgewars-data"] / "usr/share/games/hedgewars/Data/Sounds/voices"
+    for i, f in enumerate(["Classic/Takecover.ogg", "Classic/Laugh.ogg",
+                           "Pirate/Takecover.ogg"]):  # fmt: skip
+        _sound(h / f, 0.3, 48000, 40 + i)
+    for package, pk3, folder, names in [
+        ("openarena-081-misc", "baseoa/pak6-misc.pk3", "sound/feedback", ["fight2", "hitbeep"]),
+        ("openarena-data", "missionpack/mp-pak0.pk3", "sound/voices/rott", ["rogerthat", "hmm"]),
+    ]:
+        zpath = roots[package] / "usr/share/games/openarena" / pk3
+        zpath.parent.mkdir(parents=True)
+        with zipfile.ZipFile(zpath, "w") as z:
+            for i, n in enumerate(names):
+                ext = "wav" if package == "openarena-081-misc" else "ogg"
+                src = _sound(tmp_path / "src" / f"{n}.{ext}", 0.3, 16000, 50 + i)
+                z.write(src, f"{folder}/{n}.{ext}")
+    return roots
+
+
+def test_each_package_gives_only_clips_whose_words_it_states(tmp_path: Path) -> None:
+    its = people.items(_roots(tmp_path))
+    assert sorted((x["key"], x["spoken"]) for x in its) == [
+        ("hedgewars/Classic/Takecover", "take cover"),
+        ("klettres/en/dog", "dog"),
+        ("klettres/en_GB/sky", "sky"),
+        ("ktuberling/en/egypt_palmtree", "palm tree"),
+        ("ktuberling/en/nose", "nose"),
+        ("openarena/announcer/fight2", "fight"),
+        ("openarena/rott/rogerthat", "roger that"),
+        ("tuxpaint/descriptions/owl_desc", "an owl"),
+        ("tuxpaint/digits-en/5", "five"),
+        ("tuxpaint/digits-en_GB/7_en_GB", "seven"),
+    ]
+    owl = next(x for x in its if x["key"].endswith("owl_desc"))
+    assert owl["audio"].dtype == np.int16 and len(owl["audio"]) == pytest.approx(0.3 * 16000, 2)
+    assert not any(x["heldout"] for x in its)
+
+
+def test_the_same_take_twice_is_one_clip(tmp_path: Path) -> None:
+    roots = _roots(tmp_path)
+    voices = roots["hedgewars-data"] / "usr/share/games/hedgewars/Data/Sounds/voices"
+    (voices / "British").mkdir()
+    (voices / "British/Takecover.ogg").write_bytes((voices / "Classic/Takecover.ogg").read_bytes())
+    keys = [x["key"] for x in people.items(roots)]
+    assert sum("Takecover" in k for k in keys) == 1
+
+
+def test_no_test_set_package_can_train(tmp_path: Path) -> None:
+    bad = people.Source("asterisk-core-sounds-en-wav", "CC-BY-SA-3.0", lambda root: [])
+    with pytest.raises(ValueError, match="test-set packages"):
+        people.build(tmp_path / "people.pt", tmp_path, sources=(bad,))
+    assert not (tmp_path / "downloads").exists()  # refused before fetching anything
