@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import threading
 
@@ -532,3 +533,13 @@ def test_packed_shard_carries_the_same_utterances(tmp_path):
     assert abs(20 * np.log10(b.pow(2).mean().sqrt() / a.pow(2).mean().sqrt())) < 1.0
     with pytest.raises(ValueError, match="not packed"):
         pack_shard(shard | {"ids": torch.zeros(1)})
+    corpus = tmp_path / "corpus"  # unpacked into a corpus, the voice joins its manifest
+    corpus.mkdir()
+    (corpus / "manifest.json").write_text(json.dumps({"voices": {"slt": {"utterances": 5}}}))
+    assert main(["unpack", str(tmp_path / "packed.pt"), "--out", str(corpus / "joe.pt")]) == 0
+    voices = json.loads((corpus / "manifest.json").read_text())["voices"]
+    assert voices["slt"] == {"utterances": 5}
+    assert voices["joe"] == {
+        "utterances": 3, "heldout": 1, "hours": round(40345 / ASR_RATE / 3600, 3),
+        "unpacked": "packed.pt",
+    }  # fmt: skip

