@@ -115,7 +115,7 @@ def fetch(source: str, cache: Path) -> tuple[Path, dict[str, str]]:
     versions = {}
     for pkg in PACKAGES[source]:
         if pkg.registry == "debian":
-            archive, version = _apt_download(pkg.name, downloads)
+            archive, version = apt_download(pkg.name, downloads)
             subprocess.run(["dpkg-deb", "-x", str(archive), str(root / "files")], check=True)
         else:
             archive = _pip_download(pkg.name, pkg.version or "", downloads)
@@ -127,7 +127,8 @@ def fetch(source: str, cache: Path) -> tuple[Path, dict[str, str]]:
     return root / "files", versions
 
 
-def _apt_download(name: str, into: Path) -> tuple[Path, str]:
+def apt_download(name: str, into: Path) -> tuple[Path, str]:
+    """`apt-get download NAME` into `into` -> (the .deb, its version)."""
     subprocess.run(["apt-get", "download", name], cwd=into, check=True, capture_output=True)
     archive = max(into.glob(f"{name}_*.deb"), key=lambda p: p.stat().st_mtime)
     out = subprocess.run(

@@ -36,7 +36,7 @@ import numpy as np
 
 from speechrt.text.numbers import number_words
 from speechrt_train.human_speech import PACKAGES as TEST_PACKAGES
-from speechrt_train.human_speech import _apt_download, reference
+from speechrt_train.human_speech import apt_download, reference
 
 VOICE = "people"
 
@@ -192,7 +192,7 @@ def unpack(source: Source, cache: Path) -> Path:
     if not (root / ".unpacked").exists():
         downloads = cache / "downloads"
         downloads.mkdir(parents=True, exist_ok=True)
-        archive, _ = _apt_download(source.package, downloads)
+        archive, _ = apt_download(source.package, downloads)
         root.mkdir(parents=True, exist_ok=True)
         subprocess.run(["dpkg-deb", "-x", str(archive), str(root)], check=True)
         (root / ".unpacked").touch()
