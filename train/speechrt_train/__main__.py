@@ -116,9 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pack", help="a recogniser voice's shard with its audio as Opus (to carry)")
     p.add_argument("shard", help="corpus/VOICE.pt")
     p.add_argument("--out", required=True, help="the packed file")
-    p = sub.add_parser("people", help="real people's words from Debian packages: a voice")
-    p.add_argument("--out", required=True, help="corpus/people.pt")
+    p = sub.add_parser("people", help="real people's speech from Debian packages: voices")
+    p.add_argument("--out-dir", required=True, help="where VOICE.pt go (people, queen)")
     p.add_argument("--cache", default="out/people", help="downloads and unpacked packages")
+    p.add_argument("--voices", nargs="+", help="only these (default: all)")
     p = sub.add_parser("unpack", help="a packed shard back to a corpus shard (int16 audio)")
     p.add_argument("packed", help="pack's output")
     p.add_argument("--out", required=True, help="corpus/VOICE.pt")
@@ -335,9 +336,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"speechrt_train corpus: {e}", file=sys.stderr)
             return 2
     elif args.command == "people":
+        from speechrt_train.people import SOURCES
         from speechrt_train.people import build as build_people
 
-        result = build_people(Path(args.out), Path(args.cache))
+        voices = args.voices or sorted({s.voice for s in SOURCES})
+        picked = tuple(s for s in SOURCES if s.voice in voices)
+        if unknown := set(voices) - {s.voice for s in SOURCES}:
+            print(f"speechrt_train people: no voice {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        result = build_people(Path(args.out_dir), Path(args.cache), picked)
     elif args.command in ("pack", "unpack"):
         import torch
 

@@ -1,25 +1,27 @@
-"""`python -m speechrt_train people --out corpus/people.pt`: real people saying English words
-and short phrases, from Debian packages that are not the test set, as one recogniser voice.
+"""`python -m speechrt_train people --out-dir DIR`: recordings of real people speaking English,
+from Debian packages that are not the test set, as recogniser voices (DIR/people.pt,
+DIR/queen.pt).
 
-    Debian packages (apt-get download) -> unpacked (+ the .pk3 zips inside) -> per source: the
-    files whose words the package states (file name, a .txt beside it) -> 16 kHz mono
-    -> corpus/people.pt, the voice "people" (every item a training item)
+    Debian packages (apt-get download) -> unpacked (+ the archives inside) -> per source: the
+    clips whose words the package states (file name, a text beside it, a game's script)
+    -> 16 kHz mono -> one shard per voice
 
 TRAINING DATA, kept apart from human_speech (the test set): no package here is one of its
 packages (`build` checks), and none of their speakers is one of its speakers. The words come
 from the packages themselves, never from listening or from a recogniser, so only clips whose
 words are certain are kept; sounds that are not words (grunts, laughs, phonics sounds such as
 "th") and spoken letter names (a name has no written form a recogniser prints: the test set
-drops them too) are left out. Four or five minutes of speech in all, most of it single words:
-a small voice that `--voice-repeat people=N` weighs up.
+drops them too) are left out.
 
-| package | what is spoken | words from |
+voice people: words and short phrases, about four minutes of speech, 11 speakers
 | klettres-data | short words (en and en_GB speakers) | the file name |
 | ktuberling-data | the names of the toy's pieces (en) | the file name, theme prefix dropped |
 | tuxpaint-stamps-default | "a lion": stamp descriptions; digits (en, en_GB) | the stamp's .txt |
 | hedgewars-data | voice packs Default, Classic, British: "take cover" | the file name |
 | openarena-081-misc | the announcer: "excellent", "one", "two" | the file name |
 | openarena-data | the rott voice: "cover me", "roger that" | the file name |
+voice queen: a game's voice actors, about 4 hours, 13 actors (5 % of the lines held out)
+| flight-of-the-amazon-queen | the adventure game's spoken lines | its script (talkie.py) |
 """
 
 from __future__ import annotations
@@ -37,10 +39,15 @@ import numpy as np
 from speechrt.text.numbers import number_words
 from speechrt_train.human_speech import PACKAGES as TEST_PACKAGES
 from speechrt_train.human_speech import apt_download, reference
+from speechrt_train.texts import hash64
 
 VOICE = "people"
 
-Clip = tuple[Path, str, str]  # (audio file, the words as the package states them, speaker)
+Clip = tuple[str, bytes, str, str]  # (name, its audio file's bytes, its words as stated, speaker)
+
+
+def _file(path: Path, words: str, speaker: str) -> Clip:
+    return path.stem, path.read_bytes(), words, speaker
 
 
 def klettres(root: Path) -> list[Clip]:
@@ -49,7 +56,7 @@ def klettres(root: Path) -> list[Clip]:
     for lang in ("en", "en_GB"):
         for f in sorted((root / "usr/share/klettres" / lang / "syllab").glob("*.ogg")):
             if f.stem not in ("aw", "ch", "th"):  # sounds, not words
-                out.append((f, f.stem, f"klettres/{lang}"))
+                out.append(_file(f, f.stem, f"klettres/{lang}"))
     return out
 
 
@@ -65,7 +72,7 @@ def ktuberling(root: Path) -> list[Clip]:
         theme, _, name = f.stem.rpartition("_")
         if theme == "tv" or name in KTUBERLING_UNSURE:
             continue
-        out.append((f, KTUBERLING_SPELLING.get(name, name), "ktuberling/en"))
+        out.append(_file(f, KTUBERLING_SPELLING.get(name, name), "ktuberling/en"))
     return out
 
 
@@ -83,11 +90,11 @@ def tuxpaint(root: Path) -> list[Clip]:
         lines = txt.read_text(errors="replace").splitlines() if txt.exists() else []
         m = A_NOUN.match(lines[0].strip()) if lines else None
         if m and m.group(2) == name:
-            out.append((f, f"{m.group(1)} {name}", "tuxpaint/descriptions"))
+            out.append(_file(f, f"{m.group(1)} {name}", "tuxpaint/descriptions"))
     for f in sorted((stamps / "symbols/math").glob("[0-9]*.ogg")):
         digit, _, lang = f.stem.partition("_")
         if digit.isdigit() and lang in ("", "en_GB"):
-            out.append((f, number_words(digit), f"tuxpaint/digits-{lang or 'en'}"))
+            out.append(_file(f, number_words(digit), f"tuxpaint/digits-{lang or 'en'}"))
     return out
 
 
@@ -132,7 +139,7 @@ def hedgewars(root: Path) -> list[Clip]:
     for pack in ("Default", "Classic", "British"):
         for f in sorted((voices / pack).glob("*.ogg")):
             if f.stem in HEDGEWARS:
-                out.append((f, HEDGEWARS[f.stem], f"hedgewars/{pack}"))
+                out.append(_file(f, HEDGEWARS[f.stem], f"hedgewars/{pack}"))
     return out
 
 
@@ -160,13 +167,37 @@ def _from_pk3(pk3: Path, folder: str, into: Path) -> list[Path]:
 def openarena_announcer(root: Path) -> list[Clip]:
     pk3 = root / "usr/share/games/openarena/baseoa/pak6-misc.pk3"
     files = _from_pk3(pk3, "sound/feedback/", root / "pk3")
-    return [(f, f.stem.rstrip("2"), "openarena/announcer") for f in files if f.stem in ANNOUNCER]
+    return [
+        _file(f, f.stem.rstrip("2"), "openarena/announcer") for f in files if f.stem in ANNOUNCER
+    ]
 
 
 def openarena_rott(root: Path) -> list[Clip]:
     pk3 = root / "usr/share/games/openarena/missionpack/mp-pak0.pk3"
     files = _from_pk3(pk3, "sound/voices/rott/", root / "pk3")
-    return [(f, ROTT[f.stem], "openarena/rott") for f in files if f.stem in ROTT]
+    return [_file(f, ROTT[f.stem], "openarena/rott") for f in files if f.stem in ROTT]
+
+
+def talkie(root: Path) -> list[Clip]:
+    """Flight of the Amazon Queen's voice actors, each line with the script's words
+    (speechrt_train.talkie); a line whose words have no certain spoken form (digits: "1940s")
+    is left out."""
+    from speechrt_train.talkie import ARCHIVE, spoken_lines
+
+    return [(name, data, words, f"queen/{speaker}")
+            for name, data, words, speaker in spoken_lines((root / ARCHIVE).read_bytes())
+            if not any(c.isdigit() for c in words)]  # fmt: skip
+
+
+LETTERS_PER_SECOND = (3.0, 18.0)  # a script line read at a speaking rate (not a letter spelt)
+
+
+def read_as_written(spoken: str, seconds: float) -> bool:
+    """Whether a scripted clip plausibly says its script's words: their letters per second of
+    audio within LETTERS_PER_SECOND, and no letter said alone (but "a" and "i")."""
+    rate = len(spoken.replace(" ", "")) / max(seconds, 1e-3)
+    lone = any(len(w) == 1 and w not in "ai" for w in spoken.split())
+    return LETTERS_PER_SECOND[0] <= rate <= LETTERS_PER_SECOND[1] and not lone
 
 
 @dataclass(frozen=True)
@@ -174,6 +205,8 @@ class Source:
     package: str
     license: str
     clips: Callable[[Path], list[Clip]]  # the unpacked package -> its clips
+    voice: str = VOICE  # the shard it joins
+    scripted: bool = False  # words from a script, not from the clip's name: check the rate
 
 
 SOURCES = (
@@ -183,56 +216,73 @@ SOURCES = (
     Source("hedgewars-data", "GFDL-1.3", hedgewars),
     Source("openarena-081-misc", "GPL-2+", openarena_announcer),
     Source("openarena-data", "GPL-2+", openarena_rott),
+    Source("flight-of-the-amazon-queen", "free to copy and modify", talkie, "queen", True),
 )
+HELDOUT_SHARE = {"queen": 0.05}  # of a voice's clips (a hash of the key): held-out lines
 
 
 def unpack(source: Source, cache: Path) -> Path:
-    """Download and unpack a source's package into cache/<package>/ (once) -> the root."""
+    """Unpack a source's package into cache/<package>/ (once) -> the root: the .deb in
+    cache/downloads/ if one is there (brought to a machine without a network), else
+    downloaded."""
     root = cache / source.package
     if not (root / ".unpacked").exists():
         downloads = cache / "downloads"
         downloads.mkdir(parents=True, exist_ok=True)
-        archive, _ = apt_download(source.package, downloads)
+        debs = sorted(downloads.glob(f"{source.package}_*.deb"))
+        archive = debs[-1] if debs else apt_download(source.package, downloads)[0]
         root.mkdir(parents=True, exist_ok=True)
         subprocess.run(["dpkg-deb", "-x", str(archive), str(root)], check=True)
         (root / ".unpacked").touch()
     return root
 
 
-def load_clip(path: Path, rate: int = 16000) -> np.ndarray:
-    """A clip as float32 mono at `rate`, its level as recorded."""
+def load_clip(data: bytes, rate: int = 16000) -> np.ndarray:
+    """An audio file's bytes as float32 mono at `rate`, its level as recorded."""
+    import io
+
     import soundfile as sf
 
     from speechrt.audio.io import resample
 
-    audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    audio, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     return resample(audio.mean(axis=1), sr, rate)
 
 
-def items(roots: dict[str, Path], sources: tuple[Source, ...] = SOURCES) -> list[dict[str, Any]]:
-    """{package: unpacked root} -> the shard's items (corpus.make_shard), one per clip whose
-    words normalise to something speakable; the same file twice (a pack reusing a take) once."""
+def items(
+    roots: dict[str, Path], sources: tuple[Source, ...] = SOURCES
+) -> dict[str, list[dict[str, Any]]]:
+    """{package: unpacked root} -> {voice: its shard's items (corpus.make_shard)}, one per clip
+    whose words normalise to something speakable (and for a script, `read_as_written`); the
+    same file twice (a pack reusing a take) once."""
     from speechrt_train.corpus import ASR_RATE
 
-    out, seen = [], set()
+    out: dict[str, list[dict[str, Any]]] = {s.voice: [] for s in sources}
+    seen = set()
     for source in sources:
-        for path, words, speaker in source.clips(roots[source.package]):
+        for name, data, words, speaker in source.clips(roots[source.package]):
             spoken = reference(words)
-            data = path.read_bytes()
             if spoken is None or data in seen:
                 continue
             seen.add(data)
-            audio = load_clip(path, ASR_RATE)
-            key = f"{speaker}/{path.stem}"
-            out.append({
-                "key": key, "text": words, "spoken": spoken, "heldout": False, "codec": "",
+            audio = load_clip(data, ASR_RATE)
+            if source.scripted and not read_as_written(spoken, len(audio) / ASR_RATE):
+                continue
+            key = f"{speaker}/{name}"
+            share = HELDOUT_SHARE.get(source.voice, 0.0)
+            out[source.voice].append({
+                "key": key, "text": words, "spoken": spoken, "codec": "",
+                "heldout": (hash64(f"people\n{key}") % 1000) / 1000 < share,
                 "audio": np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16),
             })  # fmt: skip
     return out
 
 
-def build(out: Path, cache: Path, sources: tuple[Source, ...] = SOURCES) -> dict[str, Any]:
-    """Fetch, unpack and read every source -> corpus shard at `out`; returns a summary."""
+def build(
+    out_dir: Path, cache: Path, sources: tuple[Source, ...] = SOURCES
+) -> dict[str, dict[str, Any]]:
+    """Fetch, unpack and read every source -> one corpus shard per voice in `out_dir`
+    (VOICE.pt); returns a summary per voice."""
     from speechrt_train.corpus import ASR_RATE, make_shard
     from speechrt_train.loop import save_atomic
 
@@ -240,15 +290,15 @@ def build(out: Path, cache: Path, sources: tuple[Source, ...] = SOURCES) -> dict
     if clash := tested & {s.package for s in sources}:
         raise ValueError(f"test-set packages cannot train: {', '.join(sorted(clash))}")
     roots = {s.package: unpack(s, cache) for s in sources}
-    its = items(roots, sources)
-    shard = make_shard(VOICE, its)
-    save_atomic(shard, out)
-    speakers = sorted({k.rsplit("/", 1)[0] for k in shard["keys"]})
-    return {
-        "voice": VOICE,
-        "utterances": len(its),
-        "heldout": 0,
-        "hours": round(len(shard["audio"]) / ASR_RATE / 3600, 3),
-        "words": sum(len(x["spoken"].split()) for x in its),
-        "speakers": speakers,
-    }
+    summary = {}
+    for voice, its in items(roots, sources).items():
+        shard = make_shard(voice, its)
+        save_atomic(shard, out_dir / f"{voice}.pt")
+        summary[voice] = {
+            "utterances": len(its),
+            "heldout": sum(shard["heldout"]),
+            "hours": round(len(shard["audio"]) / ASR_RATE / 3600, 3),
+            "words": sum(len(x["spoken"].split()) for x in its),
+            "speaker_labels": len({k.rsplit("/", 1)[0] for k in shard["keys"]}),
+        }
+    return summary
