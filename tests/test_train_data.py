@@ -541,5 +541,5 @@ def test_packed_shard_carries_the_same_utterances(tmp_path):
     assert voices["slt"] == {"utterances": 5}
     assert voices["joe"] == {
         "utterances": 3, "heldout": 1, "hours": round(40345 / ASR_RATE / 3600, 3),
-        "unpacked": "packed.pt",
+        "made": "unpacked from packed.pt",
     }  # fmt: skip

@@ -94,3 +94,36 @@ def test_no_test_set_package_can_train(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="test-set packages"):
         people.build(tmp_path / "people.pt", tmp_path, sources=(bad,))
     assert not (tmp_path / "downloads").exists()  # refused before fetching anything
+
+
+def _deb(path: Path, files: dict[str, bytes]) -> Path:
+    """A minimal .deb: an ar archive holding debian-binary and data.tar.xz."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"./{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out = b"!<arch>\n"
+    for name, data in ((b"debian-binary", b"2.0\n"), (b"data.tar.xz", buf.getvalue())):
+        out += name.ljust(16) + b"0".ljust(12) + b"0".ljust(6) * 2 + b"100644".ljust(8)
+        out += str(len(data)).encode().ljust(10) + b"`\n" + data + b"\n" * (len(data) % 2)
+    path.write_bytes(out)
+    return path
+
+
+def test_a_deb_already_in_the_cache_unpacks_offline(tmp_path: Path, monkeypatch) -> None:
+    def no_network(*args: object) -> None:
+        raise AssertionError("apt-get download called")
+
+    monkeypatch.setattr(people, "apt_download", no_network)
+    (tmp_path / "downloads").mkdir()
+    _deb(tmp_path / "downloads/klettres-data_1.0_all.deb", {"usr/share/klettres/x.txt": b"hi"})
+    root = people.unpack(PEOPLE[0], tmp_path)
+    assert (root / "usr/share/klettres/x.txt").read_bytes() == b"hi"
+    (tmp_path / "plain.deb").write_text("not an archive")
+    with pytest.raises(ValueError, match="not a .deb"):
+        people.extract_deb(tmp_path / "plain.deb", tmp_path / "x")

@@ -29,6 +29,8 @@
 # .carry/packed/VOICE.pt (a voice this image cannot make: `python -m speechrt_train corpus
 # --plan piper` where piper-tts runs, then `pack corpus/joe.pt --out .carry/packed/joe.pt`) is
 # unpacked into corpus/ beside the voices made here, and trains with them.
+# PEOPLE_VOICES="queen" makes those voices of speechrt_train.people into corpus/ from the .debs
+# in $PEOPLE_CACHE/downloads (default /tmp/people: carried there in a call before this one).
 # CORPUS_MINUTES (default 3) caps the corpus's wall time (a cut corpus keeps each voice's share).
 # PLAN=wide (default full) makes the corpus with the extra text of .carry/text/*.deb (fortune-
 # anarchism, dict-jargon, dict-devil, wordnet-base): ~54 h, every sentence read about once.
@@ -72,6 +74,10 @@ for packed in .carry/packed/*.pt; do  # voices made elsewhere (corpus --plan pip
   voice=$(basename "$packed")
   [ -f "corpus/$voice" ] || python3 -m speechrt_train unpack "$packed" --out "corpus/$voice" ||
     exit 1
+done
+for voice in ${PEOPLE_VOICES:-}; do  # real people's voices from .debs already on this machine
+  [ -f "corpus/$voice.pt" ] || python3 -m speechrt_train people --out-dir corpus \
+    --cache "${PEOPLE_CACHE:-/tmp/people}" --voices "$voice" > /dev/null || exit 1
 done
 [ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
 

@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command in ("pack", "unpack"):
         import torch
 
-        from speechrt_train.corpus import pack_shard, unpack_shard
+        from speechrt_train.corpus import list_voice, pack_shard, unpack_shard
         from speechrt_train.loop import save_atomic
 
         source = args.shard if args.command == "pack" else args.packed
@@ -356,16 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         shard = convert(torch.load(source, weights_only=True))
         save_atomic(shard, Path(args.out))
         result = {"utterances": len(shard["keys"]), "bytes": Path(args.out).stat().st_size}
-        manifest = Path(args.out).parent / "manifest.json"
-        if args.command == "unpack" and manifest.exists():  # a corpus's: it lists this voice too
-            listing = json.loads(manifest.read_text())
-            listing["voices"][shard["voice"]] = {
-                "utterances": len(shard["keys"]),
-                "heldout": sum(shard["heldout"]),
-                "hours": round(len(shard["audio"]) / shard["sample_rate"] / 3600, 3),
-                "unpacked": Path(source).name,
-            }
-            manifest.write_text(json.dumps(listing, indent=1) + "\n")
+        if args.command == "unpack":  # into a corpus: its manifest lists this voice too
+            list_voice(Path(args.out), shard, f"unpacked from {Path(source).name}")
     elif args.command in TRAINED:
         summary = train(args)
         if summary is None:  # a data-parallel rank other than 0: rank 0 reports

@@ -412,6 +412,22 @@ def build(
     return manifest
 
 
+def list_voice(shard_path: Path, shard: dict[str, Any], how: str) -> None:
+    """A voice made after its corpus (unpacked, or read from a package) joins the manifest
+    beside its shard, if there is one, so the manifest lists every voice trained on."""
+    manifest = shard_path.parent / "manifest.json"
+    if not manifest.exists():
+        return
+    listing = json.loads(manifest.read_text())
+    listing["voices"][shard["voice"]] = {
+        "utterances": len(shard["keys"]),
+        "heldout": sum(shard["heldout"]),
+        "hours": round(len(shard["audio"]) / shard["sample_rate"] / 3600, 3),
+        "made": how,
+    }
+    manifest.write_text(json.dumps(listing, indent=1) + "\n")
+
+
 PACK_LEVEL = 0.9  # libsndfile's Opus compression level for pack_shard: ~32 kbit/s at 16 kHz
 
 

@@ -27,7 +27,6 @@ voice queen: a game's voice actors, about 4 hours, 13 actors (5 % of the lines h
 from __future__ import annotations
 
 import re
-import subprocess
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -231,10 +230,30 @@ def unpack(source: Source, cache: Path) -> Path:
         downloads.mkdir(parents=True, exist_ok=True)
         debs = sorted(downloads.glob(f"{source.package}_*.deb"))
         archive = debs[-1] if debs else apt_download(source.package, downloads)[0]
-        root.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["dpkg-deb", "-x", str(archive), str(root)], check=True)
+        extract_deb(archive, root)
         (root / ".unpacked").touch()
     return root
+
+
+def extract_deb(deb: Path, dest: Path) -> None:
+    """A .deb's files into `dest` without dpkg (a GPU image may lack it): the .deb is an ar
+    archive whose data.tar.* member tarfile reads."""
+    import io
+    import tarfile
+
+    blob = deb.read_bytes()
+    if blob[:8] != b"!<arch>\n":
+        raise ValueError(f"{deb}: not a .deb (ar archive)")
+    at = 8
+    while at + 60 <= len(blob):
+        name, size = blob[at : at + 16].decode().strip(), int(blob[at + 48 : at + 58])
+        if name.rstrip("/").startswith("data.tar"):
+            dest.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(fileobj=io.BytesIO(blob[at + 60 : at + 60 + size])) as tar:
+                tar.extractall(dest, filter="data")
+            return
+        at += 60 + size + size % 2
+    raise ValueError(f"{deb}: no data.tar member")
 
 
 def load_clip(data: bytes, rate: int = 16000) -> np.ndarray:
@@ -283,7 +302,7 @@ def build(
 ) -> dict[str, dict[str, Any]]:
     """Fetch, unpack and read every source -> one corpus shard per voice in `out_dir`
     (VOICE.pt); returns a summary per voice."""
-    from speechrt_train.corpus import ASR_RATE, make_shard
+    from speechrt_train.corpus import ASR_RATE, list_voice, make_shard
     from speechrt_train.loop import save_atomic
 
     tested = {p.name for packages in TEST_PACKAGES.values() for p in packages}
@@ -294,6 +313,7 @@ def build(
     for voice, its in items(roots, sources).items():
         shard = make_shard(voice, its)
         save_atomic(shard, out_dir / f"{voice}.pt")
+        list_voice(out_dir / f"{voice}.pt", shard, "speechrt_train.people")
         summary[voice] = {
             "utterances": len(its),
             "heldout": sum(shard["heldout"]),
