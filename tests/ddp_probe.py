@@ -5,8 +5,9 @@ PROBE_OUT=DIR   each rank writes DIR/rank<r>.pt when its run ends (weights, opti
                 (step, lr_scale) of every step) and appends each step to DIR/rank<r>.steps
 PROBE_EVERY=1   ... and DIR/rank<r>-<step>.pt after every step
 PROBE_KEEP=K    rank 0 also copies last.pt to DIR/last-K.pt when it writes it at step K
-PROBE_SLOW=S    rank 1 sleeps S seconds before each step (its own clock would stop it later)
 PROBE_FAIL=K    rank 1 raises at the K-th step of this run
+PROBE_CLOCK=S0,S1  rank r's clock, as the training loop reads it, moves S_r seconds a step and
+                not otherwise (a deadline then falls after a known number of steps)
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ def state(trainer: QuartzNetTrainer) -> dict[str, Any]:
 
 
 def step(self: QuartzNetTrainer) -> dict[str, torch.Tensor]:
-    if RANK == 1 and "PROBE_SLOW" in os.environ:
-        time.sleep(float(os.environ["PROBE_SLOW"]))
     if RANK == 1 and len(steps) + 1 == int(os.environ.get("PROBE_FAIL", "0")):
         raise RuntimeError("probe: rank 1 fails")
     steps.append((self.step_count + 1, self.lr_scale))
@@ -69,6 +68,18 @@ def save_atomic(obj: Any, path: Path) -> None:
         shutil.copy(path, OUT / f"last-{obj['trainer']['step']}.pt")
 
 
+class Clock:
+    """Stands in for the `time` module in speechrt_train.loop: S seconds per step taken."""
+
+    def __init__(self, per_step: float) -> None:
+        self.start, self.per_step = time.time(), per_step
+
+    def time(self) -> float:
+        return self.start + self.per_step * len(steps)
+
+
+if "PROBE_CLOCK" in os.environ:
+    loop.time = Clock(float(os.environ["PROBE_CLOCK"].split(",")[RANK]))  # type: ignore[assignment]
 QuartzNetTrainer.step = step  # type: ignore[method-assign]
 loop.run = run
 loop.save_atomic = save_atomic
