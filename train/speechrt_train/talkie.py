@@ -3,8 +3,8 @@
 Debian's `flight-of-the-amazon-queen` (freeware: free to give away and to modify) ships the CD
 version's data as one archive, queen.1c, holding every spoken line as a short MP3 (11,025 Hz,
 mono) and the scripts those lines were recorded from. About 6,600 lines, 4.5 hours, 13 actors
-playing about 40 characters; the lead, Joe, speaks over a third of them. Read from the format
-alone (nothing of a game engine is used):
+playing about 40 characters; the main character, Joe, speaks about a third of them. Read from
+the format alone (nothing of a game engine is used):
 
     queen.1c: "QTBL", 6-byte version, 2 bytes, compression id (1 = MP3), u16 count, then per
         file: 12-byte name, u8 bundle, u32 offset, u32 size (big-endian throughout)
