@@ -11,6 +11,7 @@ import soundfile as sf
 
 pytest.importorskip("speechrt_train")
 from speechrt_train import people  # noqa: E402
+from speechrt_train.debs import extract_deb  # noqa: E402
 
 
 def _sound(path: Path, seconds: float, rate: int, seed: int, stereo: bool = False) -> Path:
@@ -126,4 +127,4 @@ def test_a_deb_already_in_the_cache_unpacks_offline(tmp_path: Path, monkeypatch)
     assert (root / "usr/share/klettres/x.txt").read_bytes() == b"hi"
     (tmp_path / "plain.deb").write_text("not an archive")
     with pytest.raises(ValueError, match="not a .deb"):
-        people.extract_deb(tmp_path / "plain.deb", tmp_path / "x")
+        extract_deb(tmp_path / "plain.deb", tmp_path / "x")

@@ -18,20 +18,8 @@ unpack() {  # unpack DEST DEB...
   mkdir -p "$dest"
   if command -v dpkg >/dev/null; then
     for f in "$@"; do dpkg -x "$f" "$dest"; done
-  else  # no dpkg: a .deb is an ar archive holding data.tar.*; Python reads both
-    python3 - "$dest" "$@" <<'PY'
-import io, sys, tarfile
-prefix, debs = sys.argv[1], sys.argv[2:]
-for deb in debs:
-    blob = open(deb, "rb").read()
-    pos = 8  # after "!<arch>\n"
-    while pos < len(blob):
-        name, size = blob[pos:pos + 16].decode().strip(), int(blob[pos + 48:pos + 58])
-        if name.rstrip("/").startswith("data.tar"):
-            with tarfile.open(fileobj=io.BytesIO(blob[pos + 60:pos + 60 + size])) as tar:
-                tar.extractall(prefix, filter="tar")
-        pos += 60 + size + (size % 2)
-PY
+  else  # no dpkg: speechrt_train.debs reads the .deb's data.tar itself
+    PYTHONPATH=train python3 -m speechrt_train.debs "$dest" "$@"
   fi
 }
 

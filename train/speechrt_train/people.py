@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from speechrt.text.numbers import number_words
+from speechrt_train.debs import extract_deb
 from speechrt_train.human_speech import PACKAGES as TEST_PACKAGES
 from speechrt_train.human_speech import apt_download, reference
 from speechrt_train.texts import hash64
@@ -233,27 +234,6 @@ def unpack(source: Source, cache: Path) -> Path:
         extract_deb(archive, root)
         (root / ".unpacked").touch()
     return root
-
-
-def extract_deb(deb: Path, dest: Path) -> None:
-    """A .deb's files into `dest` without dpkg (a GPU image may lack it): the .deb is an ar
-    archive whose data.tar.* member tarfile reads."""
-    import io
-    import tarfile
-
-    blob = deb.read_bytes()
-    if blob[:8] != b"!<arch>\n":
-        raise ValueError(f"{deb}: not a .deb (ar archive)")
-    at = 8
-    while at + 60 <= len(blob):
-        name, size = blob[at : at + 16].decode().strip(), int(blob[at + 48 : at + 58])
-        if name.rstrip("/").startswith("data.tar"):
-            dest.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(fileobj=io.BytesIO(blob[at + 60 : at + 60 + size])) as tar:
-                tar.extractall(dest, filter="data")
-            return
-        at += 60 + size + size % 2
-    raise ValueError(f"{deb}: no data.tar member")
 
 
 def load_clip(data: bytes, rate: int = 16000) -> np.ndarray:
