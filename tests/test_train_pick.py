@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
 from speechrt_train import pick
@@ -74,3 +75,38 @@ def test_pick_hears_every_held_out_voice_with_every_candidate(monkeypatch, tmp_p
     pick.main()
     again = json.loads(out.read_text())
     assert again == result and read == ["rms", "joe-x"]
+    # --recorded: a recorded voice's held-out items join the held-out voices; its others do not
+    shard = tmp_path / "actors.pt"
+    torch.save(_recorded_shard(heldout=[True, False, True]), shard)
+    monkeypatch.setattr(sys, "argv", argv + ["--recorded", str(shard)])
+    pick.main()
+    with_actors = json.loads(out.read_text())
+    assert with_actors["voices"] == ["rms", "joe-x", "actors"]
+    assert with_actors["items"] == {"rms": 3, "joe-x": 3, "actors": 2}
+    first = with_actors["candidates"][0]
+    mean = (first["rms"] + first["joe-x"] + first["actors"]) / 3
+    assert first["held_out"] == pytest.approx(mean, abs=1e-4)
+    assert {k: first[k] for k in ("rms", "joe-x")} == {
+        k: result["candidates"][0][k] for k in ("rms", "joe-x")
+    }
+    torch.save(_recorded_shard(heldout=[False, False, False]), shard)
+    with pytest.raises(SystemExit, match="no held-out items"):
+        pick.main()
+
+
+def _recorded_shard(heldout: list[bool]) -> dict:
+    """A `people` corpus shard of len(heldout) clips of 0.3 s of noise."""
+    rng = np.random.default_rng(0)
+    clips = [(0.05 * rng.standard_normal(4800) * 32767).astype(np.int16) for _ in heldout]
+    offsets = np.cumsum([0] + [len(c) for c in clips])
+    return {
+        "voice": "actors",
+        "sample_rate": 16000,
+        "keys": [f"clip{i}" for i in range(len(heldout))],
+        "texts": ["Hello there."] * len(heldout),
+        "spoken": ["hello there"] * len(heldout),
+        "heldout": heldout,
+        "codec": [""] * len(heldout),
+        "audio": torch.from_numpy(np.concatenate(clips)),
+        "audio_offsets": torch.from_numpy(offsets),
+    }

@@ -1,7 +1,7 @@
 """Pick a recogniser among candidates by a rule fixed before any of them is measured.
 
     PYTHONPATH=src:train python -m speechrt_train.pick SHIPPED CANDIDATE... --out pick.json \
-        [--teachers /tmp/teachers]
+        [--teachers /tmp/teachers] [--recorded corpus/queen.pt]
 
 Each candidate (a recogniser folder with its LM, as `export` or `average` writes it) hears, as
 `ASR()` ships it (beam search + LM, voice activity detection):
@@ -10,6 +10,9 @@ Each candidate (a recogniser folder with its LM, as `export` or `average` writes
   and joe-x, the neural voice joe with a pitch and vocal tract between the trained joe-h and
   joe-f. One is an unseen speaker with machine prosody, the other an unseen speaker with
   natural prosody;
+- with `--recorded SHARD`, the held-out items of a recorded voice (a corpus shard of
+  `speechrt_train.people`, e.g. queen: real actors' lines no recogniser trains on, though their
+  speakers are trained on), as another held-out voice;
 - the CI's 40 held-out sentences read by the bundled voice (the round-trip test of
   tests/test_defaults.py).
 
@@ -40,7 +43,7 @@ from speechrt.tts import TTS
 from speechrt_train.align import tp_plain
 from speechrt_train.asr_data import transcript
 from speechrt_train.asr_eval import teacher_reading
-from speechrt_train.corpus import ASR_RATE, HELDOUT_VOICES
+from speechrt_train.corpus import ASR_RATE, HELDOUT_VOICES, utterance_audio
 from speechrt_train.round_trip_breakdown import sentence_sets
 from speechrt_train.teachers import Teachers
 
@@ -57,6 +60,16 @@ Reading = tuple[list[str], list[np.ndarray]]  # references, (N_i,) float32 audio
 def voice_reading(voice: TTS, texts: list[str]) -> Reading:
     refs = [transcript(tp_plain(voice.text).normalize(s)) for s in texts]
     return refs, [resample(a, voice.sampling_rate, ASR_RATE) for a in voice.synthesize(texts)]
+
+
+def recorded_reading(path: Path) -> tuple[str, Reading]:
+    """(voice name, reading) of a recorded voice's held-out items (a `people` corpus shard)."""
+    shard = torch.load(path, weights_only=True, mmap=True)
+    held = [i for i, h in enumerate(shard["heldout"]) if h]
+    if not held:
+        raise SystemExit(f"pick: {path} holds no held-out items")
+    audios = [utterance_audio(shard, i).numpy() for i in held]
+    return shard["voice"], ([shard["spoken"][i] for i in held], audios)
 
 
 def load_readings(path: Path) -> dict[str, Reading]:
@@ -97,6 +110,9 @@ def main() -> None:
     p.add_argument("--teachers", default="/tmp/teachers", help="unpacked .debs (fortunes)")
     p.add_argument("--limit", type=int, help="first N sentences of each set (smoke runs)")
     p.add_argument("--readings", help=".npz of every reading's audio (written if absent)")
+    p.add_argument(
+        "--recorded", nargs="*", default=[], help="recorded voices' corpus shards (people)"
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.set_num_threads(2)
@@ -112,6 +128,11 @@ def main() -> None:
         if cache is not None:
             save_readings(cache, readings)
     round_trip = readings.pop(ROUND_TRIP)
+    for shard in args.recorded:  # read from the shard each run, not kept in --readings
+        name, reading = recorded_reading(Path(shard))
+        if name in readings:
+            raise SystemExit(f"pick: two readings named {name}")
+        readings[name] = reading
     rows = []
     for folder in tqdm(args.candidates, desc="candidates"):
         asr = ASR(folder, device="cpu")
@@ -124,6 +145,7 @@ def main() -> None:
     result = {
         "voices": list(readings),
         "sentences": {"dev": len(next(iter(readings.values()))[0]), "ci_40": len(round_trip[0])},
+        "items": {v: len(refs) for v, (refs, _) in readings.items()},
         "round_trip_bound": ROUND_TRIP_WER,
         "tie_margin": TIE_MARGIN,
         "candidates": rows,
