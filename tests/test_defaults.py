@@ -138,7 +138,8 @@ def test_round_trip_sentences_are_held_out():
 # 0.0945 with voice activity detection; step 39,606: 0.0883 (0.0862 without); step 40,461:
 # 0.1006; the mean of steps 39,606 and 40,461: 0.0924, with or without; 0.7 x that mean +
 # 0.3 x step 42,774: 0.0945 (0.0903 without); step 46,854: 0.0903 (0.0862 without); the
-# equal mean of steps 46,854, 49,751 and 51,902 (shipped): 0.0924 (0.0801 without).
+# equal mean of steps 46,854, 49,751 and 51,902: 0.0924 (0.0801 without); with 54,880 and
+# 57,170 too: 0.0924 (0.0883 without); with 60,560 as well (shipped): 0.0883, with or without.
 ROUND_TRIP_WER = 0.10
 
 
