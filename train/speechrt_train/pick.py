@@ -43,7 +43,7 @@ from speechrt.tts import TTS
 from speechrt_train.align import tp_plain
 from speechrt_train.asr_data import transcript
 from speechrt_train.asr_eval import teacher_reading
-from speechrt_train.corpus import ASR_RATE, HELDOUT_VOICES, utterance_audio
+from speechrt_train.corpus import ASR_RATE, HELDOUT_VOICES, load_shard, utterance_audio
 from speechrt_train.round_trip_breakdown import sentence_sets
 from speechrt_train.teachers import Teachers
 
@@ -64,12 +64,13 @@ def voice_reading(voice: TTS, texts: list[str]) -> Reading:
 
 def recorded_reading(path: Path) -> tuple[str, Reading]:
     """(voice name, reading) of a recorded voice's held-out items (a `people` corpus shard)."""
-    shard = torch.load(path, weights_only=True, mmap=True)
+    shard = load_shard(path)
     held = [i for i, h in enumerate(shard["heldout"]) if h]
     if not held:
         raise SystemExit(f"pick: {path} holds no held-out items")
-    audios = [utterance_audio(shard, i).numpy() for i in held]
-    return shard["voice"], ([shard["spoken"][i] for i in held], audios)
+    rate = shard["sample_rate"]
+    audios = [resample(utterance_audio(shard, i).numpy(), rate, ASR_RATE) for i in held]
+    return shard["voice"], ([transcript(shard["spoken"][i]) for i in held], audios)
 
 
 def load_readings(path: Path) -> dict[str, Reading]:
