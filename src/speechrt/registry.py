@@ -124,6 +124,14 @@ def detectors() -> dict[str, Callable[[set[str]], bool]]:
     return {a.kind: load(a.detect) for a in ARCHITECTURES.values() if a.detect}
 
 
+def file_reader(suffix: str) -> Callable[[Any], Any] | None:
+    """The reader of another project's model files with this suffix (".nemo"), or None."""
+    for a in ARCHITECTURES.values():
+        if a.reader is not None and a.reader[0] == suffix:
+            return load(a.reader[1])
+    return None
+
+
 def converter(kind: str) -> Callable[[dict], Any]:
     """kind -> from_dle(ckpt) -> speechrt.convert.Converted."""
     path = architecture(kind).convert

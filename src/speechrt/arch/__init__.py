@@ -46,6 +46,9 @@ class Architecture:
     # "module:function" of the checkpoint conversion (None: no foreign checkpoints to read):
     detect: str | None = None  # detect(keys: set[str]) -> bool, over the state-dict keys
     convert: str | None = None  # from_dle(ckpt: dict) -> speechrt.convert.Converted
+    # another project's whole model file, by its suffix: (".nemo", "module:function"), the
+    # function reading (path) -> speechrt.convert.Converted of this kind or a sibling kind
+    reader: tuple[str, str] | None = None
 
 
 def as_dims(cls: type, dims: Any) -> Any:

@@ -62,29 +62,36 @@ def tokens_to_words(
     offset: float = 0.0,
     clip: tuple[float, float] | None = None,
 ) -> Decoded:
-    """Emitted (label, first, last) tokens -> text and words split at the space label.
+    """Emitted (label, first, last) tokens -> text and words split at whitespace.
 
-    `clip` = (lo, hi) clamps word times into the audio (padding frames lie outside it).
+    A label is the text it reads as: one character ("a", " "), or a SentencePiece piece's
+    surface (" Hello", ",", " ⁇ " for the unknown piece), whose spaces split words as a
+    space label does. `clip` = (lo, hi) clamps word times into the audio (padding frames lie
+    outside it).
     """
     words: list[Word] = []
     chars: list[str] = []
     first = last = 0
+
+    def flush() -> None:
+        start = offset + first * frame_duration
+        end = offset + (last + 1) * frame_duration
+        if clip is not None:
+            start = min(max(start, clip[0]), clip[1])
+            end = min(max(end, start), clip[1])
+        words.append(Word("".join(chars), round(start, 4), round(end, 4)))
+        chars.clear()
+
     for lab, f0, f1 in [*tokens, (-1, 0, 0)]:  # sentinel flushes the last word
-        ch = labels[lab] if lab >= 0 else " "
-        if ch.isspace():
-            if chars:
-                start = offset + first * frame_duration
-                end = offset + (last + 1) * frame_duration
-                if clip is not None:
-                    start = min(max(start, clip[0]), clip[1])
-                    end = min(max(end, start), clip[1])
-                words.append(Word("".join(chars), round(start, 4), round(end, 4)))
-                chars = []
-            continue
-        if not chars:
-            first = f0
-        chars.append(ch)
-        last = f1
+        for ch in labels[lab] if lab >= 0 else " ":
+            if ch.isspace():
+                if chars:
+                    flush()
+                continue
+            if not chars:
+                first = f0
+            chars.append(ch)
+            last = f1
     return Decoded(" ".join(w.word for w in words), tuple(words))
 
 

@@ -36,6 +36,8 @@ class Segment:
     words: list[Word] = field(default_factory=list)
     seconds: float = 0.0  # compute time attributed to this window
     log_probs: np.ndarray | None = None  # (T', V) float32 on the host, its frames to decode
+    # or, from a transducer, its (label, first frame, last frame) tokens, already decoded
+    tokens: list[tuple[int, int, int]] | None = None
     samples: int = -1  # len(audio), kept when the audio is dropped (Heard.without_audio)
 
     def __post_init__(self) -> None:
@@ -100,14 +102,18 @@ class Decoder:
     def decode(self, batch: Sequence[Segment], log_probs: Any, lengths: Any) -> None:
         """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
         for seg, tokens in zip(batch, self.tokens(log_probs, lengths), strict=True):
-            # a VAD window's context may reach outside the item (zeros): no word lies there
-            end = seg.offset + seg.samples / self.sample_rate
-            span = (max(seg.offset, 0.0), min(end, seg.item_seconds))
-            dec = tokens_to_words(
-                tokens, list(self.labels), self.frame_duration, self.offset + seg.offset, span
-            )
-            lo, hi = seg.keep
-            seg.words = [w for w in dec.words if lo <= (w.start + w.end) / 2 < hi]
+            self.keep_words(seg, tokens)
+
+    def keep_words(self, seg: Segment, tokens: Sequence[tuple[int, int, int]]) -> None:
+        """A window's (label, first, last frame) tokens -> its own words (item time)."""
+        # a VAD window's context may reach outside the item (zeros): no word lies there
+        end = seg.offset + seg.samples / self.sample_rate
+        span = (max(seg.offset, 0.0), min(end, seg.item_seconds))
+        dec = tokens_to_words(
+            tokens, list(self.labels), self.frame_duration, self.offset + seg.offset, span
+        )
+        lo, hi = seg.keep
+        seg.words = [w for w in dec.words if lo <= (w.start + w.end) / 2 < hi]
 
     def finish(self, heard: Heard, compute: float = 0.0) -> Transcript:
         """One item's windows decoded and joined into its Transcript; `compute`: seconds spent
@@ -116,6 +122,9 @@ class Decoder:
 
         t0 = time.perf_counter()
         for seg in heard.segments:
+            if seg.tokens is not None:  # a transducer's, decoded with the model
+                self.keep_words(seg, seg.tokens)
+                continue
             assert seg.log_probs is not None, "finish takes what hear returned"
             self.decode([seg], seg.log_probs[None], np.array([seg.log_probs.shape[0]]))
             seg.log_probs = None  # decoded: the words are kept, the frames dropped

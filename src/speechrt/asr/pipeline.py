@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from speechrt.audio.telephone import BandFilter
 
 AudioInput = np.ndarray | str | Path | bytes
-DECODERS = ("auto", "greedy", "beam")
+DECODERS = ("auto", "greedy", "beam", "ctc")  # ctc: a hybrid transducer's CTC head
 
 WINDOW_SECONDS = 20.0  # longer audio is cut into windows of this length ...
 OVERLAP_SECONDS = 4.0  # ... overlapping by this much (each side keeps half of the overlap)
@@ -69,6 +69,13 @@ def output_frames(dims: dict[str, Any], n: int) -> int:
     from speechrt.arch.jasper import output_frames as frames_of
 
     return frames_of(as_dims(JasperDims, dims), n)
+
+
+def time_stride(dims: dict[str, Any]) -> int:
+    """Feature frames per output frame (model.json dims of Jasper/QuartzNet or Parakeet)."""
+    if "strides" in dims:
+        return math.prod(dims["strides"])
+    return 2 ** int(dims["subsampling_layers"])
 
 
 def _window_seed(seed: int, window: int) -> int:
@@ -133,7 +140,8 @@ class ASR:
             self.device: Any = device_kind(device) if device == "auto" else device
             self.dtype: Any = None
             main = next(iter(graphs_of(self.info.kind)))
-            if "log_probs" not in contract(main, self.info.dims).output_names:
+            outputs = contract(main, self.info.dims).output_names
+            if "log_probs" not in outputs and "joint_encoded" not in outputs:
                 raise SpeechRTError(
                     f"{model_dir}: a {self.info.kind} model is not a speech recogniser"
                 )
@@ -155,8 +163,17 @@ class ASR:
                 raise SpeechRTError(
                     f"{model_dir}: a {self.info.kind} model is not a speech recogniser"
                 )
-        self.n_classes = int(
-            contract(next(iter(graphs_of(self.info.kind))), self.info.dims).outputs[0].shape[-1]
+        main_contract = contract(next(iter(graphs_of(self.info.kind))), self.info.dims)
+        specs = {t.name: t for t in main_contract.outputs}
+        # a transducer decodes its joint's scores unless asked for its (hybrid) CTC head
+        self.transducer = "joint_encoded" in specs and decoder != "ctc"
+        if decoder == "ctc" and "log_probs" not in specs:
+            raise SpeechRTError(f"{model_dir}: a {self.info.kind} model has no CTC head")
+        self.head_output = "joint_encoded" if self.transducer else "log_probs"
+        self.n_classes = (
+            int(self.info.dims["vocab_size"]) + 1
+            if self.transducer
+            else int(specs["log_probs"].shape[-1])
         )
         meta = self.info.meta
         try:
@@ -171,7 +188,11 @@ class ASR:
             raise SpeechRTError(
                 f"{model_dir}: {len(self.labels)} labels + blank for {self.n_classes} model outputs"
             )
-        self.lm, self.beam_options = self._decoder(decoder, lm, beam_size, alpha, beta)
+        if self.transducer and (decoder == "beam" or lm is not None):
+            raise SpeechRTError(f"{model_dir}: a transducer decodes greedily (no beam search/LM)")
+        self.lm, self.beam_options = self._decoder(
+            "greedy" if decoder == "ctc" else decoder, lm, beam_size, alpha, beta
+        )
         self.decoder = "greedy" if self.lm is None else "beam"
         offset = -int(meta.get("pad_leading", 0)) * self.features.frame_shift
         self.decoding = Decoder(
@@ -180,7 +201,8 @@ class ASR:
         )  # fmt: skip
         self.window, self.overlap, self.seed = window, overlap, seed
         self.vad = vad
-        self.decode_padding = decode_padding
+        # NeMo decodes an item's valid frames only; DLE's inference.py its padded tail too
+        self.decode_padding = decode_padding and "strides" in self.info.dims
         self._frames_cache: dict[int, int] = {}  # input frames -> output frames
         from speechrt.runtime.stages import make_runner
 
@@ -196,6 +218,11 @@ class ASR:
             model_dir,
             numpy=self.numpy,
         )
+        self.steps: Any = None  # a transducer's predict and joint steps
+        if self.transducer:
+            from speechrt.asr.transducer import make_steps
+
+            self.steps = make_steps(self, precision)
         self.featurizer: Any = None  # torch backends: speechrt.runtime.featurizer
         if not self.numpy:
             from speechrt.runtime.featurizer import make_featurizer
@@ -258,7 +285,7 @@ class ASR:
     @property
     def frame_duration(self) -> float:
         """Seconds per output (CTC) frame: the hop times the encoder's time stride."""
-        return self.features.frame_shift * math.prod(self.info.dims["strides"])
+        return self.features.frame_shift * time_stride(self.info.dims)
 
     # -- stages --------------------------------------------------------------------------------
 
@@ -390,6 +417,8 @@ class ASR:
         from speechrt.runtime.stages import as_float32
 
         out = self.runner.run({"features": as_float32(feats), "feature_lengths": lengths})
+        if "encoded_lengths" in out:  # Parakeet
+            return out[self.head_output], self._decode_lengths(out["encoded_lengths"], samples)
         return out["log_probs"], self._decode_lengths(out["log_prob_lengths"], samples)
 
     def _decode_lengths(self, out_lengths: Any, samples: list[int]) -> Any:
@@ -466,9 +495,13 @@ class ASR:
             batch = [segs[k] for k in order[start : start + batch_size]]
             t0 = time.perf_counter()
             log_probs, lengths = self.log_probs(batch)
-            lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V): one copy
-            for seg, row, n in zip(batch, lp, host(lengths).tolist(), strict=True):
-                seg.log_probs = row[: int(n)]
+            if self.transducer:  # log_probs: the joint-projected encoder frames (B, T', J)
+                for seg, tokens in zip(batch, self.steps.decode(log_probs, lengths), strict=True):
+                    seg.tokens = tokens
+            else:
+                lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V): one copy
+                for seg, row, n in zip(batch, lp, host(lengths).tolist(), strict=True):
+                    seg.log_probs = row[: int(n)]
             elapsed = time.perf_counter() - t0
             total = sum(seg.audio.shape[0] for seg in batch)
             for seg in batch:

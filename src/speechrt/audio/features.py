@@ -47,6 +47,10 @@ class FeatureConfig:
     std_eps: float = 1e-5  # added to the unbiased per-feature std before dividing
     pad_align: int = 16  # the time axis is right-padded to a multiple of this
     dither: float = 0.0  # DLE adds dither * randn to the audio even at inference; 0 = off
+    # the centred STFT pads each item's ends with: "reflect" (DLE) or "zeros" (NeMo)
+    center_pad: str = "reflect"
+    # frames that count as speech: "ceil" = ceil(N / hop) (DLE), "floor" = N // hop (NeMo)
+    valid_rule: str = "ceil"
     # how a source sampled at 8 kHz or less is heard: None, as resampled (DLE's models);
     # "telephone", filtered to the band the model learnt telephone audio in
     # (speechrt.audio.telephone)
@@ -57,6 +61,10 @@ class FeatureConfig:
 
         if self.narrowband is not None and self.narrowband not in BANDS:
             raise SpeechRTError(f"narrowband must be one of {BANDS} or null: {self.narrowband!r}")
+        if self.center_pad not in ("reflect", "zeros"):
+            raise SpeechRTError(f"center_pad must be reflect or zeros: {self.center_pad!r}")
+        if self.valid_rule not in ("ceil", "floor"):
+            raise SpeechRTError(f"valid_rule must be ceil or floor: {self.valid_rule!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FeatureConfig:
@@ -104,7 +112,10 @@ class FeatureConfig:
         return max(self.win_length, self.n_fft // 2 + 1)
 
     def valid_frames(self, num_samples: int) -> int:
-        """DLE seq_len: ceil(N / hop) frames count as speech (the STFT yields 1 + N // hop)."""
+        """Frames that count as speech (the STFT yields 1 + N // hop): DLE's seq_len
+        ceil(N / hop), or NeMo's N // hop."""
+        if self.valid_rule == "floor":
+            return num_samples // self.hop_length
         return -(-num_samples // self.hop_length)
 
     def padded_frames(self, num_samples: int) -> int:
@@ -149,10 +160,10 @@ def log_mel_numpy(
         x = x + cfg.dither * rng.standard_normal(n)
     if cfg.preemph:
         x = np.concatenate((x[:1], x[1:] - cfg.preemph * x[:-1]))
-    # torch.stft(center=True, reflect): n_fft // 2 reflected samples each side; the window
+    # torch.stft(center=True): n_fft // 2 reflected (or zero) samples each side; the window
     # (symmetric Hann of win_length) sits centred in n_fft
     half = cfg.n_fft // 2
-    x = np.pad(x, half, mode="reflect")
+    x = np.pad(x, half, mode="reflect" if cfg.center_pad == "reflect" else "constant")
     frames = 1 + n // cfg.hop_length
     starts = np.arange(frames)[:, None] * cfg.hop_length
     window = np.zeros(cfg.n_fft)
@@ -212,7 +223,7 @@ def log_mel(
         win_length=cfg.win_length,
         window=_window(cfg.win_length, x.device),
         center=True,
-        pad_mode="reflect",
+        pad_mode="reflect" if cfg.center_pad == "reflect" else "constant",
         return_complex=True,
     )
     power = spec.real.square() + spec.imag.square()  # (n_fft // 2 + 1, frames)

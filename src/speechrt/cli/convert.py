@@ -8,7 +8,7 @@ from speechrt.registry import ARCHITECTURES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="DLE/NGC training checkpoint (.pt)")
+    p.add_argument("checkpoint", help="DLE/NGC training checkpoint (.pt) or NeMo model (.nemo)")
     p.add_argument("out_dir", help="model directory to write (model.json + model.safetensors)")
     p.add_argument(
         "--kind", choices=sorted(ARCHITECTURES), help="architecture (detected when omitted)"

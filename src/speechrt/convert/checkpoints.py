@@ -14,7 +14,7 @@ import torch
 
 from speechrt.convert import Converted
 from speechrt.errors import SpeechRTError
-from speechrt.registry import converter, detectors, model_class
+from speechrt.registry import converter, detectors, file_reader, model_class
 from speechrt.repo import ComponentInfo, save_component, sha256_file
 
 StateDict = dict[str, torch.Tensor]
@@ -98,15 +98,30 @@ def detect_kind(ckpt: dict) -> str:
 def convert_checkpoint(
     path: str | Path, out_dir: str | Path, kind: str | None = None, dtype: torch.dtype | None = None
 ) -> ComponentInfo:
-    """DLE checkpoint file -> model repository directory. Returns what was written."""
-    ckpt = load_checkpoint(path)
-    kind = kind or detect_kind(ckpt)
-    cls = model_class(kind)
-    try:
-        conv: Converted = converter(kind)(ckpt)
-    except KeyError as e:
-        raise SpeechRTError(f"{path}: not a {kind} checkpoint (missing {e})") from None
-    model = cls(conv.dims)
+    """DLE checkpoint or NeMo .nemo file -> model repository directory. Returns what was
+    written."""
+    conv: Converted
+    reader = file_reader(Path(path).suffix)
+    if reader is not None:  # another project's whole model file (.nemo)
+        try:
+            conv = reader(path)
+        except KeyError as e:
+            raise SpeechRTError(f"{path}: incomplete model file (missing {e})") from None
+        if kind is not None and kind != conv.kind:
+            raise SpeechRTError(f"{path}: a {conv.kind} model, not {kind}")
+        kind = conv.kind
+        model = model_class(kind)(conv.dims)
+        for k, v in model.state_dict().items():  # NeMo's use_bias: false leaves biases out
+            if k.endswith(".bias") and k not in conv.state_dict:
+                conv.state_dict[k] = torch.zeros_like(v)
+    else:
+        ckpt = load_checkpoint(path)
+        kind = kind or detect_kind(ckpt)
+        try:
+            conv = converter(kind)(ckpt)
+        except KeyError as e:
+            raise SpeechRTError(f"{path}: not a {kind} checkpoint (missing {e})") from None
+        model = model_class(kind)(conv.dims)
     try:
         model.load_state_dict(conv.state_dict, strict=True)
     except RuntimeError as e:

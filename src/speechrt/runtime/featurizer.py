@@ -60,14 +60,19 @@ class BatchLogMel(nn.Module):
             x = x + cfg.dither * noise
         if cfg.preemph:  # sample t depends on t and t - 1 only: padding never leaks in
             x = torch.cat((x[:, :1], x[:, 1:] - cfg.preemph * x[:, :-1]), dim=1)
-        # centre=True with reflect padding, each item reflected at its own end: pad samples
-        # x[pad], ..., x[1] before every row, and after item i's n samples x[n-2], ..., x[n-1-pad]
-        # (written over its padding; its frames past 1 + n // hop read what is left there).
         pad = cfg.n_fft // 2
-        x = torch.cat((x[:, 1 : pad + 1].flip(1), x, x.new_zeros(B, pad)), dim=1)  # (B, N + 2 pad)
-        k = torch.arange(pad, device=x.device)[None, :]  # (1, pad)
-        tail = x.gather(1, n - 2 - k + pad)  # (B, pad): x[n - 2 - k], in padded coordinates
-        x = x.scatter(1, n + pad + k, tail)
+        if cfg.center_pad == "zeros":  # NeMo: zeros past each item's end, zeros each side
+            x = x * (torch.arange(N, device=x.device)[None, :] < n)
+            x = nn.functional.pad(x, (pad, pad))
+        else:
+            # centre=True with reflect padding, each item reflected at its own end: pad samples
+            # x[pad], ..., x[1] before every row, and after item i's n samples x[n-2], ...,
+            # x[n-1-pad] (written over its padding; its frames past 1 + n // hop read what is
+            # left there).
+            x = torch.cat((x[:, 1 : pad + 1].flip(1), x, x.new_zeros(B, pad)), dim=1)
+            k = torch.arange(pad, device=x.device)[None, :]  # (1, pad)
+            tail = x.gather(1, n - 2 - k + pad)  # (B, pad): x[n - 2 - k], in padded coordinates
+            x = x.scatter(1, n + pad + k, tail)  # (B, N + 2 pad)
         spec = torch.stft(
             x,
             n_fft=cfg.n_fft,
@@ -80,7 +85,10 @@ class BatchLogMel(nn.Module):
         power = spec.real.square() + spec.imag.square()
         mel = torch.log(self.mel_basis @ power + cfg.log_guard)  # (B, n_mels, T)
         T = mel.shape[2]
-        valid = (lengths + cfg.hop_length - 1) // cfg.hop_length  # (B,) = valid_frames
+        if cfg.valid_rule == "floor":  # (B,) = valid_frames
+            valid = lengths // cfg.hop_length
+        else:
+            valid = (lengths + cfg.hop_length - 1) // cfg.hop_length
         keep = (torch.arange(T, device=x.device)[None, :] < valid[:, None])[:, None, :]
         count = valid[:, None, None].to(mel.dtype)  # (B, 1, 1)
         mean = torch.where(keep, mel, 0.0).sum(dim=2, keepdim=True) / count

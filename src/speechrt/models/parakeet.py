@@ -1,0 +1,359 @@
+"""Parakeet: NeMo's FastConformer encoder with CTC and transducer (RNN-T / TDT) heads.
+
+    features (B, n_mels, T) -> dw_striding subsampling (x8) -> x * sqrt(d_model) (xscaling)
+    -> n_layers x [ x + FF/2 -> x + rel-pos MHSA -> x + conv module -> x + FF/2 -> LayerNorm ]
+    -> encoded (B, T', d_model)
+    CTC:        1x1 conv -> log-softmax                     -> log_probs (B, T', vocab + 1)
+    transducer: joint(enc(f_t) + pred(g_u)) -> ReLU -> linear -> token (+ TDT duration) scores
+
+Masks (what makes an item's valid frames independent of its padding and its batch-mates): the
+subsampling zeroes frames past the running length before each strided conv; attention scores
+of padded keys are -10000 (NeMo's value); the conv module zeroes padded frames before its
+depthwise conv. Frames past an item's length carry values nobody reads.
+
+Relative positions as Transformer-XL (NeMo's RelPositionalEncoding): the score of query i and
+key j adds (q_i + pos_bias_v) . linear_pos(pe(i - j)), pe sinusoidal over i - j = T-1 ... -(T-1).
+Limited-context ("local") attention is the same score restricted to a band of keys around the
+query (NeMo's rel_pos_local_attn computes that band in overlapping chunks; the values agree).
+BatchNorm of the conv module is folded into the depthwise conv at conversion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speechrt.arch.parakeet import (
+    ParakeetCTCDims,
+    ParakeetDims,
+    ParakeetTransducerDims,
+    encoder_frames,
+)
+
+MASKED = -10000.0  # NeMo's INF_VAL: the score of a key a query may not see
+
+
+def valid_mask(lengths: Tensor, T: int) -> Tensor:
+    """(B,) lengths -> (B, T) bool, True on valid frames."""
+    return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
+
+
+class Subsampling(nn.Module):
+    """dw_striding: conv 3x3/2 -> ReLU, then (depthwise 3x3/2 -> pointwise -> ReLU) x (n - 1),
+    over (time, mel) as a 2-D image, then a linear over channels x mels per frame."""
+
+    def __init__(self, d: ParakeetDims) -> None:
+        super().__init__()
+        c, n = d.subsampling_channels, d.subsampling_layers
+        convs: list[nn.Conv2d] = [nn.Conv2d(1, c, 3, 2, 1)]
+        for _ in range(n - 1):
+            convs += [nn.Conv2d(c, c, 3, 2, 1, groups=c), nn.Conv2d(c, c, 1)]
+        self.convs = nn.ModuleList(convs)
+        mels = d.n_mels
+        for _ in range(n):
+            mels = (mels - 1) // 2 + 1
+        self.out = nn.Linear(c * mels, d.d_model)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """x: (B, T, n_mels), lengths (B,) -> (B, T', d_model), (B,)"""
+        x = x[:, None]  # (B, 1, T, F)
+        for i, conv in enumerate(self.convs):
+            assert isinstance(conv, nn.Conv2d)
+            if conv.stride[0] == 2:  # zero the frames past the length, then halve it
+                x = x * valid_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
+                lengths = torch.div(lengths - 1, 2, rounding_mode="floor") + 1
+            x = conv(x)
+            if i == 0 or conv.stride[0] == 1:  # after the first conv and each pointwise
+                x = F.relu(x)
+        x = x * valid_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
+        B, C, T, Fr = x.shape
+        return self.out(x.transpose(1, 2).reshape(B, T, C * Fr)), lengths  # channel-major
+
+
+def relative_positions(T: int, d_model: int, device: torch.device) -> Tensor:
+    """Sinusoidal encodings of relative positions T-1 ... -(T-1): (2T - 1, d_model) float32;
+    sin on even channels, cos on odd (NeMo's PositionalEncoding.create_pe)."""
+    pos = torch.arange(T - 1, -T, -1, dtype=torch.float32, device=device)[:, None]
+    div = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32, device=device)
+        * -(math.log(10000.0) / d_model)
+    )
+    pe = torch.stack((torch.sin(pos * div), torch.cos(pos * div)), dim=-1)  # (2T-1, D/2, 2)
+    return pe.reshape(2 * T - 1, d_model)
+
+
+def rel_shift(x: Tensor) -> Tensor:
+    """(B, H, T, 2T - 1) scores against positions T-1 ... -(T-1) -> (B, H, T, T) where
+    [i, j] holds the score of relative position i - j (Transformer-XL's shift)."""
+    B, H, T, P = x.shape
+    x = F.pad(x, (1, 0)).view(B, H, P + 1, T)
+    return x[:, :, 1:].reshape(B, H, T, P)[..., :T]
+
+
+class RelPositionAttention(nn.Module):
+    def __init__(self, d: ParakeetDims) -> None:
+        super().__init__()
+        D, H = d.d_model, d.n_heads
+        self.h, self.d_k = H, D // H
+        self.linear_q, self.linear_k = nn.Linear(D, D), nn.Linear(D, D)
+        self.linear_v, self.linear_out = nn.Linear(D, D), nn.Linear(D, D)
+        self.linear_pos = nn.Linear(D, D, bias=False)
+        self.pos_bias_u = nn.Parameter(torch.zeros(H, self.d_k))
+        self.pos_bias_v = nn.Parameter(torch.zeros(H, self.d_k))
+
+    def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor) -> Tensor:
+        """x: (B, T, D), pe: (2T - 1, D), bias_mask: (B, 1, T, T) 0 or MASKED -> (B, T, D)"""
+        B, T, D = x.shape
+        q = self.linear_q(x).view(B, T, self.h, self.d_k)
+        k = self.linear_k(x).view(B, T, self.h, self.d_k).transpose(1, 2)
+        v = self.linear_v(x).view(B, T, self.h, self.d_k).transpose(1, 2)
+        p = self.linear_pos(pe.to(x.dtype)).view(-1, self.h, self.d_k).permute(1, 2, 0)
+        q_u = (q + self.pos_bias_u).transpose(1, 2)  # (B, H, T, d_k)
+        q_v = (q + self.pos_bias_v).transpose(1, 2)
+        scale = 1.0 / math.sqrt(self.d_k)
+        bd = rel_shift(torch.matmul(q_v, p))  # (B, H, T, T): position term
+        # masked_fill (not an added -10000) keeps NeMo's exact masked score
+        bias = (bd * scale).masked_fill(bias_mask, MASKED)
+        out = F.scaled_dot_product_attention(q_u, k, v, attn_mask=bias, scale=scale)
+        return self.linear_out(out.transpose(1, 2).reshape(B, T, D))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: ParakeetDims) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d.d_model, d.d_model * d.ff_expansion)
+        self.linear2 = nn.Linear(d.d_model * d.ff_expansion, d.d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(F.silu(self.linear1(x)))
+
+
+class ConvModule(nn.Module):
+    """pointwise (2x) -> GLU -> zero padded frames -> depthwise (BatchNorm folded) -> SiLU ->
+    pointwise."""
+
+    def __init__(self, d: ParakeetDims) -> None:
+        super().__init__()
+        D, k = d.d_model, d.conv_kernel
+        self.pointwise_conv1 = nn.Conv1d(D, 2 * D, 1)
+        self.depthwise_conv = nn.Conv1d(D, D, k, padding=(k - 1) // 2, groups=D)
+        self.pointwise_conv2 = nn.Conv1d(D, D, 1)
+
+    def forward(self, x: Tensor, pad: Tensor) -> Tensor:
+        """x: (B, T, D), pad: (B, 1, T) True on padded frames -> (B, T, D)"""
+        x = F.glu(self.pointwise_conv1(x.transpose(1, 2)), dim=1).masked_fill(pad, 0.0)
+        return self.pointwise_conv2(F.silu(self.depthwise_conv(x))).transpose(1, 2)
+
+
+class ConformerLayer(nn.Module):
+    def __init__(self, d: ParakeetDims) -> None:
+        super().__init__()
+        D = d.d_model
+        self.norm_feed_forward1, self.feed_forward1 = nn.LayerNorm(D), FeedForward(d)
+        self.norm_self_att, self.self_attn = nn.LayerNorm(D), RelPositionAttention(d)
+        self.norm_conv, self.conv = nn.LayerNorm(D), ConvModule(d)
+        self.norm_feed_forward2, self.feed_forward2 = nn.LayerNorm(D), FeedForward(d)
+        self.norm_out = nn.LayerNorm(D)
+
+    def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
+        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
+        x = x + self.self_attn(self.norm_self_att(x), pe, bias_mask)
+        x = x + self.conv(self.norm_conv(x), pad)
+        x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
+        return self.norm_out(x)
+
+
+class FastConformer(nn.Module):
+    def __init__(self, d: ParakeetDims) -> None:
+        super().__init__()
+        self.d = d
+        self.pre_encode = Subsampling(d)
+        self.layers = nn.ModuleList(ConformerLayer(d) for _ in range(d.n_layers))
+
+    def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """features: (B, n_mels, T), lengths (B,) -> encoded (B, T', d_model), lengths (B,)"""
+        x, lengths = self.pre_encode(features.transpose(1, 2), lengths)
+        if self.d.xscaling:
+            x = x * math.sqrt(self.d.d_model)
+        T = x.shape[1]
+        valid = valid_mask(lengths, T)  # (B, T)
+        see = valid[:, None, :] & valid[:, :, None]  # (B, T, T): query i may see key j
+        if self.d.att_context is not None:  # limited context: keys within [i - w, i + w]
+            offset = torch.arange(T, device=x.device)
+            offset = offset[None, :] - offset[:, None]  # j - i
+            see = see & (offset.abs() <= self.d.att_context)
+        bias_mask = ~see[:, None]  # (B, 1, T, T)
+        pad = ~valid[:, None, :]  # (B, 1, T)
+        pe = relative_positions(T, self.d.d_model, x.device)
+        for layer in self.layers:
+            x = layer(x, pe, bias_mask, pad)
+        return x, lengths
+
+
+class Predictor(nn.Module):
+    """The prediction network: embedding (the blank's row is zero) -> LSTM."""
+
+    def __init__(self, d: ParakeetDims) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(d.n_classes, d.pred_hidden, padding_idx=d.vocab_size)
+        self.lstm = nn.LSTM(d.pred_hidden, d.pred_hidden, d.pred_layers)
+
+    def forward(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """tokens (B,), h, c (layers, B, H) -> output (B, H), h, c"""
+        out, (h, c) = self.lstm(self.embed(tokens)[None], (h, c))
+        return out[0], h, c
+
+
+class Joint(nn.Module):
+    def __init__(self, d: ParakeetDims) -> None:
+        super().__init__()
+        self.enc = nn.Linear(d.d_model, d.joint_hidden)
+        self.pred = nn.Linear(d.pred_hidden, d.joint_hidden)
+        self.out = nn.Linear(d.joint_hidden, d.n_joint_out)
+
+    def forward(self, f: Tensor, g: Tensor) -> Tensor:
+        """f = enc(encoded), g = pred(prediction): (..., J) each -> logits (..., n_joint_out)"""
+        return self.out(F.relu(f + g))
+
+
+class ParakeetCTC(nn.Module):
+    """FastConformer + CTC head: forward(features, lengths) -> (log_probs, lengths)."""
+
+    kind = "parakeet_ctc"
+    role = "asr"
+    Dims: type[ParakeetDims] = ParakeetCTCDims
+
+    def __init__(self, dims: ParakeetDims) -> None:
+        super().__init__()
+        self.dims = dims
+        self.encoder = FastConformer(dims)
+        self.ctc = nn.Conv1d(dims.d_model, dims.n_classes, 1)
+
+    def ctc_log_probs(self, encoded: Tensor) -> Tensor:
+        """encoded (B, T', D) -> (B, T', vocab + 1) float32 log-probs"""
+        logits = self.ctc(encoded.transpose(1, 2)).transpose(1, 2)
+        return logits.float().log_softmax(-1)
+
+    def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        encoded, lengths = self.encoder(features, lengths)
+        return self.ctc_log_probs(encoded), lengths
+
+    def output_lengths(self, lengths: Tensor) -> Tensor:
+        return torch.tensor([encoder_frames(self.dims, int(n)) for n in lengths.tolist()])
+
+
+class ParakeetTransducer(ParakeetCTC):
+    """FastConformer + RNN-T / TDT head (+ the CTC head of a hybrid)."""
+
+    kind = "parakeet_transducer"
+    Dims = ParakeetTransducerDims
+
+    def __init__(self, dims: ParakeetDims) -> None:
+        nn.Module.__init__(self)
+        self.dims = dims
+        self.encoder = FastConformer(dims)
+        if dims.has_ctc:
+            self.ctc = nn.Conv1d(dims.d_model, dims.n_classes, 1)
+        self.predictor = Predictor(dims)
+        self.joint = Joint(dims)
+
+    def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """-> joint_encoded (B, T', J), lengths: what greedy decoding reads"""
+        encoded, lengths = self.encoder(features, lengths)
+        return self.joint.enc(encoded), lengths
+
+    def predict(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One prediction step, through the joint's projection: -> (B, J), h, c"""
+        g, h, c = self.predictor(tokens, h, c)
+        return self.joint.pred(g), h, c
+
+    def start_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """The zero LSTM state (layers, B, H)."""
+        d = self.dims
+        return torch.zeros(d.pred_layers, batch, d.pred_hidden, device=device, dtype=dtype)
+
+
+# -- graph wrappers (the contracts in speechrt.arch.parakeet) ------------------------------------
+
+
+class EncoderGraph(nn.Module):
+    """features, feature_lengths -> encoded_lengths[, log_probs][, joint_encoded]"""
+
+    def __init__(self, model: ParakeetCTC) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, features: Tensor, feature_lengths: Tensor) -> tuple[Tensor, ...]:
+        m = self.model
+        dtype = next(m.parameters()).dtype
+        encoded, lengths = m.encoder(features.to(dtype), feature_lengths)
+        out = [lengths]
+        if m.dims.has_ctc:
+            out.append(m.ctc_log_probs(encoded))
+        if m.dims.transducer:
+            assert isinstance(m, ParakeetTransducer)
+            out.append(m.joint.enc(encoded).float())
+        return tuple(out)
+
+
+class PredictGraph(nn.Module):
+    def __init__(self, model: ParakeetTransducer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        dtype = next(self.model.parameters()).dtype
+        g, h, c = self.model.predict(tokens, h.to(dtype), c.to(dtype))
+        return g.float(), h.float(), c.float()
+
+
+class JointGraph(nn.Module):
+    def __init__(self, model: ParakeetTransducer) -> None:
+        super().__init__()
+        self.joint = model.joint
+
+    def forward(self, joint_encoded: Tensor, joint_predicted: Tensor) -> Tensor:
+        dtype = self.joint.out.weight.dtype
+        return self.joint(joint_encoded.to(dtype), joint_predicted.to(dtype)).float()
+
+
+def build(model: ParakeetCTC, info: object = None) -> EncoderGraph:
+    return EncoderGraph(model)
+
+
+def example(graph: EncoderGraph, batch: int, length: int, seed: int = 0) -> dict[str, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([max(9, length - 7 * i) for i in range(batch)])
+    feats = torch.randn(batch, graph.model.dims.n_mels, length, generator=g)
+    return {"features": feats * valid_mask(lengths, length)[:, None], "feature_lengths": lengths}
+
+
+def build_predict(model: ParakeetTransducer, info: object = None) -> PredictGraph:
+    return PredictGraph(model)
+
+
+def example_predict(graph: PredictGraph, batch: int, length: int, seed: int = 0) -> dict:
+    d = graph.model.dims
+    g = torch.Generator().manual_seed(seed)
+    state = (d.pred_layers, batch, d.pred_hidden)
+    return {
+        "tokens": torch.randint(0, d.n_classes, (batch,), generator=g),
+        "h": torch.randn(*state, generator=g),
+        "c": torch.randn(*state, generator=g),
+    }
+
+
+def build_joint(model: ParakeetTransducer, info: object = None) -> JointGraph:
+    return JointGraph(model)
+
+
+def example_joint(graph: JointGraph, batch: int, length: int, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    J = graph.joint.enc.out_features
+    return {
+        "joint_encoded": torch.randn(batch, J, generator=g),
+        "joint_predicted": torch.randn(batch, J, generator=g),
+    }
