@@ -417,6 +417,11 @@ class ASR:
         from speechrt.runtime.stages import as_float32
 
         out = self.runner.run({"features": as_float32(feats), "feature_lengths": lengths})
+        return self._head(out, samples)
+
+    def _head(self, out: dict[str, Any], samples: list[int]) -> tuple[Any, Any]:
+        """The acoustic graph's outputs -> what decoding reads (CTC log-probs, or a
+        transducer's joint-projected frames) and the frames to decode per window."""
         if "encoded_lengths" in out:  # Parakeet
             return out[self.head_output], self._decode_lengths(out["encoded_lengths"], samples)
         return out["log_probs"], self._decode_lengths(out["log_prob_lengths"], samples)
@@ -446,8 +451,8 @@ class ASR:
         `featurize` then `acoustic`, or on cuda both in one graph (FeaturesToLogProbs)."""
         if self.front is None:
             return self.acoustic(*self.featurize(batch))
-        log_probs, out_lengths = self.front([seg.audio for seg in batch], self._generators(batch))
-        return log_probs, self._decode_lengths(out_lengths, [seg.audio.shape[0] for seg in batch])
+        out = self.front([seg.audio for seg in batch], self._generators(batch))
+        return self._head(out, [seg.audio.shape[0] for seg in batch])
 
     def tokens(self, log_probs: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""

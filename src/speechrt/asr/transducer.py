@@ -121,6 +121,17 @@ class Steps:
         return [[(lab, t, t + d - 1) for lab, t, d in item] for item in tokens]
 
 
+class CudaSteps(Steps):
+    """Steps whose decoding loop runs on the GPU (speechrt.runtime.transducer_cuda)."""
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+
+    def decode(self, f: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
+        tokens = self.loop(f.float(), lengths.to(f.device))
+        return [[(lab, t, t + d - 1) for lab, t, d in item] for item in tokens]
+
+
 def spec_of(dims: dict[str, Any]) -> TransducerSpec:
     """The TransducerSpec of a Parakeet transducer's model.json dims."""
     return TransducerSpec(
@@ -134,6 +145,10 @@ def spec_of(dims: dict[str, Any]) -> TransducerSpec:
 def make_steps(asr: Any, precision: str) -> Steps:
     """The predict and joint steps of an ASR pipeline's transducer, on its backend: the
     exported graphs on onnx, the graph wrappers on eager and cuda (one call per step)."""
+    if asr.backend == "cuda":  # the loop on the device (one host read per block of steps)
+        from speechrt.runtime.transducer_cuda import CudaGreedy
+
+        return CudaSteps(CudaGreedy(asr.model))
     from speechrt.runtime.stages import make_runner
 
     runners = {

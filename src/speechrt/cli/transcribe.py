@@ -1,5 +1,5 @@
 """`speechrt transcribe FILE... --model DIR [--json] [--device D] [--batch-size N]
-[--decoder auto|greedy|beam] [--lm DIR] [--beam-size N] [--alpha A] [--beta B]
+[--decoder auto|greedy|beam|ctc] [--lm DIR] [--beam-size N] [--alpha A] [--beta B]
 [--stream [--realtime] [--chunk-ms MS]]`
 
 One line per file: `FILE<TAB>text`, or with --json one JSON object per line (file, text, words
@@ -54,9 +54,10 @@ def add_decoder_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument(
         "--decoder",
-        choices=("auto", "greedy", "beam"),
+        choices=("auto", "greedy", "beam", "ctc"),
         help="greedy, or beam search with a word LM; auto (default): beam when the model "
-        "directory holds an LM (lm.json) or --lm is given, else greedy",
+        "directory holds an LM (lm.json) or --lm is given, else greedy; ctc: a hybrid "
+        "transducer's CTC head (Parakeet TDT-CTC), greedy",
     )
     g.add_argument("--lm", help="LM directory (lm.json + lm.safetensors) for the beam search")
     g.add_argument("--beam-size", type=int, help="prefixes kept per frame (default: the LM's)")

@@ -30,6 +30,7 @@ from speechrt.arch.parakeet import (
     ParakeetCTCDims,
     ParakeetDims,
     ParakeetTransducerDims,
+    derived_sizes,
     encoder_frames,
 )
 
@@ -166,12 +167,19 @@ class ConformerLayer(nn.Module):
         return self.norm_out(x)
 
 
+def run_layer(layer: ConformerLayer, x: Tensor, pe: Tensor, mask: Tensor, pad: Tensor) -> Tensor:
+    return layer(x, pe, mask, pad)
+
+
 class FastConformer(nn.Module):
     def __init__(self, d: ParakeetDims) -> None:
         super().__init__()
         self.d = d
         self.pre_encode = Subsampling(d)
         self.layers = nn.ModuleList(ConformerLayer(d) for _ in range(d.n_layers))
+        # how a layer runs: run_layer, or (cuda runner) one torch.compile of it shared by
+        # every layer (its weights are the compiled function's inputs)
+        self.layer_fn = run_layer
 
     def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """features: (B, n_mels, T), lengths (B,) -> encoded (B, T', d_model), lengths (B,)"""
@@ -189,7 +197,8 @@ class FastConformer(nn.Module):
         pad = ~valid[:, None, :]  # (B, 1, T)
         pe = relative_positions(T, self.d.d_model, x.device)
         for layer in self.layers:
-            x = layer(x, pe, bias_mask, pad)
+            assert isinstance(layer, ConformerLayer)
+            x = self.layer_fn(layer, x, pe, bias_mask, pad)
         return x, lengths
 
 
@@ -282,9 +291,23 @@ class ParakeetTransducer(ParakeetCTC):
 class EncoderGraph(nn.Module):
     """features, feature_lengths -> encoded_lengths[, log_probs][, joint_encoded]"""
 
+    # the cuda runner captures this graph as it is, after precompile() compiled its layers:
+    # compiling 24 identical layers once each per shape would take minutes
+    compiles_parts = True
+
     def __init__(self, model: ParakeetCTC) -> None:
         super().__init__()
         self.model = model
+
+    def precompile(self) -> None:
+        """One torch.compile of a conformer layer (static shapes), shared by every layer."""
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.inline_inbuilt_nn_modules = True  # weights as inputs: one compilation
+        self.model.encoder.layer_fn = torch.compile(run_layer, dynamic=False)
+
+    def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
+        return derived_sizes(self.model.dims, sizes)
 
     def forward(self, features: Tensor, feature_lengths: Tensor) -> tuple[Tensor, ...]:
         m = self.model

@@ -141,7 +141,12 @@ class CudaRunner:
         self.graphs = mode == "reduce-overhead"
         # name -> callable, compiled and plain (plain: the same math, e.g. for verify's hooks)
         self.plain: dict[str, Callable] = {"graph": self.graph}
-        self.compiled = {k: compile_fn(f, mode, self.device) for k, f in self.plain.items()}
+        self.compiled: dict[str, Callable]
+        if getattr(self.graph, "compiles_parts", False) and self.graphs:
+            # the wrapper compiled its own parts (precompile): capture, don't compile it whole
+            self.compiled = {k: CapturedGraphs(f, self.device) for k, f in self.plain.items()}
+        else:
+            self.compiled = {k: compile_fn(f, mode, self.device) for k, f in self.plain.items()}
 
     def prepare(self, wrapper: nn.Module, dtype: torch.dtype) -> nn.Module:
         """A copy of the wrapper on the device, in dtype and layout, in eval mode; a wrapper

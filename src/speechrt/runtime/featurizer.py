@@ -182,8 +182,9 @@ class FeaturesToLogProbs:
     (the same compiled modules on the same values); one graph launch replaces two, and the
     features are never cropped, copied out and padded again between them.
 
-    __call__(windows, generators) -> log_probs (B, T', V) and log_prob_lengths (B,) on the
-    device, cropped to the windows' true sizes as the runner crops them. Uncompiled (a runner
+    __call__(windows, generators) -> the graph's outputs (log_probs (B, T', V) and
+    log_prob_lengths (B,), ...) on the device, cropped to the windows' true sizes as the runner
+    crops them. Uncompiled (a runner
     and featurizer without graphs, e.g. on the CPU) it runs the same steps unreplayed.
     """
 
@@ -214,15 +215,15 @@ class FeaturesToLogProbs:
         self,
         audios: Sequence[np.ndarray],
         generators: Sequence[torch.Generator | None] | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> dict[str, Tensor]:
+        """-> the acoustic graph's outputs (log_probs, log_prob_lengths, ...)"""
         args, B, N = self.featurizer.host_batch(audios, generators)
         true = {
             "batch": B,
             "feature_frames": self.featurizer.cfg.padded_frames(N) + self.pad_leading,
         }
         frames = self.runner.buckets.size("feature_frames", true["feature_frames"])
-        out = self.runner.crop(self.graph(frames, *args), self.runner.with_derived(true))
-        return out["log_probs"], out["log_prob_lengths"]
+        return self.runner.crop(self.graph(frames, *args), self.runner.with_derived(true))
 
 
 def make_featurizer(cfg: FeatureConfig, backend: str, device: torch.device) -> Featurizer:

@@ -1,0 +1,193 @@
+"""Greedy transducer decoding on the GPU, without a host round trip per step.
+
+The same decisions as speechrt.asr.transducer.greedy (NeMo's label looping), taken one step at
+a time for every item at once, with no branch on the host:
+    f_t = f[b, t_b]; scores = joint(f_t, g_b); label, skip as `decide`
+    blank: t_b += skip                         (g, state unchanged)
+    token: record (label, t_b, skip); g_b, state_b = predict(label, state_b); t_b += skip,
+           + 1 more when it is the max_symbols-th token on a frame it did not leave
+Per item this is the reference's sequence of (frame, g) evaluations: its inner loop over blanks
+is this loop's blank steps. A block of `block` steps is captured once per (batch, frames)
+bucket as a CUDA graph; the host replays blocks and reads one flag per block (any item still
+before its end). The LSTM step is written out over nn.LSTM's own weights (one GEMM per layer
+for both inputs) and the loop runs in float32, so its decisions are the reference's up to
+float rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from speechrt.models.parakeet import ParakeetTransducer
+
+
+def _bucket(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+class CudaGreedy:
+    """(f (B, T, J) joint-projected frames on the GPU, lengths (B,)) -> per item its
+    (label, frame, skip) tokens, as greedy() returns them."""
+
+    def __init__(self, model: ParakeetTransducer, block: int = 16, frame_bucket: int = 32) -> None:
+        d = model.dims
+        self.d, self.block, self.frame_bucket = d, block, frame_bucket
+        self.device = next(model.parameters()).device
+        dev, f32 = self.device, torch.float32
+        lstm = model.predictor.lstm
+        # per layer: W = [W_ih | W_hh] (4H, in + H), b = b_ih + b_hh
+        self.w = [
+            torch.cat((getattr(lstm, f"weight_ih_l{i}"), getattr(lstm, f"weight_hh_l{i}")), 1)
+            .detach()
+            .to(dev, f32)
+            for i in range(d.pred_layers)
+        ]
+        self.b = [
+            (getattr(lstm, f"bias_ih_l{i}") + getattr(lstm, f"bias_hh_l{i}")).detach().to(dev, f32)
+            for i in range(d.pred_layers)
+        ]
+        self.embed = model.predictor.embed.weight.detach().to(dev, f32)
+        j = model.joint
+        self.pred_w, self.pred_b = (
+            j.pred.weight.detach().to(dev, f32),
+            j.pred.bias.detach().to(dev, f32),
+        )
+        self.out_w, self.out_b = (
+            j.out.weight.detach().to(dev, f32),
+            j.out.bias.detach().to(dev, f32),
+        )
+        self.durations = torch.tensor(d.durations or (0,), device=self.device)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph | None, dict]] = {}
+
+    # -- the step, on static tensors ----------------------------------------------------------
+
+    def predict(self, tokens: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """tokens (B,), h, c (L, B, H) -> g (B, J) through the joint's projection, h, c"""
+        x = self.embed[tokens]
+        hs, cs = [], []
+        for i in range(self.d.pred_layers):
+            gates = F.linear(torch.cat((x, h[i]), 1), self.w[i], self.b[i])  # (B, 4H)
+            ig, fg, gg, og = gates.chunk(4, 1)
+            ci = torch.sigmoid(fg) * c[i] + torch.sigmoid(ig) * torch.tanh(gg)
+            x = torch.sigmoid(og) * torch.tanh(ci)
+            hs.append(x)
+            cs.append(ci)
+        return F.linear(x, self.pred_w, self.pred_b), torch.stack(hs), torch.stack(cs)
+
+    def step(self, s: dict[str, Tensor]) -> None:
+        d = self.d
+        B, T, _ = s["f"].shape
+        rows = torch.arange(B, device=self.device)
+        t = s["t"]
+        active = t < s["lengths"]
+        fe = s["f"][rows, t.clamp(max=T - 1)]  # (B, J)
+        logits = F.linear(F.relu(fe + s["g"]), self.out_w, self.out_b)
+        label = logits[:, : d.vocab_size + 1].argmax(-1)
+        blank = label == d.vocab_size
+        if d.durations:
+            skip = self.durations[logits[:, d.vocab_size + 1 :].argmax(-1)]
+            skip = torch.where(blank & (skip == 0), 1, skip)
+        else:
+            skip = blank.long()
+        token = active & ~blank
+        n = s["count"].clamp(max=s["labels"].shape[1] - 1)
+        for name, value in (("labels", label), ("frames", t), ("skips", skip)):
+            old = s[name][rows, n]
+            s[name][rows, n] = torch.where(token, value, old)
+        s["count"] += token
+        same = s["last_frame"] == t
+        s["on_frame"].copy_(
+            torch.where(token, torch.where(same, s["on_frame"] + 1, 1), s["on_frame"])
+        )
+        s["last_frame"].copy_(torch.where(token, t, s["last_frame"]))
+        g, h, c = self.predict(torch.where(token, label, d.vocab_size), s["h"], s["c"])
+        s["g"].copy_(torch.where(token[:, None], g, s["g"]))
+        s["h"].copy_(torch.where(token[None, :, None], h, s["h"]))
+        s["c"].copy_(torch.where(token[None, :, None], c, s["c"]))
+        force = token & (skip == 0) & (s["on_frame"] >= d.max_symbols)
+        t.add_(skip * active + force)
+        s["running"].copy_((t < s["lengths"]).any())
+
+    # -- buffers, capture, replay ---------------------------------------------------------------
+
+    def buffers(self, B: int, T: int) -> dict[str, Tensor]:
+        d, dev = self.d, self.device
+        state = torch.zeros(d.pred_layers, B, d.pred_hidden, device=dev)
+        M = T * max(d.max_symbols, 1) + 1  # the most tokens an item can emit
+        long = torch.long
+        return {
+            "f": torch.zeros(B, T, d.joint_hidden, device=dev),
+            "lengths": torch.zeros(B, device=dev, dtype=long),
+            "t": torch.zeros(B, device=dev, dtype=long),
+            "g": torch.zeros(B, d.joint_hidden, device=dev),
+            "h": state,
+            "c": state.clone(),
+            "last_frame": torch.full((B,), -1, device=dev, dtype=long),
+            "on_frame": torch.zeros(B, device=dev, dtype=long),
+            "count": torch.zeros(B, device=dev, dtype=long),
+            "labels": torch.zeros(B, M, device=dev, dtype=long),
+            "frames": torch.zeros(B, M, device=dev, dtype=long),
+            "skips": torch.zeros(B, M, device=dev, dtype=long),
+            "running": torch.zeros((), device=dev, dtype=torch.bool),
+            "g0": torch.zeros(B, d.joint_hidden, device=dev),
+            "h0": state.clone(),
+            "c0": state.clone(),
+        }
+
+    def reset(self, s: dict[str, Tensor]) -> None:
+        s["t"].zero_()
+        s["g"].copy_(s["g0"])
+        s["h"].copy_(s["h0"])
+        s["c"].copy_(s["c0"])
+        s["last_frame"].fill_(-1)
+        s["on_frame"].zero_()
+        s["count"].zero_()
+        s["running"].copy_((s["t"] < s["lengths"]).any())
+
+    def block_fn(self, s: dict[str, Tensor]) -> None:
+        for _ in range(self.block):
+            self.step(s)
+
+    def capture(self, B: int, T: int) -> tuple[torch.cuda.CUDAGraph | None, dict[str, Tensor]]:
+        """The buffers of a (batch, frames) bucket and its block of steps as a CUDA graph
+        (None off the GPU: the block then runs as it is, e.g. in the CPU tests)."""
+        s = self.buffers(B, T)
+        blank = torch.full((B,), self.d.vocab_size, device=self.device)
+        g0, h0, c0 = self.predict(blank, s["h0"], s["c0"])  # the start symbol's prediction
+        s["g0"].copy_(g0)
+        s["h0"].copy_(h0)
+        s["c0"].copy_(c0)
+        if self.device.type != "cuda":
+            return None, s
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm up outside the capture
+            self.step(s)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.block_fn(s)
+        return graph, s
+
+    @torch.inference_mode()
+    def __call__(self, f: Tensor, lengths: Tensor) -> list[list[tuple[int, int, int]]]:
+        B, T, _ = f.shape
+        key = (1 << (B - 1).bit_length(), _bucket(T, self.frame_bucket))
+        if key not in self.graphs:
+            self.graphs[key] = self.capture(*key)
+        graph, s = self.graphs[key]
+        s["f"].zero_()
+        s["f"][:B, :T].copy_(f, non_blocking=True)
+        s["lengths"].zero_()
+        s["lengths"][:B].copy_(lengths, non_blocking=True)
+        self.reset(s)
+        while bool(s["running"]):  # one read per block of steps
+            if graph is None:
+                self.block_fn(s)
+            else:
+                graph.replay()
+        count = s["count"][:B].tolist()
+        got = [s[k][:B].cpu() for k in ("labels", "frames", "skips")]
+        return [list(zip(*(x[i, : count[i]].tolist() for x in got), strict=True)) for i in range(B)]

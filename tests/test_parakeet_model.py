@@ -1,0 +1,169 @@
+"""Parakeet's parts on random weights: batch independence, the device-side greedy loop against
+the NumPy reference, the graphs' export, and (requires_cuda) the cuda runner against eager.
+
+Parity with NeMo itself is tests/test_parakeet_nemo.py (recorded NeMo outputs)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from speechrt.asr.transducer import TransducerSpec, greedy
+from speechrt.models.parakeet import EncoderGraph, ParakeetCTC, ParakeetTransducer
+from speechrt.registry import preset
+from speechrt.runtime.transducer_cuda import CudaGreedy
+
+requires_cuda = pytest.mark.requires_cuda
+
+
+def talkative(kind: str, seed: int = 0, **dims: object) -> ParakeetCTC:
+    """A tiny random model whose joint emits tokens (its output layer scaled up)."""
+    torch.manual_seed(seed)
+    d = preset(kind, "tiny", **dims)
+    model = (ParakeetTransducer if d.transducer else ParakeetCTC)(d).eval()
+    with torch.no_grad():
+        for p in model.encoder.parameters():  # no all-zero position biases
+            if p.dim() == 2 and p.shape[0] == d.n_heads:
+                p.normal_(0, 0.5)
+        if d.transducer:
+            assert isinstance(model, ParakeetTransducer)
+            model.joint.out.weight.mul_(8.0)
+    return model
+
+
+def steps_of(model: ParakeetTransducer) -> tuple:
+    d = model.dims
+    spec = TransducerSpec(d.vocab_size, d.durations, d.max_symbols, (d.pred_layers, d.pred_hidden))
+
+    def predict(tokens: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple:
+        with torch.inference_mode():
+            out = model.predict(*(torch.from_numpy(x) for x in (tokens, h, c)))
+        return tuple(x.numpy() for x in out)
+
+    def joint(f: np.ndarray, g: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return model.joint(torch.from_numpy(f), torch.from_numpy(g)).numpy()
+
+    return predict, joint, spec
+
+
+@pytest.mark.parametrize("att_context", [None, 3])
+def test_encoder_item_alone_equals_item_in_a_padded_batch(att_context: int | None) -> None:
+    model = talkative("parakeet_transducer", att_context=att_context)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 80, 301, generator=g)
+    lengths = torch.tensor([301, 200, 97])
+    with torch.inference_mode():
+        enc, n = model.encoder(x, lengths)
+        for i in range(3):
+            one, m = model.encoder(x[i : i + 1, :, : lengths[i]], lengths[i : i + 1])
+            assert m.item() == n[i].item()
+            err = (one[0] - enc[i, : n[i]]).abs().max().item()
+            assert err <= 1e-5 * max(1.0, one.abs().max().item())
+
+
+def test_local_attention_sees_only_its_band() -> None:
+    """With att_context w, a change at frame 0 moves encoder frames farther than the receptive
+    field of (conv kernel + band) x layers not at all; without it, it moves every frame."""
+    local = talkative("parakeet_ctc", att_context=2)
+    full = talkative("parakeet_ctc")
+    x = torch.randn(1, 80, 800)
+    y = x.clone()
+    y[:, :, :8] += 1.0  # the first encoder frame's features
+    lengths = torch.tensor([800])
+    with torch.inference_mode():
+        reach = local.dims.n_layers * (2 + local.dims.conv_kernel // 2) + 2
+        a, _ = local.encoder(x, lengths)
+        b, _ = local.encoder(y, lengths)
+        moved = (a - b).abs().amax(-1)[0] > 1e-6
+        assert moved[0] and not moved[reach:].any()
+        a, _ = full.encoder(x, lengths)
+        b, _ = full.encoder(y, lengths)
+        assert ((a - b).abs().amax(-1)[0] > 1e-6).all()
+
+
+@pytest.mark.parametrize("head", ["tdt", "rnnt"])
+def test_device_loop_takes_the_reference_greedy_decisions(head: str) -> None:
+    """CudaGreedy's step (here uncaptured, on the CPU) against the NumPy label-looping
+    reference: the same tokens, frames and skips, items of several lengths together."""
+    durations = (0, 1, 2, 3, 4) if head == "tdt" else ()
+    model = talkative("parakeet_transducer", head=head, durations=durations)
+    predict, joint, spec = steps_of(model)
+    loop = CudaGreedy(model, block=3)
+    g = torch.Generator().manual_seed(2)
+    emitted = 0
+    for _ in range(4):
+        f = torch.randn(3, 37, model.dims.joint_hidden, generator=g) * 3
+        lengths = torch.tensor([37, 20, 1])
+        want = greedy(f.numpy(), lengths.numpy(), predict, joint, spec)
+        assert loop(f, lengths) == want
+        emitted += sum(len(w) for w in want)
+    assert emitted > 20
+
+
+def test_greedy_stops_after_max_symbols_on_a_frame() -> None:
+    """A joint that always emits token 1 with skip 0: max_symbols tokens per frame, then the
+    frame is forced forward (NeMo's rule), for every frame of the item."""
+    spec = TransducerSpec(blank=4, durations=(0, 1), max_symbols=3, state_shape=(1, 2))
+
+    def predict(tokens: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple:
+        return np.zeros((tokens.shape[0], 2), np.float32), h, c
+
+    def joint(f: np.ndarray, g: np.ndarray) -> np.ndarray:
+        logits = np.zeros((f.shape[0], 7), np.float32)
+        logits[:, 1] = 1.0  # token 1
+        logits[:, 5] = 1.0  # skip 0
+        return logits
+
+    tokens = greedy(np.zeros((1, 4, 2), np.float32), np.array([4]), predict, joint, spec)[0]
+    assert tokens == [(1, t, 0) for t in range(4) for _ in range(3)]
+
+
+def test_graphs_export_and_onnx_matches_eager(tmp_path: Path) -> None:
+    """The three graphs export, and onnxruntime matches eager at other sizes (export's check,
+    max error relative to outputs above 1)."""
+    from speechrt.repo import ComponentInfo, save_component
+    from speechrt.runtime.export import export_dir
+
+    model = talkative("parakeet_transducer", att_context=4)
+    info = ComponentInfo(kind=model.kind, dims=model.dims, meta={})
+    save_component(tmp_path, info, model.state_dict())
+    written, checks = export_dir(tmp_path)
+    assert {p.name for p in written} == {"model.onnx", "predict.onnx", "joint.onnx"}
+    assert checks and all(c.max_abs_error < 1e-4 for c in checks)
+
+
+@requires_cuda
+@pytest.mark.parametrize("kind", ["parakeet_ctc", "parakeet_transducer"])
+def test_cuda_runner_matches_eager_fp32(kind: str) -> None:
+    """The cuda runner (bf16, layers compiled, one CUDA graph) against eager fp32: relative
+    error of the head's output under 2e-2, and on the same fp32 frames the captured device
+    loop equals the NumPy reference."""
+    from speechrt.registry import contract
+    from speechrt.runtime.cuda import CudaRunner
+
+    model = talkative(kind)
+    d = model.dims
+    c = contract("parakeet", d)
+    runner = CudaRunner("parakeet", EncoderGraph(model), c, dtype=torch.bfloat16)
+    x = torch.randn(2, 80, 400)
+    lengths = torch.tensor([400, 250])
+    with torch.inference_mode():
+        want = dict(zip(c.output_names, EncoderGraph(model)(x, lengths), strict=True))
+        for _ in range(2):  # capture, then replay
+            got = runner.run({"features": x.cuda(), "feature_lengths": lengths.cuda()})
+    key = "joint_encoded" if d.transducer else "log_probs"
+    rel = (got[key].float().cpu() - want[key]).norm() / want[key].norm()
+    assert rel < 2e-2
+    assert got["encoded_lengths"].tolist() == want["encoded_lengths"].tolist()
+    if d.transducer:
+        assert isinstance(model, ParakeetTransducer)
+        predict, joint, spec = steps_of(model)
+        f, n = want["joint_encoded"], want["encoded_lengths"]
+        loop = CudaGreedy(copy.deepcopy(model).cuda())
+        for _ in range(2):
+            assert loop(f.cuda(), n.cuda()) == greedy(f.numpy(), n.numpy(), predict, joint, spec)
