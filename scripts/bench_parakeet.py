@@ -131,6 +131,32 @@ def hf_model(d: ParakeetDims, seed: int) -> torch.nn.Module | None:
         return None
 
 
+TOKENS_PER_SECOND = 3.5  # English speech, in SentencePiece tokens
+
+
+@torch.inference_mode()
+def calibrate(model: torch.nn.Module, d: ParakeetDims) -> None:
+    """Random weights emit a token at nearly every step: shift the blank's score until the
+    greedy decoder emits TOKENS_PER_SECOND on random 10 s features (bisection), so the loop
+    runs as many steps as it would on speech."""
+    from speechrt.runtime.transducer_cuda import CudaGreedy
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    feats = torch.randn(4, d.n_mels, FRAMES, device="cuda", generator=g)
+    lengths = torch.full((4,), FRAMES - 1, device="cuda", dtype=torch.long)
+    f, n = model(feats, lengths)
+    bias = model.joint.out.bias
+    base = float(bias[d.vocab_size])
+    lo, hi = -50.0, 50.0
+    loop = CudaGreedy(model, compile_step=False)
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        bias[d.vocab_size] = base + mid
+        per_item = sum(len(t) for t in loop(f.float(), n)) / 4
+        lo, hi = (mid, hi) if per_item > TOKENS_PER_SECOND * SECONDS else (lo, mid)
+    print(f"calibrated blank bias +{mid:.2f}: {per_item:.1f} tokens per 10 s", flush=True)
+
+
 def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[dict]:
     from speechrt.models.parakeet import EncoderGraph
     from speechrt.runtime.buckets import Buckets
@@ -145,7 +171,13 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     buckets = Buckets({"batch": tuple(sorted(set(batches))), "feature_frames": (FRAMES,)})
     runner = CudaRunner("parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets)
     eager = EncoderGraph(speechrt_model(d, 0).to(torch.bfloat16)).eval()
-    loop = CudaGreedy(model) if d.transducer else None
+    loop = None
+    if d.transducer:
+        calibrate(model, d)
+        with torch.no_grad():
+            eager.model.joint.out.bias.copy_(model.joint.out.bias)
+            runner.graph.model.joint.out.bias.copy_(model.joint.out.bias)
+        loop = CudaGreedy(model)
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:
@@ -191,6 +223,9 @@ def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil) -> list
         t0 = time.perf_counter()
         runner.run(feeds)  # compile + capture outside the timing
         t_compile = time.perf_counter() - t0
+        from torch._dynamo.utils import counters
+
+        print("dynamo", dict(counters["stats"]), flush=True)
         results = {}
         for v, fn in variants.items():
             try:
@@ -233,12 +268,14 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--models", default="parakeet-ctc-0.6b,parakeet-tdt-0.6b-v2,parakeet-ctc-1.1b")
     p.add_argument("--batches", default="1,32,128")
+    p.add_argument("--commit", help="the commit of the tree (default: git's HEAD)")
     args = p.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    # the device machine's copy of the tree may carry an older HEAD: --commit names the tree
     stamp = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "commit": commit.stdout.strip(),
+        "commit": args.commit or commit.stdout.strip(),
         "command": " ".join(sys.argv),
     }
     ceil = ceilings()
