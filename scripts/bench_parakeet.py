@@ -171,20 +171,44 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     buckets = Buckets({"batch": tuple(sorted(set(batches))), "feature_frames": (FRAMES,)})
     runner = CudaRunner("parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets)
     eager = EncoderGraph(speechrt_model(d, 0).to(torch.bfloat16)).eval()
-    loop = None
+    loop = scan = None
     if d.transducer:
         calibrate(model, d)
         with torch.no_grad():
             eager.model.joint.out.bias.copy_(model.joint.out.bias)
             runner.graph.model.joint.out.bias.copy_(model.joint.out.bias)
         loop = CudaGreedy(model)
+        scan = CudaGreedy(model, scan=True)
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:
-        rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil)
+        rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan)
     del runner, model, eager, hf, loop
     torch.cuda.empty_cache()
     return rows
+
+
+PROFILE = False
+
+
+def profile(what: str, variants: dict) -> None:
+    """The CUDA kernels of each speechrt variant over 3 calls, the 12 costliest."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for v, fn in variants.items():
+        if not v.startswith("cuda"):
+            continue
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+        print(f"--- {what} {v}")
+        print(
+            prof.key_averages().table(
+                sort_by="cuda_time_total", row_limit=12, max_name_column_width=60
+            )
+        )
 
 
 def decode(d: ParakeetDims, out: dict, loop: object) -> object:
@@ -194,7 +218,7 @@ def decode(d: ParakeetDims, out: dict, loop: object) -> object:
     return ctc_text(out["log_probs"], out["encoded_lengths"], d.vocab_size)
 
 
-def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil) -> list[dict]:  # noqa: ANN001
+def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan) -> list[dict]:  # noqa: ANN001
     from speechrt.models.parakeet import EncoderGraph
 
     c = runner.contract
@@ -211,6 +235,8 @@ def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil) -> list
         ),
         "cuda-bf16": lambda: decode(d, runner.run(feeds), loop),
     }
+    if scan is not None:  # the loop that skips blanks in one pass per token
+        variants["cuda-bf16-scan"] = lambda: decode(d, runner.run(feeds), scan)
     if hf is not None:
         x = feats.transpose(1, 2).to(torch.bfloat16).contiguous()
         n = torch.full((B,), encoder_frames(d, FRAMES - 1), device="cuda")
@@ -233,6 +259,8 @@ def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil) -> list
             except torch.cuda.OutOfMemoryError:
                 results[v] = float("nan")
                 torch.cuda.empty_cache()
+        if PROFILE:
+            profile(f"{name} B={B}", variants)
         # the fast path against eager fp32 on these inputs
         ref = EncoderGraph(speechrt_model(d, 0)).eval()
         want = dict(zip(c.output_names, ref(feats, lengths), strict=True))
@@ -269,7 +297,10 @@ def main() -> int:
     p.add_argument("--models", default="parakeet-ctc-0.6b,parakeet-tdt-0.6b-v2,parakeet-ctc-1.1b")
     p.add_argument("--batches", default="1,32,128")
     p.add_argument("--commit", help="the commit of the tree (default: git's HEAD)")
+    p.add_argument("--profile", action="store_true", help="print the costliest CUDA kernels")
     args = p.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     # the device machine's copy of the tree may carry an older HEAD: --commit names the tree
     stamp = {

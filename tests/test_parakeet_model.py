@@ -86,14 +86,15 @@ def test_local_attention_sees_only_its_band() -> None:
         assert ((a - b).abs().amax(-1)[0] > 1e-6).all()
 
 
+@pytest.mark.parametrize("scan", [False, True])
 @pytest.mark.parametrize("head", ["tdt", "rnnt"])
-def test_device_loop_takes_the_reference_greedy_decisions(head: str) -> None:
+def test_device_loop_takes_the_reference_greedy_decisions(head: str, scan: bool) -> None:
     """CudaGreedy's step (here uncaptured, on the CPU) against the NumPy label-looping
     reference: the same tokens, frames and skips, items of several lengths together."""
     durations = (0, 1, 2, 3, 4) if head == "tdt" else ()
     model = talkative("parakeet_transducer", head=head, durations=durations)
     predict, joint, spec = steps_of(model)
-    loop = CudaGreedy(model, block=3)
+    loop = CudaGreedy(model, block=3, scan=scan)
     g = torch.Generator().manual_seed(2)
     emitted = 0
     for _ in range(4):

@@ -37,8 +37,12 @@ class CudaGreedy:
         block: int = 16,
         frame_bucket: int = 32,
         compile_step: bool | None = None,
+        scan: bool = False,
     ) -> None:
-        """compile_step (default: on a GPU): torch.compile the step, fusing its small ops."""
+        """compile_step (default: on a GPU): torch.compile the step, fusing its small ops.
+        scan: each step first skips the blanks before the next token in one pass over the
+        frames (skip_blanks), so a step emits a token: fewer, larger steps."""
+        self.scan = scan
         d = model.dims
         self.d, self.block, self.frame_bucket = d, block, frame_bucket
         self.device = next(model.parameters()).device
@@ -86,21 +90,41 @@ class CudaGreedy:
             cs.append(ci)
         return F.linear(x, self.pred_w, self.pred_b), torch.stack(hs), torch.stack(cs)
 
+    def decide(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """logits (..., classes [+ durations]) -> label, blank, skip (...)"""
+        d = self.d
+        label = logits[..., : d.vocab_size + 1].argmax(-1)
+        blank = label == d.vocab_size
+        if d.durations:
+            skip = self.durations[logits[..., d.vocab_size + 1 :].argmax(-1)]
+            return label, blank, torch.where(blank & (skip == 0), 1, skip)
+        return label, blank, blank.long()
+
+    def skip_blanks(self, s: dict[str, Tensor]) -> None:
+        """Move each item's t along its chain of blanks to the next frame where its current g
+        gives a token (or past its end) at once: the joint on every frame with g (one GEMM),
+        then pointer jumping over next[t] = t + skip(t) for a blank, t for a token."""
+        B, T, _ = s["f"].shape
+        logits = F.linear(F.relu(s["f"] + s["g"][:, None]), self.out_w, self.out_b)  # (B, T, C)
+        _, blank, skip = self.decide(logits)
+        frames = torch.arange(T + 1, device=self.device)
+        nxt = torch.where(blank, frames[None, :T] + skip, frames[None, :T]).clamp(max=T)
+        nxt = torch.where(frames[None, :T] < s["lengths"][:, None], nxt, T)  # past the end
+        nxt = torch.cat((nxt, torch.full((B, 1), T, device=self.device)), 1)  # (B, T + 1)
+        for _ in range(max(1, T.bit_length())):  # 2**k steps along every chain
+            nxt = nxt.gather(1, nxt)
+        s["t"].copy_(nxt.gather(1, s["t"].clamp(max=T)[:, None])[:, 0])
+
     def step(self, s: dict[str, Tensor]) -> None:
         d = self.d
+        if self.scan:
+            self.skip_blanks(s)
         B, T, _ = s["f"].shape
         rows = torch.arange(B, device=self.device)
         t = s["t"]
         active = t < s["lengths"]
         fe = s["f"][rows, t.clamp(max=T - 1)]  # (B, J)
-        logits = F.linear(F.relu(fe + s["g"]), self.out_w, self.out_b)
-        label = logits[:, : d.vocab_size + 1].argmax(-1)
-        blank = label == d.vocab_size
-        if d.durations:
-            skip = self.durations[logits[:, d.vocab_size + 1 :].argmax(-1)]
-            skip = torch.where(blank & (skip == 0), 1, skip)
-        else:
-            skip = blank.long()
+        label, blank, skip = self.decide(F.linear(F.relu(fe + s["g"]), self.out_w, self.out_b))
         token = active & ~blank
         n = s["count"].clamp(max=s["labels"].shape[1] - 1)
         for name, value in (("labels", label), ("frames", t), ("skips", skip)):
