@@ -166,3 +166,51 @@ def talkative_model(kind: str) -> DLEModel:
         ref.decoder.layers[0].weight *= DECODER_GAIN
         ref.decoder.layers[0].bias[0] += 2.0 if kind == "jasper" else 3.0
     return ref
+
+
+def dle_features(x: np.ndarray) -> np.ndarray:
+    """DLE's FilterbankFeatures (the dle_config above, no dither) written out by hand: float64,
+    a frame loop, numpy's FFT. (N,) -> (64, 1 + N // 160), zero past the ceil(N / 160) valid
+    frames; not yet padded to a multiple of pad_align."""
+    from speechrt.audio.mel import mel_filterbank
+
+    x = x.astype(np.float64)
+    y = np.concatenate([x[:1], x[1:] - 0.97 * x[:-1]])
+    y = np.pad(y, 256, mode="reflect")
+    window = np.zeros(512)
+    window[96 : 96 + 320] = np.hanning(320)  # symmetric Hann, centred in n_fft
+    n_frames = 1 + len(x) // 160
+    frames = np.stack([y[i * 160 : i * 160 + 512] * window for i in range(n_frames)], axis=1)
+    power = np.abs(np.fft.rfft(frames, axis=0)) ** 2
+    fb = mel_filterbank(16000, 512, 64, 0.0, 8000.0).astype(np.float64)  # == librosa
+    mel = np.log(fb @ power + 1e-20)
+    valid = int(np.ceil(len(x) / 160))
+    m = mel[:, :valid]
+    mel = (mel - m.mean(axis=1, keepdims=True)) / (m.std(axis=1, ddof=1, keepdims=True) + 1e-5)
+    mel[:, valid:] = 0
+    return mel
+
+
+PAD_LEADING = {"jasper": 16, "quartznet": 0}  # zero frames DLE's inference.py prepends
+
+
+def dle_inference(kind: str, model: DLEModel, x: np.ndarray) -> tuple[str, np.ndarray]:
+    """DLE's inference.py on one file at batch size 1: features of the whole file, padded to a
+    multiple of 16 frames, PAD_LEADING zero frames prepended, the model, then greedy CTC over
+    every output frame (the padded tail too: DLE decodes it).
+    -> (its transcript, words split by single spaces; log-probs (T', 29))."""
+    pad_leading = PAD_LEADING[kind]
+    feats = dle_features(x)
+    valid = int(np.ceil(len(x) / 160))
+    feats = np.pad(feats, ((0, 0), (pad_leading, -feats.shape[1] % 16)))
+    with torch.no_grad():
+        log_probs, _ = model(
+            torch.from_numpy(feats).float()[None], torch.tensor([valid + pad_leading])
+        )
+    lp = log_probs[0].numpy()
+    blank, ids, last = lp.shape[1] - 1, [], -1
+    for i in lp.argmax(1).tolist():  # collapse repeats, drop blanks
+        if i != last and i != blank:
+            ids.append(i)
+        last = i
+    return " ".join("".join(LABELS[i] for i in ids).split()), lp

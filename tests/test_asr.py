@@ -138,7 +138,7 @@ def test_segments_partition_long_audio(model_dirs: dict[str, Path]) -> None:
 
 
 def test_long_audio_stitching(model_dirs: dict[str, Path]) -> None:
-    asr = ASR(model_dirs["jasper"], window=3.0, overlap=1.0, vad=None)  # fixed windows
+    asr = ASR(model_dirs["jasper"], window=3.0, overlap=1.0, vad=False)  # fixed windows
     w = speechlike(10.0, 11)
     words = asr.transcribe([w], batch_size=3)[0].words
     expect = []

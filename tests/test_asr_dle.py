@@ -1,6 +1,9 @@
-"""Jasper / QuartzNet checkpoints in the DLE layout -> `speechrt convert` -> same log-probs.
+"""Jasper / QuartzNet checkpoints in the DLE layout -> `speechrt convert` -> same log-probs, and
+by default (no voice activity detection: the checkpoint does not ask for it) the transcripts of
+DLE's inference on whole files, through the CLI and the server.
 
-The reference is a DLE-layout module written for these tests (tests/dle_jasper.py).
+The reference is a DLE-layout module and DLE's inference written for these tests
+(tests/dle_jasper.py).
 """
 
 from __future__ import annotations
@@ -9,11 +12,22 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 import torch
 from torch import nn
 
-from dle_jasper import LABELS, TINY, DLEModel, block_cfg, dle_model
+from dle_jasper import (
+    LABELS,
+    TINY,
+    DLEModel,
+    block_cfg,
+    dle_inference,
+    dle_model,
+    speechlike,
+    talkative_model,
+)
 from speechrt.arch.jasper import PRESETS
 from speechrt.cli import main
 from speechrt.convert.jasper import from_dle
@@ -167,3 +181,105 @@ def test_quartznet_15x5_default_dims(tmp_path: Path) -> None:
         k: list(v) if isinstance(v, tuple) else v for k, v in PRESETS["quartznet-15x5"].items()
     }
     assert_same_outputs(ref, model)
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two 16-bit WAVs as a user records them: speech-like sound between 0.6 s and 0.8 s of
+    quiet, over a -60 dBFS noise floor (what a voice activity detector cuts away)."""
+    root, paths = tmp_path_factory.mktemp("dle_wavs"), []
+    for seed in (210, 225):  # each frame's best label beats the next by > 5e-3 (asserted below)
+        x = np.concatenate([np.zeros(9600), speechlike(2.5, seed), np.zeros(12800)])
+        x += 0.001 * np.random.default_rng(seed).standard_normal(x.size)
+        paths.append(root / f"rec{seed}.wav")
+        sf.write(paths[-1], x.astype(np.float32), 16000, subtype="PCM_16")
+    return paths
+
+
+def dle_transcripts(kind: str, ref: DLEModel, paths: list[Path]) -> list[str]:
+    texts = []
+    for path in paths:
+        audio, _ = sf.read(path, dtype="float32")  # as DLE reads a WAV: int16 / 32768
+        text, log_probs = dle_inference(kind, ref, audio)
+        # speechrt's log-probs are within ~2e-4 of these (float32 features against float64):
+        # no frame's best label is that close to a tie, so the transcripts must be equal
+        top2 = np.sort(log_probs, axis=1)[:, -2:]
+        assert (top2[:, 1] - top2[:, 0]).min() > 5e-3
+        assert len(text.split()) >= 10  # the test model does say things
+        texts.append(text)
+    return texts
+
+
+def transcribe_cli(capsys: pytest.CaptureFixture, paths: list[Path], *flags: str) -> list[str]:
+    capsys.readouterr()  # what came before
+    assert main(["transcribe", *map(str, paths), *flags]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [str(p) for p in paths]
+    return [line.split("\t", 1)[1] for line in lines]
+
+
+@pytest.mark.parametrize("kind", ["jasper", "quartznet"])
+def test_cli_transcribes_as_dle_by_default(
+    tmp_path: Path, kind: str, recordings: list[Path], capsys: pytest.CaptureFixture
+) -> None:
+    """`speechrt transcribe WAV --model DIR` on a converted checkpoint gives DLE's transcripts;
+    --vad turns the detector on for it (the cuts change every transcript), --no-vad is the
+    default spelt out."""
+    from speechrt.asr import ASR
+
+    ref = talkative_model(kind)
+    model_dir = convert(tmp_path, {"state_dict": ref.state_dict(), "config": dle_config(kind)})
+    assert "vad" not in load_component(model_dir)[1].meta  # the checkpoint asks for none
+    want = dle_transcripts(kind, ref, recordings)
+    assert transcribe_cli(capsys, recordings, "--model", str(model_dir)) == want
+    assert transcribe_cli(capsys, recordings, "--model", str(model_dir), "--no-vad") == want
+    with_vad = transcribe_cli(capsys, recordings, "--model", str(model_dir), "--vad")
+    assert all(got != text for got, text in zip(with_vad, want, strict=True))
+    detected = ASR(model_dir, vad=True)
+    assert detected.vad is not None and ASR(model_dir).vad is None
+    assert with_vad == [t.text for t in detected.transcribe([str(p) for p in recordings])]
+
+
+def test_server_transcribes_as_dle_by_default(tmp_path: Path, recordings: list[Path]) -> None:
+    """`speechrt serve --asr DIR` on a converted checkpoint: uploads, and streamed ones (whose
+    final text is the realtime sessions' too: speechrt.serving.streams), give DLE's
+    transcripts; `serve --vad` turns the detector on."""
+    import asyncio
+
+    import httpx
+
+    from speechrt.cli import build_parser
+    from speechrt.cli.serve import load_server
+    from speechrt.serving import create_app
+
+    ref = talkative_model("quartznet")
+    model_dir = convert(tmp_path, {"state_dict": ref.state_dict()})
+    want = dle_transcripts("quartznet", ref, recordings)
+
+    async def served(*flags: str) -> tuple[list[str], list[str]]:
+        args = build_parser().parse_args(["serve", "--asr", str(model_dir), *flags])
+        app = create_app(load_server(args))
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+        texts, streamed = [], []
+        async with app.router.lifespan_context(app), client:
+            for path in recordings:
+                for stream, out in (("false", texts), ("true", streamed)):
+                    r = await client.post(
+                        "/v1/audio/transcriptions",
+                        data={"model": "asr", "stream": stream},
+                        files={"file": (path.name, path.read_bytes(), "audio/wav")},
+                    )
+                    assert r.status_code == 200, r.text
+                    if stream == "false":
+                        out.append(r.json()["text"])
+                        continue
+                    events = [
+                        json.loads(line[6:]) for line in r.text.splitlines() if line[:6] == "data: "
+                    ]
+                    assert events[-1]["type"] == "transcript.text.done"
+                    out.append(events[-1]["text"])
+        return texts, streamed
+
+    assert asyncio.run(served()) == (want, want)
+    with_vad, streamed = asyncio.run(served("--vad"))
+    assert streamed == with_vad and all(a != b for a, b in zip(with_vad, want, strict=True))

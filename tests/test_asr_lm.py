@@ -45,7 +45,7 @@ def dirs(tmp_path_factory: pytest.TempPathFactory, audios: list[np.ndarray]) -> 
 
 
 def test_lm_beside_the_model_means_beam_search(dirs: dict[str, Path], audios: list) -> None:
-    asr = ASR(dirs["with_lm"], vad=None)  # one window per item, as segments() cuts it
+    asr = ASR(dirs["with_lm"], vad=False)  # one window per item, as segments() cuts it
     assert asr.decoder == "beam" and asr.beam_options is not None and asr.lm is not None
     assert asr.beam_options.beam_size == 8 and asr.beam_options.alpha == 0.5  # lm.json's
     got = asr.transcribe(audios)

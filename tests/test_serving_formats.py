@@ -1,6 +1,7 @@
 """Every speech format through a real server and the openai client, whole and streamed: each
-decodes to the wav response's samples (lossless formats exactly, MP3 and Opus within a stated
-signal-to-noise ratio after aligning for the encoder's delay)."""
+decodes to the wav response's samples (whole lossless formats exactly; streamed wav and pcm
+exactly where this CPU's kernels are batch-invariant, else within 2 int16 steps; MP3 and Opus
+within a stated log-spectral distance after aligning for the encoder's delay)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from speechrt.audio import codecs
 from speechrt.audio.io import read_audio
+from speechrt.device import batch_invariance_holds
 
 THREE = "The first sentence is here. Then a second, longer one follows it! Is this the third?"
 # Lossy formats are compared by log-spectral distance: the mean |dB| difference of band energies
@@ -20,6 +22,7 @@ THREE = "The first sentence is here. Then a second, longer one follows it! Is th
 # anything. Measured: mp3 0.53 dB, opus 0.51 dB; the same audio 300 samples late: 5.9 dB,
 # at half the gain: 6.0 dB, noise of the same level: 34 dB.
 MAX_LSD_DB = 2.0
+STREAM_LSB = 2  # streamed vs whole samples (the first sentence is vocoded in two spans)
 MAX_DELAY = 2400  # samples: LAME's encoder delay (1,105) and a streamed MP3's Info frame (576)
 EDGE = 1200  # samples at each end left out: codec start-up and flush transients
 
@@ -108,8 +111,10 @@ def test_streamed_formats_decode_to_the_wav_samples(oai, reference, fmt):
         assert lsd <= MAX_LSD_DB, (delay, lsd)
         # an Opus stream keeps its pre-skip; an MP3 stream cannot rewrite its Info frame
         assert (delay == 0) if fmt == "opus" else (0 < delay <= MAX_DELAY)
-    else:
-        assert np.array_equal(np.round(got * 32768), np.round(want * 32768))
+    else:  # bitwise only where batch-invariant kernels prove it (the server runs the mode)
+        lsb = 0 if batch_invariance_holds() else STREAM_LSB
+        assert got.shape == want.shape
+        assert np.abs(np.round(got * 32768) - np.round(want * 32768)).max() <= lsb
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,25 @@ def test_hours_of_silence_cost_no_model_work() -> None:
     assert speech_windows(np.zeros(3600 * SR, np.float32), SR) == []
 
 
+def test_the_model_json_decides_and_the_caller_overrides() -> None:
+    """model_vad: off unless model.json's meta turns it on (true, or options); an explicit
+    True / False / VadOptions from the caller wins; a malformed setting is one error."""
+    from speechrt.asr.vad import model_vad
+    from speechrt.errors import SpeechRTError
+
+    tuned = VadOptions(context=0.5)
+    assert model_vad({}) is None and model_vad({"vad": False}) is None
+    assert model_vad({"vad": True}) == VadOptions()
+    assert model_vad({"vad": {"context": 0.5}}) == tuned
+    assert model_vad({"vad": {"context": 0.5}}, False) is None
+    assert model_vad({}, True) == VadOptions() and model_vad({"vad": False}, True) == VadOptions()
+    assert model_vad({"vad": {"context": 0.5}}, True) == tuned  # on, with the model's options
+    assert model_vad({"vad": True}, tuned) == tuned
+    for bad in ("yes", 1, None, {"context": -1.0}, {"contexts": 0.5}, {"context": "wide"}):
+        with pytest.raises(SpeechRTError, match="dir: model.json vad"):
+            model_vad({"vad": bad}, where="dir")
+
+
 @pytest.fixture(scope="module")
 def recorded() -> tuple[object, np.ndarray, np.ndarray]:
     """The bundled recogniser (onnx, the CPU default) and two sentences of the bundled voice."""
@@ -142,8 +161,31 @@ def test_padding_with_silence_changes_nothing(recorded) -> None:
             assert a.end == pytest.approx(b.end + pad, abs=0.011)
 
 
+def test_the_bundled_recogniser_turns_the_detector_on_in_its_model_json(recorded, tmp_path) -> None:
+    """The bundled model.json says `"vad": true`; the same weights with a model.json that says
+    nothing transcribe without the detector (as a converted checkpoint does), unless asked."""
+    import json
+    from pathlib import Path
+
+    from speechrt.asr import ASR
+    from speechrt.defaults import asr_dir
+
+    asr, _, _ = recorded
+    bundled = Path(asr_dir(None))
+    info = json.loads((bundled / "model.json").read_text())
+    assert info["meta"]["vad"] is True and asr.vad == VadOptions()
+    del info["meta"]["vad"]
+    for f in bundled.iterdir():
+        if f.name != "model.json":
+            (tmp_path / f.name).symlink_to(f)
+    (tmp_path / "model.json").write_text(json.dumps(info))
+    assert ASR(tmp_path).vad is None
+    assert ASR(tmp_path, vad=True).vad == VadOptions()
+    assert len(ASR(tmp_path).speech_segments(0, silence(10))) >= 1
+
+
 def test_without_the_detector_silence_reaches_the_recogniser(recorded) -> None:
-    """vad=None hands every window to the recogniser; the detector hands it none of silence.
+    """vad=False hands every window to the recogniser; the detector hands it none of silence.
     (Earlier recognisers made words of silence alone, the reason the detector exists; the
     bundled one, trained with silence, noise and hum around its speech, now hears nothing in
     10 s of them either way, so the difference shows in the windows, not the words.)"""
@@ -151,7 +193,7 @@ def test_without_the_detector_silence_reaches_the_recogniser(recorded) -> None:
 
     asr, _, _ = recorded
     assert asr.speech_segments(0, silence(10)) == []
-    assert len(ASR(vad=None).speech_segments(0, silence(10))) >= 1
+    assert len(ASR(vad=False).speech_segments(0, silence(10))) >= 1
 
 
 def test_telephone_rate_gives_the_same_words(recorded) -> None:
@@ -189,9 +231,9 @@ def test_long_audio_is_cut_at_pauses(recorded) -> None:
     assert got.words[n_first - 1].end < middle < got.words[n_first].start
 
 
-def test_cli_no_vad(tmp_path, capsys, monkeypatch) -> None:
+def test_cli_vad_flags(tmp_path, capsys, monkeypatch) -> None:
     """`speechrt transcribe` on 5 s of digital silence: no words; --no-vad: the recogniser
-    without its detector."""
+    without its detector; neither flag: the model's own setting (ASR's vad=None)."""
     import soundfile as sf
 
     import speechrt.asr as asr_module
@@ -201,7 +243,7 @@ def test_cli_no_vad(tmp_path, capsys, monkeypatch) -> None:
     sf.write(path, silence(5), SR)
     assert main(["transcribe", str(path)]) == 0
     assert capsys.readouterr().out == f"{path}\t\n"
-    made = []  # --no-vad reaches the recogniser as vad=None
+    made = []  # --no-vad reaches the recogniser as vad=False, --vad as True
     real = asr_module.ASR.__init__
 
     def init(self, *args, **kwargs):
@@ -210,7 +252,11 @@ def test_cli_no_vad(tmp_path, capsys, monkeypatch) -> None:
 
     monkeypatch.setattr(asr_module.ASR, "__init__", init)
     assert main(["transcribe", str(path), "--no-vad"]) == 0
-    assert made == [None] and capsys.readouterr().out.startswith(f"{path}\t")
+    assert made == [False] and capsys.readouterr().out.startswith(f"{path}\t")
+    assert main(["transcribe", str(path), "--vad"]) == 0
+    assert main(["transcribe", str(path)]) == 0
+    assert made == [False, True, "default"]
+    assert capsys.readouterr().out == f"{path}\t\n" * 2
     assert main(["transcribe", str(path), "--no-vad", "--url", "http://127.0.0.1:9"]) != 0
     assert "--url" in capsys.readouterr().err
 

@@ -108,6 +108,7 @@ def quartznet_component(
         "pad_leading": 0,
         "preset": preset,
         "precise_bn": data is not None,
+        "vad": True,  # voice activity detection on where it is served (asr.vad.model_vad)
     }
     return model, ComponentInfo("quartznet", model.dims, None, meta)
 

@@ -1,7 +1,8 @@
 """Speech recognition pipeline: audio -> features -> log-probs -> CTC decoding -> timed words.
 
-load_audio -> speech_segments (the speech regions that voice activity detection finds, long ones
-in overlapping windows) -> features -> log_probs -> decode
+load_audio -> speech_segments (the speech regions that voice activity detection finds where the
+model turns it on, long ones in overlapping windows; else fixed windows) -> features -> log_probs
+-> decode
 
 Decoding is greedy, or a CTC prefix beam search with a word n-gram LM (speechrt.asr.beam) when the
 model directory holds one (lm.json + lm.safetensors) or one is given.
@@ -29,7 +30,7 @@ from speechrt.asr.beam import BeamOptions
 from speechrt.asr.ctc import host
 from speechrt.asr.decoding import Decoder, Heard, Segment, Transcript  # noqa: F401 (re-exported)
 from speechrt.asr.lm import NGramLM
-from speechrt.asr.vad import VadOptions, cut, speech_windows
+from speechrt.asr.vad import VadOptions, cut, model_vad, speech_windows
 from speechrt.audio.features import FeatureConfig, batch_features_numpy
 from speechrt.errors import SpeechRTError
 from speechrt.repo import ComponentInfo, read_info
@@ -102,7 +103,7 @@ class ASR:
         beam_size: int | None = None,
         alpha: float | None = None,
         beta: float | None = None,
-        vad: VadOptions | None = VadOptions(),
+        vad: bool | VadOptions | None = None,
     ) -> None:
         """`model_dir` None: the bundled default recogniser (speechrt.defaults). `dither`
         overrides the model's (0 = deterministic); noise is drawn per window from `seed`.
@@ -118,8 +119,10 @@ class ASR:
         when there is an LM, else greedy. `beam_size`, `alpha` (LM weight) and `beta` (word
         bonus) override the LM's tuned defaults (its lm.json).
 
-        `vad`: transcribe only the speech that voice activity detection finds
-        (speechrt.asr.vad); None transcribes all of the audio in fixed windows."""
+        `vad`: transcribe only the speech that voice activity detection finds (speechrt.asr.vad)
+        or all of the audio in fixed windows. None (default): as the model's model.json says
+        (asr.vad.model_vad: off unless it turns the detector on, as the bundled recogniser's
+        does); True / False: on / off whatever it says; VadOptions: on, with these."""
         if window < 1.0:
             raise SpeechRTError(f"window must be >= 1 s, got {window}")
         if not 0 <= overlap < window / 2:
@@ -200,7 +203,7 @@ class ASR:
             self.sample_rate,
         )  # fmt: skip
         self.window, self.overlap, self.seed = window, overlap, seed
-        self.vad = vad
+        self.vad: VadOptions | None = model_vad(meta, vad, str(model_dir))
         # NeMo decodes an item's valid frames only; DLE's inference.py its padded tail too
         self.decode_padding = decode_padding and "strides" in self.info.dims
         self._frames_cache: dict[int, int] = {}  # input frames -> output frames
@@ -355,7 +358,7 @@ class ASR:
     def speech_segments(self, item: int, audio: np.ndarray, seed: int = 0) -> list[Segment]:
         """The speech regions of one item (speechrt.asr.vad), each with its margin of context
         (zeros beyond the audio), cut into windows as `segments` cuts; none for silence or
-        steady noise. Without VAD (vad=None): `segments`."""
+        steady noise. Without VAD (self.vad None): `segments`."""
         if self.vad is None:
             return self.segments(item, audio, seed)
         sr, out = self.sample_rate, []

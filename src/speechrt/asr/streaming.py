@@ -194,7 +194,7 @@ class StreamingRecognizer:
         self.commit_samples = round(commit_every * asr.sample_rate)
         self.since_commit = 0
         # partials stay empty until the offline pass's voice activity detector hears speech
-        self.detector = None if asr.vad is None else TurnDetector(asr.sample_rate)
+        self.detector = None if asr.vad is None else TurnDetector(asr.sample_rate, options=asr.vad)
         self.heard = self.detector is None
 
     @property

@@ -1,10 +1,11 @@
 """Voice activity detection: where in a recording someone speaks, from frame energies.
 
 A recogniser trained on speech turns long silence and steady noise into words ("i i i"), and
-leading or trailing silence changes its per-window feature normalisation. The ASR pipeline
-therefore transcribes only the regions this detector finds, each cut with the same margin of
-context (zero-padded where the recording ends), so a recording padded with silence gives the
-windows, and the transcript, of the unpadded one.
+leading or trailing silence changes its per-window feature normalisation. A recogniser whose
+model.json turns the detector on (model_vad: the bundled one's does; a converted checkpoint's,
+as its reference, does not) therefore transcribes only the regions it finds, each cut with the
+same margin of context (zero-padded where the recording ends), so a recording padded with
+silence gives the windows, and the transcript, of the unpadded one.
 
 The detector is energy-based and adapts to the recording: a 20 ms frame (10 ms hop) is speech
 when its energy exceeds the recording's noise floor (a low percentile of its frame energies,
@@ -15,7 +16,9 @@ speech. Numpy only (no torch), bounded memory for hours of audio.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +43,39 @@ class VadOptions:
             raise ValueError("VAD thresholds must be >= 0 (range_fraction within [0, 1])")
         if min(self.min_speech, self.bridge, self.split_gap, self.context) < 0:
             raise ValueError("VAD durations must be >= 0")
+
+
+def model_vad(
+    meta: Mapping[str, Any], override: bool | VadOptions | None = None, where: str = "model"
+) -> VadOptions | None:
+    """The detector a recogniser runs (None: none, all of the audio in fixed windows).
+
+    `override` (the caller's --vad / --no-vad) wins: False is off, True is on with the model's
+    options (or the defaults), VadOptions are these. Without one, the model's model.json decides:
+    `meta["vad"]` true (the defaults) or an object of VadOptions fields turns the detector on;
+    false or absent leaves it off, so a converted checkpoint transcribes as its reference does.
+    SpeechRTError (naming `where`) for a setting that is neither."""
+    from speechrt.errors import SpeechRTError
+
+    setting = meta.get("vad", False)
+    if isinstance(setting, bool):
+        own = VadOptions() if setting else None
+    elif isinstance(setting, Mapping):
+        names = {f.name for f in fields(VadOptions)}
+        unknown = sorted(set(setting) - names)
+        if unknown:
+            raise SpeechRTError(f"{where}: model.json vad: unknown option(s) {', '.join(unknown)}")
+        try:
+            own = VadOptions(**{k: float(v) for k, v in setting.items()})
+        except (TypeError, ValueError) as e:
+            raise SpeechRTError(f"{where}: model.json vad: {e}") from None
+    else:
+        raise SpeechRTError(f"{where}: model.json vad must be true, false or an object of options")
+    if override is None:
+        return own
+    if isinstance(override, VadOptions):
+        return override
+    return (own or VadOptions()) if override else None
 
 
 def frame_energies_db(audio: np.ndarray, sample_rate: int) -> np.ndarray:

@@ -242,7 +242,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
                                 "--vocoder DIR and/or --asr DIR")  # fmt: skip
     flags = (
         args.decoder
-        or args.no_vad
+        or args.vad is not None
         or any(v is not None for k, v in decoder_options(args).items() if k != "decoder")
     )
     if args.asr is None and flags:

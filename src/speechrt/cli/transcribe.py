@@ -1,5 +1,5 @@
 """`speechrt transcribe FILE... --model DIR [--json] [--device D] [--batch-size N]
-[--decoder auto|greedy|beam|ctc] [--lm DIR] [--beam-size N] [--alpha A] [--beta B]
+[--decoder auto|greedy|beam|ctc] [--lm DIR] [--beam-size N] [--alpha A] [--beta B] [--[no-]vad]
 [--stream [--realtime] [--chunk-ms MS]]`
 
 One line per file: `FILE<TAB>text`, or with --json one JSON object per line (file, text, words
@@ -8,6 +8,8 @@ the others are still transcribed, and the exit status is then 2.
 
 Decoding: a CTC prefix beam search with a word LM when the model directory holds one (lm.json +
 lm.safetensors) or --lm names one, else greedy (speechrt.asr.beam).
+Voice activity detection: as the model's model.json says, unless --vad or --no-vad
+(docs/design.md).
 
 --stream feeds each file as a microphone would, showing partial text as it comes
 (speechrt.cli.transcribe_stream).
@@ -64,15 +66,17 @@ def add_decoder_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--alpha", type=float, help="LM weight (default: the LM's tuned value)")
     g.add_argument("--beta", type=float, help="bonus per word (default: the LM's tuned value)")
     g.add_argument(
-        "--no-vad",
-        action="store_true",
-        help="transcribe all of the audio in fixed windows (default: only the speech that voice "
-        "activity detection finds; silence and steady noise give no words)",
+        "--vad",
+        action=argparse.BooleanOptionalAction,
+        help="transcribe only the speech that voice activity detection finds (silence and "
+        "steady noise give no words); --no-vad: all of the audio in fixed windows (default: as "
+        "the model's model.json says: on for the bundled recogniser, off for a converted "
+        "checkpoint)",
     )
 
 
 def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ASR(...) keywords of add_decoder_arguments' flags (vad only with --no-vad)."""
+    """The ASR(...) keywords of add_decoder_arguments' flags (vad only with --vad/--no-vad)."""
     options: dict[str, Any] = {
         "decoder": args.decoder or "auto",
         "lm": args.lm,
@@ -80,8 +84,8 @@ def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
         "alpha": args.alpha,
         "beta": args.beta,
     }
-    if args.no_vad:
-        options["vad"] = None
+    if args.vad is not None:  # else the model's own setting (ASR's vad=None)
+        options["vad"] = args.vad
     return options
 
 
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         from speechrt.client import transcribe_files
 
         flags = [v for k, v in decoding.items() if k not in ("decoder", "vad")]
-        if args.decoder or args.no_vad or any(v is not None for v in flags):
+        if args.decoder or args.vad is not None or any(v is not None for v in flags):
             raise SpeechRTError("--url: the server decodes as it was started (speechrt serve)")
     if args.stream:
         from speechrt.cli.transcribe_stream import run_stream

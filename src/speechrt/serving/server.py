@@ -149,7 +149,9 @@ class Server:
         onnx, torch is never imported.
         `batch_invariant` turns on speechrt.device.set_batch_invariant before anything runs;
         it needs the eager backend on the CPU in fp32. `decoding`: the recogniser's decoder
-        keywords (speechrt.asr.ASR: decoder, lm, beam_size, alpha, beta).
+        keywords (speechrt.asr.ASR: decoder, lm, beam_size, alpha, beta; vad, absent: the
+        model's own setting). Uploads, streamed transcriptions and realtime sessions all go
+        through that one recogniser, so they share its voice activity detection.
         """
         from speechrt.runtime import device_kind, has_onnx, resolve_backend
 
