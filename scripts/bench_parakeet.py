@@ -177,8 +177,8 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
         with torch.no_grad():
             eager.model.joint.out.bias.copy_(model.joint.out.bias)
             runner.graph.model.joint.out.bias.copy_(model.joint.out.bias)
-        loop = CudaGreedy(model)
-        scan = CudaGreedy(model, scan=True)
+        loop = CudaGreedy(model, scan=False, dtype=torch.bfloat16)
+        scan = CudaGreedy(model, scan=True, dtype=torch.bfloat16)
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:

@@ -165,6 +165,8 @@ def test_cuda_runner_matches_eager_fp32(kind: str) -> None:
         assert isinstance(model, ParakeetTransducer)
         predict, joint, spec = steps_of(model)
         f, n = want["joint_encoded"], want["encoded_lengths"]
-        loop = CudaGreedy(copy.deepcopy(model).cuda())
-        for _ in range(2):
-            assert loop(f.cuda(), n.cuda()) == greedy(f.numpy(), n.numpy(), predict, joint, spec)
+        want = greedy(f.numpy(), n.numpy(), predict, joint, spec)
+        for scan in (False, True):
+            loop = CudaGreedy(copy.deepcopy(model).cuda(), scan=scan)
+            for _ in range(2):
+                assert loop(f.cuda(), n.cuda()) == want

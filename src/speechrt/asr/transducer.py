@@ -148,7 +148,7 @@ def make_steps(asr: Any, precision: str) -> Steps:
     if asr.backend == "cuda":  # the loop on the device (one host read per block of steps)
         from speechrt.runtime.transducer_cuda import CudaGreedy
 
-        return CudaSteps(CudaGreedy(asr.model))
+        return CudaSteps(CudaGreedy(asr.model, dtype=asr.dtype))
     from speechrt.runtime.stages import make_runner
 
     runners = {
