@@ -170,3 +170,17 @@ def test_cuda_runner_matches_eager_fp32(kind: str) -> None:
             loop = CudaGreedy(copy.deepcopy(model).cuda(), scan=scan)
             for _ in range(2):
                 assert loop(f.cuda(), n.cuda()) == want
+
+
+def test_strided_taps_equal_the_convolutions() -> None:
+    """The cuda runner's subsampling (strided convs as 9 shifted slices) against nn.Conv2d."""
+    model = talkative("parakeet_ctc", subsampling_channels=16)
+    sub = model.encoder.pre_encode
+    x = torch.randn(3, 333, 80)
+    lengths = torch.tensor([333, 200, 50])
+    with torch.inference_mode():
+        want, n = sub(x, lengths)
+        sub.taps = True
+        got, m = sub(x, lengths)
+    assert n.tolist() == m.tolist()
+    assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()

@@ -42,6 +42,22 @@ def valid_mask(lengths: Tensor, T: int) -> Tensor:
     return torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
 
 
+def strided_taps(x: Tensor, conv: nn.Conv2d) -> Tensor:
+    """conv(x) for a 3x3, stride-2, padding-1 conv with one input channel or one per group
+    (depthwise): the sum over its 9 taps of the weight times the input shifted by the tap and
+    taken every other row and column. x: (B, C_in, H, W) -> (B, C_out, H', W')"""
+    B, C, H, W = x.shape
+    Ho, Wo = (H - 1) // 2 + 1, (W - 1) // 2 + 1
+    xp = F.pad(x, (1, 1, 1, 1))
+    w = conv.weight  # (C_out, 1, 3, 3)
+    out = conv.bias[None, :, None, None] if conv.bias is not None else 0.0
+    for kh in range(3):
+        for kw in range(3):
+            part = xp[:, :, kh : kh + 2 * Ho - 1 : 2, kw : kw + 2 * Wo - 1 : 2]
+            out = out + w[None, :, 0, kh, kw, None, None] * part
+    return out
+
+
 class Subsampling(nn.Module):
     """dw_striding: conv 3x3/2 -> ReLU, then (depthwise 3x3/2 -> pointwise -> ReLU) x (n - 1),
     over (time, mel) as a 2-D image, then a linear over channels x mels per frame."""
@@ -57,6 +73,9 @@ class Subsampling(nn.Module):
         for _ in range(n):
             mels = (mels - 1) // 2 + 1
         self.out = nn.Linear(c * mels, d.d_model)
+        # the strided convs as 9 shifted, weighted slices (strided_taps): compiled, one pass
+        # over memory; cuDNN's kernels for a 1-channel and a depthwise 3x3 are slow (cuda)
+        self.taps = False
 
     def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """x: (B, T, n_mels), lengths (B,) -> (B, T', d_model), (B,)"""
@@ -66,7 +85,9 @@ class Subsampling(nn.Module):
             if conv.stride[0] == 2:  # zero the frames past the length, then halve it
                 x = x * valid_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
                 lengths = torch.div(lengths - 1, 2, rounding_mode="floor") + 1
-            x = conv(x)
+                x = strided_taps(x, conv) if self.taps else conv(x)
+            else:
+                x = conv(x)
             if i == 0 or conv.stride[0] == 1:  # after the first conv and each pointwise
                 x = F.relu(x)
         x = x * valid_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
@@ -315,6 +336,7 @@ class EncoderGraph(nn.Module):
         # its masks and ReLUs fused, its convolutions in the layout Inductor picks (the
         # depthwise 3x3 ran on a slow NCHW kernel uncompiled: 9 of 70 ms at batch 128)
         encoder.subsample_fn = torch.compile(run_subsampling, dynamic=False)
+        encoder.pre_encode.taps = True
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         return derived_sizes(self.model.dims, sizes)
