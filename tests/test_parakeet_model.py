@@ -13,7 +13,12 @@ import pytest
 import torch
 
 from speechrt.asr.transducer import TransducerSpec, greedy
-from speechrt.models.parakeet import EncoderGraph, ParakeetCTC, ParakeetTransducer
+from speechrt.models.parakeet import (
+    EncoderGraph,
+    ParakeetCTC,
+    ParakeetTransducer,
+    depthwise_taps,
+)
 from speechrt.registry import preset
 from speechrt.runtime.transducer_cuda import CudaGreedy
 
@@ -173,7 +178,8 @@ def test_cuda_runner_matches_eager_fp32(kind: str) -> None:
 
 
 def test_strided_taps_equal_the_convolutions() -> None:
-    """The cuda runner's subsampling (strided convs as 9 shifted slices) against nn.Conv2d."""
+    """The cuda runner's convolutions as shifted slices (subsampling, conv module) against
+    nn.Conv2d and nn.Conv1d."""
     model = talkative("parakeet_ctc", subsampling_channels=16)
     sub = model.encoder.pre_encode
     x = torch.randn(3, 333, 80)
@@ -183,4 +189,10 @@ def test_strided_taps_equal_the_convolutions() -> None:
         sub.taps = True
         got, m = sub(x, lengths)
     assert n.tolist() == m.tolist()
+    assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+    conv = model.encoder.layers[0].conv
+    x = torch.randn(2, model.dims.d_model, 41)
+    with torch.inference_mode():
+        want = conv.depthwise_conv(x)
+        got = depthwise_taps(x, conv.depthwise_conv)
     assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
