@@ -195,4 +195,10 @@ def test_strided_taps_equal_the_convolutions() -> None:
     with torch.inference_mode():
         want = conv.depthwise_conv(x)
         got = depthwise_taps(x, conv.depthwise_conv)
+        assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+        x = torch.randn(2, 41, model.dims.d_model)
+        pad = torch.arange(41)[None, None, :] >= torch.tensor([41, 30])[:, None, None]
+        want = conv(x, pad)
+        conv.taps = True
+        got = conv(x, pad)
     assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()

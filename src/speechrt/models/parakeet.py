@@ -67,11 +67,14 @@ def strided_taps(x: Tensor, conv: nn.Conv2d) -> Tensor:
     return out if conv.bias is None else out + conv.bias[None, :, None, None]
 
 
-def depthwise_taps(x: Tensor, conv: nn.Conv1d) -> Tensor:
+def depthwise_taps(x: Tensor, conv: nn.Conv1d, time_dim: int = 2) -> Tensor:
     """conv(x) for a depthwise 1-D conv with 'same' padding, as the weighted sum of its k
     shifted copies of x (the cuda runner compiles it into the layer's kernels; a separate
-    depthwise kernel took 5.6 ms of 24 layers at batch 128). x: (B, C, T) -> (B, C, T)"""
+    depthwise kernel took 5.6 ms of 24 layers at batch 128).
+    x: (B, C, T) -> (B, C, T), or with time_dim=1 (B, T, C) -> (B, T, C)"""
     k = conv.kernel_size[0]
+    if time_dim == 1:
+        return depthwise_taps(x.transpose(1, 2), conv).transpose(1, 2)
     T = x.shape[2]
     xp = F.pad(x, ((k - 1) // 2, k // 2))
     w = conv.weight[:, 0]  # (C, k)
@@ -190,9 +193,19 @@ class ConvModule(nn.Module):
 
     def forward(self, x: Tensor, pad: Tensor) -> Tensor:
         """x: (B, T, D), pad: (B, 1, T) True on padded frames -> (B, T, D)"""
+        if self.taps:
+            return self.forward_taps(x, pad)
         x = F.glu(self.pointwise_conv1(x.transpose(1, 2)), dim=1).masked_fill(pad, 0.0)
-        x = depthwise_taps(x, self.depthwise_conv) if self.taps else self.depthwise_conv(x)
-        return self.pointwise_conv2(F.silu(x)).transpose(1, 2)
+        return self.pointwise_conv2(F.silu(self.depthwise_conv(x))).transpose(1, 2)
+
+    def forward_taps(self, x: Tensor, pad: Tensor) -> Tensor:
+        """forward in the (B, T, D) layout: the pointwise convs as GEMMs, the depthwise conv
+        as its shifted copies (depthwise_taps), no transposes (the cuda runner's form)."""
+        pw1, pw2 = self.pointwise_conv1, self.pointwise_conv2
+        x = F.glu(F.linear(x, pw1.weight[:, :, 0], pw1.bias), dim=-1)
+        x = x.masked_fill(pad.transpose(1, 2), 0.0)  # (B, T, D)
+        x = depthwise_taps(x, self.depthwise_conv, time_dim=1)
+        return F.linear(F.silu(x), pw2.weight[:, :, 0], pw2.bias)
 
 
 class ConformerLayer(nn.Module):
