@@ -21,6 +21,7 @@ import numpy as np
 from speechrt.asr.beam import BeamOptions, beam_tokens
 from speechrt.asr.ctc import Word, collapse, greedy_ids, host, tokens_to_words
 from speechrt.asr.lm import NGramLM
+from speechrt.asr.nemo_text import NemoText
 
 
 @dataclass
@@ -88,6 +89,9 @@ class Decoder:
     frame_duration: float
     offset: float  # seconds of output frame 0 (negative: leading padding frames)
     sample_rate: int
+    # a converted .nemo: words and times by NeMo's rules, for its head ("ctc", "rnnt", "tdt")
+    nemo: NemoText | None = None
+    head: str = "ctc"
 
     def tokens(self, log_probs: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""
@@ -109,11 +113,32 @@ class Decoder:
         # a VAD window's context may reach outside the item (zeros): no word lies there
         end = seg.offset + seg.samples / self.sample_rate
         span = (max(seg.offset, 0.0), min(end, seg.item_seconds))
-        dec = tokens_to_words(
-            tokens, list(self.labels), self.frame_duration, self.offset + seg.offset, span
-        )
+        if self.nemo is not None:
+            words = self.nemo_words(seg, tokens, span)
+        else:
+            words = list(
+                tokens_to_words(
+                    tokens, list(self.labels), self.frame_duration, self.offset + seg.offset, span
+                ).words
+            )
         lo, hi = seg.keep
-        seg.words = [w for w in dec.words if lo <= (w.start + w.end) / 2 < hi]
+        seg.words = [w for w in words if lo <= (w.start + w.end) / 2 < hi]
+
+    def nemo_words(
+        self, seg: Segment, tokens: Sequence[tuple[int, int, int]], span: tuple[float, float]
+    ) -> list[Word]:
+        """NeMo's words and times (speechrt.asr.nemo_text); clipped into the item only where
+        voice activity detection cut it (NeMo's own times may pass the end of the audio)."""
+        assert self.nemo is not None
+        fd, zero = self.frame_duration, self.offset + seg.offset
+        words = []
+        for text, start, end in self.nemo.words(self.nemo.offsets(self.head, tokens)):
+            t0, t1 = zero + start * fd, zero + end * fd
+            if seg.item_seconds != float("inf"):
+                t0 = min(max(t0, span[0]), span[1])
+                t1 = min(max(t1, t0), span[1])
+            words.append(Word(text, round(t0, 4), round(t1, 4)))
+        return words
 
     def finish(self, heard: Heard, compute: float = 0.0) -> Transcript:
         """One item's windows decoded and joined into its Transcript; `compute`: seconds spent

@@ -198,9 +198,16 @@ class ASR:
         )
         self.decoder = "greedy" if self.lm is None else "beam"
         offset = -int(meta.get("pad_leading", 0)) * self.features.frame_shift
+        nemo, head = None, "ctc"
+        if "pieces" in meta:  # a converted .nemo: NeMo's words and times
+            from speechrt.asr.nemo_text import NemoText
+
+            nemo = NemoText.of([str(p) for p in meta["pieces"]], self.labels)
+            if self.transducer:
+                head = "tdt" if self.info.dims["durations"] else "rnnt"
         self.decoding = Decoder(
             tuple(self.labels), self.lm, self.beam_options, self.frame_duration, offset,
-            self.sample_rate,
+            self.sample_rate, nemo, head,
         )  # fmt: skip
         self.window, self.overlap, self.seed = window, overlap, seed
         self.vad: VadOptions | None = model_vad(meta, vad, str(model_dir))
