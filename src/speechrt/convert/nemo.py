@@ -14,8 +14,10 @@ The config's `target` class and keys say what the model is:
 from __future__ import annotations
 
 import io
+import pickle
 import re
 import tarfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +58,8 @@ def read_archive(path: str | Path) -> dict[str, bytes]:
                 assert f is not None
                 out[Path(m.name).name] = f.read()
     except (tarfile.TarError, EOFError, OSError) as e:
-        raise SpeechRTError(f"{path}: not a readable .nemo archive ({e})") from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SpeechRTError(f"{path}: not a readable .nemo archive ({first})") from None
     for need in ("model_config.yaml", "model_weights.ckpt"):
         if need not in out:
             raise SpeechRTError(f"{path}: not a .nemo model (no {need})")
@@ -300,6 +303,20 @@ def convert(path: str | Path) -> Converted:
     return from_nemo(path)[0]
 
 
+def load_weights(path: str | Path, data: bytes) -> Any:
+    """model_weights.ckpt, tensors and plain values only (torch.load weights_only=True)."""
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"GLOBAL ([\w.]+)", str(e), re.IGNORECASE)
+        what = f" a pickled {found.group(1)} object;" if found else ""
+        raise SpeechRTError(
+            f"{path}: model_weights.ckpt holds{what} refusing to unpickle anything but tensors"
+        ) from None
+    except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as e:
+        raise SpeechRTError(f"{path}: unreadable model_weights.ckpt ({e})") from None
+
+
 def from_nemo(path: str | Path) -> tuple[Converted, dict[str, torch.Tensor]]:
     """A .nemo -> what the model repository stores, and the NeMo state dict it came from."""
     import yaml
@@ -312,6 +329,9 @@ def from_nemo(path: str | Path) -> tuple[Converted, dict[str, torch.Tensor]]:
     target = str(cfg.get("target", "")).rsplit(".", 1)[-1]
     if target not in KINDS:
         raise SpeechRTError(f"{path}: a {target or 'model of unknown class'}; {SUPPORTED}")
+    ckpt = load_weights(path, files["model_weights.ckpt"])
+    if not isinstance(ckpt, dict) or not all(isinstance(v, torch.Tensor) for v in ckpt.values()):
+        raise SpeechRTError(f"{path}: model_weights.ckpt is not a state dict")
     tok = cfg.get("tokenizer") or {}
     if tok.get("type", "bpe") != "bpe" or not tok.get("model_path"):
         raise SpeechRTError(f"{path}: needs a SentencePiece tokenizer; {SUPPORTED}")
@@ -323,11 +343,6 @@ def from_nemo(path: str | Path) -> tuple[Converted, dict[str, torch.Tensor]]:
     features = feature_config(cfg["preprocessor"])
     if features.n_mels != dims.n_mels:
         raise SpeechRTError(f"{path}: {features.n_mels} mel features for {dims.n_mels} inputs")
-    ckpt = torch.load(
-        io.BytesIO(files["model_weights.ckpt"]), map_location="cpu", weights_only=True
-    )
-    if not isinstance(ckpt, dict) or not all(isinstance(v, torch.Tensor) for v in ckpt.values()):
-        raise SpeechRTError(f"{path}: model_weights.ckpt is not a state dict")
     meta = {
         "labels": [surface(p, t) for p, t in pieces],  # blank = len(labels), the last class
         "pieces": [p for p, _ in pieces],
