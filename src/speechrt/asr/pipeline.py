@@ -92,7 +92,7 @@ class ASR:
         device: str = "cpu",
         precision: str = "fp32",
         *,
-        window: float = WINDOW_SECONDS,
+        window: float | None = None,
         overlap: float = OVERLAP_SECONDS,
         dither: float | None = None,
         seed: int = 0,
@@ -123,10 +123,6 @@ class ASR:
         or all of the audio in fixed windows. None (default): as the model's model.json says
         (asr.vad.model_vad: off unless it turns the detector on, as the bundled recogniser's
         does); True / False: on / off whatever it says; VadOptions: on, with these."""
-        if window < 1.0:
-            raise SpeechRTError(f"window must be >= 1 s, got {window}")
-        if not 0 <= overlap < window / 2:
-            raise SpeechRTError(f"overlap must be within [0, window / 2), got {overlap}")
         from speechrt.defaults import asr_dir
         from speechrt.registry import contract, graphs_of
         from speechrt.runtime import device_kind, resolve_backend
@@ -209,6 +205,12 @@ class ASR:
             tuple(self.labels), self.lm, self.beam_options, self.frame_duration, offset,
             self.sample_rate, nemo, head,
         )  # fmt: skip
+        # the model's window (a converted .nemo's is long: NeMo encodes a file whole)
+        window = float(meta.get("window_seconds", WINDOW_SECONDS)) if window is None else window
+        if window < 1.0:
+            raise SpeechRTError(f"window must be >= 1 s, got {window}")
+        if not 0 <= overlap < window / 2:
+            raise SpeechRTError(f"overlap must be within [0, window / 2), got {overlap}")
         self.window, self.overlap, self.seed = window, overlap, seed
         self.vad: VadOptions | None = model_vad(meta, vad, str(model_dir))
         # NeMo decodes an item's valid frames only; DLE's inference.py its padded tail too

@@ -38,6 +38,7 @@ SUPPORTED = (
     "with SentencePiece tokenizers (Parakeet: EncDecCTCModelBPE, EncDecRNNTBPEModel, "
     "EncDecHybridRNNTCTCBPEModel)"
 )
+WINDOW_SECONDS = 120.0  # a converted model's recognition window (ASR's default: 20 s)
 MAX_MEMBER = 8 << 30  # bytes: the largest member read (a 1.1B model's weights are ~4.3 GB)
 
 
@@ -348,6 +349,9 @@ def from_nemo(path: str | Path) -> tuple[Converted, dict[str, torch.Tensor]]:
         "pieces": [p for p, _ in pieces],
         "features": features.to_dict(),
         "nemo_target": str(cfg.get("target")),
+        # NeMo encodes a file whole: windows of 2 minutes keep its output on files up to that
+        # (full attention over 1,500 encoder frames is ~72 MB of scores per item and head group)
+        "window_seconds": WINDOW_SECONDS,
     }
     kind = "parakeet_ctc" if dims.head == "ctc" else "parakeet_transducer"
     return Converted(kind=kind, dims=dims, state_dict=state_dict(ckpt, dims), meta=meta), ckpt
