@@ -21,10 +21,15 @@ CTC log-probs, greedy tokens, text and timestamps, plus one batched call of the 
 The SentencePiece tokenizer (unigram, 128 pieces, cased and punctuated) is trained here on
 sentences generated from a fixed seed plus tests/data/heldout_sentences.txt.
 
-Random weights emit only blanks, so each model's output layer is scaled and its blank logit shifted
-until greedy decoding emits a mix of words; the script then checks that every greedy decision (CTC
-frame argmax, transducer token and duration argmax) wins by at least MIN_GAP over the runner-up, so
-float noise in another implementation cannot flip a token. A failed check stops the script.
+Random weights emit only blanks (or one token everywhere), so nemo_refs_models.randomize and
+centre_heads randomise norms, BatchNorm statistics (so BatchNorm folding is exercised) and position
+biases, give the output rows equal norms, centre them on the reference audio and set the blank bias
+for a target blank rate, until greedy decoding emits a mix of words, <unk>, punctuation, several
+tokens per frame (RNN-T max_symbols and TDT durations 0..4 are hit). The script then checks that
+every greedy decision (CTC frame argmax, transducer token and duration argmax) wins by at least
+MIN_GAP of the row's largest logit, so float noise in another implementation cannot flip a token;
+a failed check stops it (`--search N` prints the margins and texts of seeds 1..N to pick others).
+Two runs write identical .json/.npz files (the .nemo tars differ in artefact names and mtimes).
 
 The WAVs are inputs, committed beside the outputs. They were made with speechrt's bundled voice and
 resampled here (`--audio-from DIR` with a.wav, b.wav, c.wav at 22.05 kHz):
