@@ -39,6 +39,7 @@ class Segment:
     log_probs: np.ndarray | None = None  # (T', V) float32 on the host, its frames to decode
     # or, from a transducer, its (label, first frame, last frame) tokens, already decoded
     tokens: list[tuple[int, int, int]] | None = None
+    text: str | None = None  # a converted .nemo's window: its text by NeMo's rules
     samples: int = -1  # len(audio), kept when the audio is dropped (Heard.without_audio)
 
     def __post_init__(self) -> None:
@@ -115,6 +116,7 @@ class Decoder:
         span = (max(seg.offset, 0.0), min(end, seg.item_seconds))
         if self.nemo is not None:
             words = self.nemo_words(seg, tokens, span)
+            seg.text = self.nemo.text([t[0] for t in tokens])
         else:
             words = list(
                 tokens_to_words(
@@ -156,7 +158,11 @@ class Decoder:
         words = [word for s in heard.segments for word in s.words]
         spent = sum(s.seconds for s in heard.segments) + time.perf_counter() - t0 + compute
         rtf = heard.duration / spent if spent > 0 else float("inf")
-        return Transcript(" ".join(x.word for x in words), words, heard.duration, rtf)
+        text = " ".join(x.word for x in words)
+        one = heard.segments[0] if len(heard.segments) == 1 else None
+        if one is not None and one.text is not None:  # a .nemo's one window: NeMo's text
+            text = one.text
+        return Transcript(text, words, heard.duration, rtf)
 
 
 _WORKER: Decoder | None = None  # the decoder of this worker process

@@ -15,6 +15,7 @@ Imports no torch.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,8 +59,15 @@ class NemoText:
         return cls(tuple(pieces), tuple(surfaces), punctuation_of(pieces))
 
     def text_of(self, label: int) -> str:
-        """A piece decoded alone (SentencePiece drops the space it starts with)."""
-        return self.surfaces[label].lstrip(" ")
+        """A piece decoded alone: SentencePiece drops the space a "▁" piece starts with (the
+        unknown piece keeps its " ⁇ ")."""
+        text = self.surfaces[label]
+        return text[1:] if self.pieces[label].startswith(SPACE) else text
+
+    def starts_word(self, label: int) -> bool:
+        """NeMo's word start: a piece that reads otherwise than it is written ("▁the",
+        "<unk>")."""
+        return self.pieces[label] != self.text_of(label)
 
     def starts_punctuated(self, label: int) -> bool:
         """Its text starts with punctuation (NeMo's rule for moving a token's time)."""
@@ -88,28 +96,52 @@ class NemoText:
         return out
 
     def words(self, offsets: Sequence[Offset]) -> list[tuple[str, int, int]]:
-        """(word, start, end frame offset) per word, as NeMo's get_words_offsets forms them."""
+        """(word, start, end frame offset) per word, as NeMo's get_words_offsets forms them: a
+        word runs from the token that started it (even one dropped from its text, a bare "▁"
+        before punctuation) to the token before the next word's."""
         words: list[tuple[str, int, int]] = []
-        built: list[Offset] = []
-        for o in offsets:
+        built: list[int] = []  # labels of the word being built
+        first = 0  # index of the token that started it
+        for i, o in enumerate(offsets):
             punct = self.is_punctuation(o.label)
-            starts = self.pieces[o.label].startswith(SPACE) or self.surfaces[o.label] == " "
-            if starts and not punct:
+            if self.starts_word(o.label) and not punct:
                 if built:
-                    words.append((self.join(built), built[0].start, built[-1].end))
-                built = [] if self.surfaces[o.label] == " " else [o]
+                    words.append((self.join(built), offsets[first].start, offsets[i - 1].end))
+                built = []
+                if self.text_of(o.label) != " ":
+                    built, first = [o.label], i
             elif punct and not built and words:
                 text, start, _ = words[-1]
-                words[-1] = (text.rstrip(" ") + self.text_of(o.label), start, o.end)
+                words[-1] = (text.removesuffix(" ") + self.text_of(o.label), start, o.end)
+            elif punct and built:  # joins the word being built, minus a bare "▁" before it
+                if self.pieces[built[-1]] in (" ", "_", SPACE):
+                    built.pop()
+                built.append(o.label)
             else:
-                built.append(o)
+                if not built:
+                    first = i
+                built.append(o.label)
         if built:
-            words.append((self.join(built), built[0].start, built[-1].end))
-        if words and offsets:  # the first word starts with the first token
+            words.append((self.join(built), offsets[first].start, offsets[-1].end))
+        if words:  # the first word starts with the first token
             words[0] = (words[0][0], offsets[0].start, words[0][2])
         return words
 
-    def join(self, built: Sequence[Offset]) -> str:
-        """A word's pieces decoded together (SentencePiece: "▁" read as a space, the one it
-        starts with dropped)."""
-        return "".join(self.surfaces[o.label] for o in built).removeprefix(" ")
+    def text(self, labels: Sequence[int]) -> str:
+        """NeMo's transcript text: the pieces decoded together (SentencePiece: the unknown
+        piece reads " ⁇ ", the first piece's "▁" is dropped), then the one space before each
+        punctuation mark removed."""
+        if not labels:
+            return ""
+        text = "".join(self.surfaces[k] for k in labels)
+        if self.pieces[labels[0]].startswith(SPACE):
+            text = text.removeprefix(" ")
+        if self.punctuation:
+            marks = "|".join(re.escape(p) for p in sorted(self.punctuation))
+            text = re.sub(rf"\s({marks})", r"\1", text)
+        return text
+
+    def join(self, labels: Sequence[int]) -> str:
+        """A word's pieces decoded together (as `text`, without the punctuation rule)."""
+        text = "".join(self.surfaces[k] for k in labels)
+        return text[1:] if labels and self.pieces[labels[0]].startswith(SPACE) else text
