@@ -157,12 +157,14 @@ def test_cli_prints_nemo_text(converted: tuple, capsys: pytest.CaptureFixture[st
 
 @pytest.mark.requires_cuda
 def test_cuda_transcripts_equal_nemo(converted: tuple) -> None:
-    """The cuda runner (bf16 encoder, device loop) gives NeMo's text on the references; their
-    decisions were chosen with margins far above bf16's rounding."""
+    """The cuda runner (fp16 encoder, the device loop) gives NeMo's text on the references.
+    fp16, not bf16: the references' decisions win by >= 2.2e-3 of a row's largest logit, and
+    on an H200 bf16 flipped 4 of 15 transcripts (tdt, ctc, hybrid) where fp16 kept all."""
     from speechrt.asr import ASR
 
     name, ref, model_dir = converted
     for key, decoder in heads(ref).items():
-        asr = ASR(model_dir, device="cuda", backend="cuda", precision="bf16", decoder=decoder)
+        asr = ASR(model_dir, device="cuda", backend="cuda", precision="fp16", decoder=decoder)
         for fr in ref["files"].values():
-            assert asr.transcribe([DATA / fr["wav"]])[0].text == fr[key]["text"], (name, key)
+            audio = asr.load_audio(DATA / fr["wav"])
+            assert asr.transcribe([audio])[0].text == fr[key]["text"], (name, key)
