@@ -32,8 +32,13 @@ def seconds(tts: TTS, text: str, **options: float) -> float:
 # -- the parser, element by element --------------------------------------------------------------
 
 
-def test_only_text_starting_with_speak_is_ssml():
+def test_only_text_starting_with_speak_or_an_xml_declaration_is_ssml():
     assert is_ssml("  <speak>Hi.</speak>") and not is_ssml("Say <speak> aloud.")
+    assert not is_ssml("<speaker>Hi.</speaker>") and not is_ssml("xml <?xml version='1.0'?>")
+    declared = '<?xml version="1.0" encoding="UTF-8"?>\n<speak>Hello   there.</speak>'
+    assert is_ssml(declared) and parse(declared).segments == (Segment("Hello there."),)
+    with pytest.raises(SpeechRTError, match="malformed SSML"):
+        parse('<?xml version="1.0"?>Hello there.')  # a declaration, then no document
     assert parse("<speak version='1.1' xml:lang='en-US'\n>Hello   there.</speak>").segments == (
         Segment("Hello there."),
     )
@@ -228,6 +233,15 @@ def test_the_server_reads_ssml_and_refuses_bad_markup(speech_server):
     assert speech(fast).status_code == 200
     too_fast = speech(fast, speed=4.0)  # pace 16: beyond what a voice reads
     assert too_fast.status_code == 400 and "pace" in too_fast.json()["error"]["message"]
+
+
+def test_the_server_reads_an_xml_declared_document_as_ssml(speech_server):
+    """The declaration is not read aloud: the captioned words are the document's only."""
+    ssml = '<?xml version="1.0"?><speak>Hello <break time="200ms"/>there.</speak>'
+    body = {"model": "tts", "voice": "0", "input": ssml, "response_format": "wav"}
+    r = httpx.post(f"{speech_server}/v1/audio/speech/captioned", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert [w["word"] for w in r.json()["words"]] == ["hello", "there"]
 
 
 def test_the_cli_reads_ssml_and_fails_in_one_line(tiny_voice, tmp_path, capsys):

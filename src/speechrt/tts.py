@@ -65,8 +65,8 @@ def text_to_pieces(
 ) -> list[Piece]:
     """Split each text into sentence pieces and encode them to symbol ids: every piece has
     at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text.
-    A text starting with "<speak" is SSML (speechrt.text.ssml): its segments are split
-    alike, and carry their prosody and breaks. `words`: each piece also gets its words'
+    A text starting with "<speak" or "<?xml" is SSML (speechrt.text.ssml): its segments are
+    split alike, and carry their prosody and breaks. `words`: each piece also gets its words'
     spans (Piece.words). Loads no model: a front end apart from the models
     (speechrt.serving.ray_tts) calls it with the voice's TextProcessor."""
     from speechrt.text import ssml

@@ -14,7 +14,8 @@ then PCM) or pcm: the first sentence's first mel frames as soon as they are voco
 sentence as it is ready (speechrt.serving.pipelines); a streamed wav or pcm's samples equal the
 non-streamed response's within 2 int16 steps (the first sentence is vocoded in two spans), a
 streamed mp3 or opus decodes to the same audio (an mp3 stream starts with LAME's encoder delay).
-An `input` starting with "<speak" is SSML (speechrt.text.ssml); bad markup is a 400 naming it.
+An `input` starting with "<speak" (or "<?xml") is SSML (speechrt.text.ssml); bad markup is a
+400 naming it.
 Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `stream=true`
 answers server-sent events (`transcript.text.delta`, then `transcript.text.done` with the
 text the same request without `stream` returns); `language`,

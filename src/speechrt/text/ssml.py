@@ -10,11 +10,12 @@
     <sub alias="…">           the alias instead of the content
     <say-as interpret-as="characters|cardinal|ordinal|date|telephone" [format="mdy|dmy|ymd"]>
 
-Text is SSML when it starts with "<speak" (leading whitespace aside). Anything else in the
-markup (another element or attribute, a value out of range, a DOCTYPE or entity declaration,
-malformed XML) is a SpeechRTError naming the problem: nothing is skipped in silence. The XML is
-read by expat with handlers that refuse any DTD, so no entity is ever declared or expanded and
-nothing outside the text is fetched (the attacks defusedxml guards against need one of those).
+Text is SSML when it starts with "<speak" or with an XML declaration (<?xml version="1.0"?>),
+leading whitespace aside. Anything else in the markup (another element or attribute, a value
+out of range, a DOCTYPE or entity declaration, malformed XML) is a SpeechRTError naming the
+problem: nothing is skipped in silence. The XML is read by expat with handlers that refuse any
+DTD, so no entity is ever declared or expanded and nothing outside the text is fetched (the
+attacks defusedxml guards against need one of those).
 
 A <break> or a <prosody> edge inside a sentence cuts it: the pieces on either side are
 synthesised apart and joined by the break's silence only (no sentence pause).
@@ -61,6 +62,7 @@ _REPLACED = ("phoneme", "sub", "say-as")  # their content is replaced, so it hol
 _TIME = re.compile(r"(\d+(?:\.\d+)?)(ms|s)")
 _RELATIVE = re.compile(r"([+-]?)(\d+(?:\.\d+)?)%")
 _HZ = re.compile(r"([+-]?\d+(?:\.\d+)?)Hz")
+_START = re.compile(r"\s*(?:<speak\b|<\?xml\s)")  # the <speak> element, or an XML declaration
 _SENTENCE_END = re.compile(r"""[.!?;…]+["'”’)\]]*\s*$""")
 _ARPABET = frozenset(ARPABET)
 # Letter names in ARPAbet: written as words ("ay", "see") they would be read as words
@@ -94,7 +96,9 @@ class Script:
 
 
 def is_ssml(text: str) -> bool:
-    return text.lstrip().startswith("<speak")
+    """Whether `text` is an SSML document: it starts with <speak or an XML declaration (which
+    parse then requires to be followed by <speak>)."""
+    return _START.match(text) is not None
 
 
 def parse(text: str) -> Script:
