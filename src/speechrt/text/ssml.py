@@ -62,6 +62,7 @@ _REPLACED = ("phoneme", "sub", "say-as")  # their content is replaced, so it hol
 _TIME = re.compile(r"(\d+(?:\.\d+)?)(ms|s)")
 _RELATIVE = re.compile(r"([+-]?)(\d+(?:\.\d+)?)%")
 _HZ = re.compile(r"([+-]?\d+(?:\.\d+)?)Hz")
+_DATE_PART = re.compile(r"[0-9]{1,4}")
 _START = re.compile(r"\s*(?:<speak\b|<\?xml\s)")  # the <speak> element, or an XML declaration
 _SENTENCE_END = re.compile(r"""[.!?;…]+["'”’)\]]*\s*$""")
 _ARPABET = frozenset(ARPABET)
@@ -371,15 +372,20 @@ def date(text: str, fmt: str | None) -> str:
     "January fifth, twenty twenty-four"."""
     from speechrt.text.numbers import normalize_numbers_v2
 
+    what = f'<say-as interpret-as="date">: {text[:40]!r}'
     parts = re.split(r"[-/.]", text.strip())
-    if not all(p.isdigit() for p in parts) or len(parts) != 3:
-        raise SpeechRTError(f'<say-as interpret-as="date">: {text!r} is not a date like 2024-01-05')
+    # a year of at most 4 digits, a month and a day of at most 2 (datetime's range: a longer
+    # run would overflow its C int, or int() itself past 4,300 digits)
+    if len(parts) != 3 or not all(_DATE_PART.fullmatch(p) for p in parts):
+        raise SpeechRTError(f"{what} is not a date like 2024-01-05")
     order = "ymd" if len(parts[0]) == 4 else (fmt or "mdy")
+    if len(parts[order.index("m")]) > 2 or len(parts[order.index("d")]) > 2:
+        raise SpeechRTError(f"{what}: a month and a day take at most two digits")
     value = dict(zip(order, map(int, parts), strict=True))
     try:
         day = datetime.date(value["y"], value["m"], value["d"])
     except ValueError as e:
-        raise SpeechRTError(f'<say-as interpret-as="date">: {text!r}: {e}') from None
+        raise SpeechRTError(f"{what}: {e}") from None
     year = normalize_numbers_v2(str(day.year))
     return f"{_MONTHS[day.month - 1]} {ordinal(str(day.day))}, {year}"
 
