@@ -19,6 +19,10 @@ attacks defusedxml guards against need one of those).
 
 A <break> or a <prosody> edge inside a sentence cuts it: the pieces on either side are
 synthesised apart and joined by the break's silence only (no sentence pause).
+
+Reading a document costs time linear in its length, and `parse(text, max_symbols)` stops as
+soon as what it has expanded (<say-as telephone> spells each digit, <sub> reads its alias, each
+<phoneme> phone is one symbol) passes the limit, before any of it reaches a model.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ _RELATIVE = re.compile(r"([+-]?)(\d+(?:\.\d+)?)%")
 _HZ = re.compile(r"([+-]?\d+(?:\.\d+)?)Hz")
 _DATE_PART = re.compile(r"[0-9]{1,4}")
 _START = re.compile(r"\s*(?:<speak\b|<\?xml\s)")  # the <speak> element, or an XML declaration
-_SENTENCE_END = re.compile(r"""[.!?;…]+["'”’)\]]*\s*$""")
+_SENTENCE_CLOSERS = "\"'”’)]"  # may follow a sentence's final mark
+_BRACED = re.compile(r"\{[^}]*\}")  # an {ARPAbet} span
 _ARPABET = frozenset(ARPABET)
 # Letter names in ARPAbet: written as words ("ay", "see") they would be read as words
 _LETTERS = dict(zip("abcdefghijklmnopqrstuvwxyz", [
@@ -102,9 +107,10 @@ def is_ssml(text: str) -> bool:
     return _START.match(text) is not None
 
 
-def parse(text: str) -> Script:
-    """An SSML document -> Script; SpeechRTError naming the first problem met."""
-    reader = _Reader()
+def parse(text: str, max_symbols: int | None = None) -> Script:
+    """An SSML document -> Script; SpeechRTError naming the first problem met, or as soon as
+    the text it expands to passes `max_symbols` (read_length: characters and phones)."""
+    reader = _Reader(max_symbols)
     parser = expat.ParserCreate()
     parser.StartDoctypeDeclHandler = _refuse_dtd
     parser.EntityDeclHandler = _refuse_dtd
@@ -135,7 +141,9 @@ class _Frame:
 class _Reader:
     """expat's events -> segments."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_symbols: int | None = None) -> None:
+        self.max_symbols = max_symbols
+        self.length = 0  # read_length of what the document has expanded to so far
         self.stack: list[_Frame] = []
         self.segments: list[Segment] = []
         self.words: list[str] = []  # the current segment's text
@@ -186,7 +194,7 @@ class _Reader:
             self.boundary = self.boundary or tag != "prosody"
         frame = self.stack.pop()
         if tag in _REPLACED:
-            self.words.append(_replacement(frame))
+            self._read(_replacement(frame))
 
     def text(self, data: str) -> None:
         top = self.stack[-1]
@@ -196,7 +204,17 @@ class _Reader:
             if data.strip():
                 raise SpeechRTError("<break> must be empty")
         else:
-            self.words.append(data)
+            self._read(data)
+
+    def _read(self, text: str) -> None:
+        """Text to read, counted against max_symbols as it comes."""
+        self.length += read_length(text)
+        if self.max_symbols is not None and self.length > self.max_symbols:
+            raise SpeechRTError(
+                f"SSML expands to more than {self.max_symbols} symbols to read; the limit is "
+                f"{self.max_symbols} per request"
+            )
+        self.words.append(text)
 
     # -- segments ------------------------------------------------------------------------------
 
@@ -215,7 +233,7 @@ class _Reader:
         if not text:
             return
         top = self.stack[-1]
-        after_sentence = bool(self.segments) and bool(_SENTENCE_END.search(self.segments[-1].text))
+        after_sentence = bool(self.segments) and _ends_sentence(self.segments[-1].text)
         self.segments.append(
             Segment(text, top.rate, top.pitch, self.pause, self.boundary or after_sentence)
         )
@@ -223,6 +241,19 @@ class _Reader:
 
     def script(self) -> Script:
         return Script(tuple(self.segments), self.pause)
+
+
+def _ends_sentence(text: str) -> bool:
+    """Whether `text` ends with ".", "!", "?", ";" or "…", closing quotes and brackets aside
+    (read from its end: a regular expression searched over a run of dots is quadratic)."""
+    return text.rstrip().rstrip(_SENTENCE_CLOSERS).endswith((".", "!", "?", ";", "…"))
+
+
+def read_length(text: str) -> int:
+    """About the symbols `text` reads as: its characters, whitespace runs as one, and each
+    phone of an {ARPAbet} span as one (numbers spelled out later read longer)."""
+    phones = sum(len(span.split()) for span in _BRACED.findall(text))
+    return phones + len(" ".join(_BRACED.sub(" ", text).split()))
 
 
 # -- attribute values ----------------------------------------------------------------------------
