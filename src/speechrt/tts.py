@@ -154,14 +154,12 @@ class TTS:
         on a GPU, else onnx where both directories hold their main ONNX graph, else eager).
         Every backend runs the same stages over the components' graphs
         (speechrt.runtime.graphs); eager calls them as-is."""
-        from speechrt.defaults import voice_dirs
+        from speechrt.defaults import voice_dirs, voice_name
         from speechrt.runtime import device_kind, resolve_backend
         from speechrt.text import TextProcessor
 
-        bundled = acoustic is None and vocoder is None
         acoustic, vocoder = voice_dirs(acoustic, vocoder)
-        # the voice's name: its acoustic model's directory name, "default" for the bundled one
-        self.name = "default" if bundled else Path(acoustic).name
+        self.name = voice_name(acoustic)  # "default" for the bundled voice
         self.precision = precision
         dirs = [acoustic, vocoder]
         self.backend = resolve_backend(backend, device_kind(device), dirs, main_only=True)

@@ -118,13 +118,18 @@ def speaker_of(voice: str | VoiceRef, name: str, n_speakers: int) -> int:
     for v in entries:
         if wanted in (v["id"].lower(), *v["aliases"]):
             return int(v["speaker"])
-    ids = ", ".join(v["id"] for v in entries)
-    raise ApiError(
-        400,
-        f"voice {wanted[:60]!r} not found; this server's voices: {ids} (or a speaker number; "
-        f"OpenAI's names are {entries[0]['id']})",
-        "voice_not_found",
-        "voice",
+    raise ApiError(400, unknown_voice(wanted, entries), "voice_not_found", "voice")
+
+
+def unknown_voice(wanted: str, entries: list[dict[str, Any]]) -> str:
+    """What a request may name instead of `wanted`: the voices (at most 8 listed), speaker
+    numbers, and OpenAI's names for the first voice."""
+    ids = [v["id"] for v in entries]
+    listed = ", ".join(ids[:8]) + (f", ... ({len(ids)} voices)" if len(ids) > 8 else "")
+    numbers = "0 or speaker-0" if len(ids) == 1 else f"0 to {len(ids) - 1} or speaker-N"
+    return (
+        f"voice {wanted[:60]!r} not found; this server's voices: {listed}; also {numbers}, "
+        f"and OpenAI's voice names ({', '.join(OPENAI_VOICES)}) for {ids[0]}"
     )
 
 
