@@ -222,6 +222,63 @@ def test_split_pipeline_equals_in_process_synthesis(cluster: str) -> None:
         serve.delete("split")
 
 
+# What a hostile or careless client sends to /v1/audio/speech, and the limits both servers run
+# with: each body is answered by the split pipeline exactly as by `speechrt serve`.
+LIMIT_FLAGS = ("--max-text-chars", "2000", "--max-text-symbols", "1000")
+HOSTILE = {
+    "too long": {"input": "Long. " * 400},  # 2,400 characters
+    "digits": {"input": "1234567890" * 150},  # 1,500 characters that read as ~6,000 symbols
+    "telephone": {
+        "input": '<speak><say-as interpret-as="telephone">' + "5" * 600 + "</say-as></speak>"
+    },
+    "pieces": {"input": "Hi. " * 300},  # 300 sentences
+    "malformed ssml": {"input": "<speak>Hi <s>there</speak>"},
+    "huge year": {
+        "input": '<speak><say-as interpret-as="date">1/5/' + "9" * 20 + "</say-as></speak>"
+    },
+    "empty": {"input": "   "},
+    "unknown voice": {"voice": "nobody"},
+    "speed": {"speed": 10.0},
+    "aac": {"response_format": "aac"},
+    "unknown model": {"model": "gpt-5"},
+    "missing input": {"input": None},
+}
+
+
+@pytest.mark.ray
+def test_split_pipeline_refuses_what_the_server_refuses(cluster: str, start_server) -> None:
+    """The split pipeline's ingress runs the server's own checks (openai_api.speech_options,
+    pipelines.read_texts): every hostile body gets the same status and the same JSON error from
+    both, and none reaches a model."""
+    from ray import serve
+
+    from speechrt.cli.serve import serve_config
+    from speechrt.serving.ray_tts import split_tts_app
+
+    acoustic, vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
+    assert acoustic is not None and vocoder is not None
+    server, _ = start_server("--device", "cpu", "--no-components", *LIMIT_FLAGS)
+    limits = serve_config(serve_args(*LIMIT_FLAGS)).limits
+    assert limits.max_text_symbols == 1000
+    app = split_tts_app(str(acoustic), str(vocoder), backend="onnx", cpus=0.5, limits=limits)
+    serve.run(app, name="hostile", route_prefix="/hostile")
+    try:
+        base = {"model": "tts-1", "voice": "default", "input": "Hi.", "response_format": "pcm"}
+        for case, fields in HOSTILE.items():
+            body = {k: v for k, v in {**base, **fields}.items() if v is not None}
+            want = httpx.post(f"{server}/v1/audio/speech", json=body, timeout=120)
+            got = httpx.post(f"{cluster}/hostile/v1/audio/speech", json=body, timeout=120)
+            assert 400 <= want.status_code < 500, (case, want.text)
+            assert (got.status_code, got.json()) == (want.status_code, want.json()), case
+        m = parse_metrics(httpx.get(f"{server}/metrics").text)
+        assert m.get('nv_inference_count{model="tts",version="1"}', 0.0) == 0  # no model ran
+        for url in (server, f"{cluster}/hostile"):  # and a fair request is served by both
+            r = httpx.post(f"{url}/v1/audio/speech", json=base, timeout=120)
+            assert r.status_code == 200 and len(r.content) > 1000, r.text
+    finally:
+        serve.delete("hostile")
+
+
 def test_replicas_that_cannot_fit_fail_at_once() -> None:
     from speechrt.cli.serve_ray import check_fits
 

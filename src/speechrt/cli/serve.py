@@ -294,9 +294,9 @@ def run(args: argparse.Namespace) -> int:
 
         from speechrt.cli.serve_ray import run_ray  # imports ray: only on this path
 
-        serve_config(args)  # bad flags fail here, not in every replica
+        config = serve_config(args)  # bad flags fail here, not in every replica
         log_to_stderr(args.log_level)
-        return run_ray(args, functools.partial(load_server, args))
+        return run_ray(args, functools.partial(load_server, args), config.limits)
     check_ray_flags(args)
     server = load_server(args)
     import uvicorn

@@ -66,10 +66,11 @@ def ray_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
+def run_ray(args: argparse.Namespace, load: Callable[[], Any], limits: Any) -> int:
     """Deploy and serve until Ctrl-C or SIGTERM. `args`: checked by cli.serve.serve_config
     (with no model given, the bundled defaults' directories filled in); `load()`: the Server
-    of the flags, called in every replica (it must pickle)."""
+    of the flags, called in every replica (it must pickle); `limits`: the flags' request limits
+    (serving.Limits), which the split pipeline applies."""
     options = ray_options(args)
     split = parse_split(args.split_tts) if args.split_tts is not None else None
     if split is not None and args.acoustic is None:
@@ -105,7 +106,7 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
         replicas = sum(split) if split else (options["autoscale"] or [options["replicas"]])[0]
         check_fits(ray.cluster_resources(), replicas, options["cpus"], options["gpus"])
         if split is not None:
-            app, how = split_app(args, split, options)
+            app, how = split_app(args, split, options, limits)
         else:
             app = server_app(load, metrics_dir, **options)
             auto = options["autoscale"]
@@ -147,10 +148,9 @@ def check_fits(resources: dict[str, float], replicas: int, cpus: float, gpus: fl
 
 
 def split_app(
-    args: argparse.Namespace, split: tuple[int, int], options: dict[str, Any]
+    args: argparse.Namespace, split: tuple[int, int], options: dict[str, Any], limits: Any
 ) -> tuple[Any, str]:
     """The split TTS application (speechrt.serving.ray_tts) and how to describe it."""
-    from speechrt.serving import Limits
     from speechrt.serving.ray_tts import split_tts_app
 
     app = split_tts_app(
@@ -165,6 +165,6 @@ def split_app(
         precision=args.precision,
         cpus=options["cpus"],
         gpus=options["gpus"],
-        limits=Limits(max_text_chars=args.max_text_chars),
+        limits=limits,  # the limits `speechrt serve` applies
     )
     return app, f"split TTS, {split[0]} acoustic + {split[1]} vocoder replica(s)"

@@ -29,7 +29,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
@@ -58,11 +58,16 @@ def server_of(request: Request) -> Server:
 
 
 def _pipeline(srv: Server, model: str, want: str) -> None:
-    if srv.pipeline_of(model) != want:
-        served = ", ".join(n for n in srv.openai_models() if srv.pipeline_of(n) == want)
+    check_model(model, want, [n for n in srv.openai_models() if srv.pipeline_of(n) == want])
+
+
+def check_model(model: str, want: str, served: Sequence[str]) -> None:
+    """A 404 unless `model` is one of `served`, the names of this server's `want` models."""
+    if model not in served:
         raise ApiError(
             404,
-            f"model {model!r} not found; this server's {want} models: {served or 'none'}",
+            f"model {model!r} not found; this server's {want} models: "
+            f"{', '.join(served) or 'none'}",
             "model_not_found",
             "model",
         )
@@ -137,6 +142,13 @@ def _checked(body: SpeechRequest, srv: Server) -> SynthesisOptions:
     """The request's SynthesisOptions, once its model, format, speed and voice are checked."""
     _pipeline(srv, body.model, "tts")
     assert srv.tts is not None
+    return speech_options(body, srv.tts.tts.name, srv.tts.tts.n_speakers)
+
+
+def speech_options(body: SpeechRequest, voice: str, n_speakers: int) -> SynthesisOptions:
+    """The request's SynthesisOptions, once its format, speed, stream format and voice (of the
+    voice called `voice`) are checked: every speech route's checks (this server's, and the Ray
+    split pipeline's, speechrt.serving.ray_tts)."""
     fmt = body.response_format
     if fmt not in codecs.FORMATS:
         why = " (no AAC encoder here)" if fmt == "aac" else ""
@@ -162,7 +174,7 @@ def _checked(body: SpeechRequest, srv: Server) -> SynthesisOptions:
         )
     return SynthesisOptions(
         pace=body.speed,
-        speaker=speaker_of(body.voice, srv.tts.tts.name, srv.tts.tts.n_speakers),
+        speaker=speaker_of(body.voice, voice, n_speakers),
         seed=body.seed,
         pitch_shift=body.pitch_shift,
         pitch_scale=body.pitch_scale,
