@@ -10,6 +10,7 @@ With --address the cluster's token must be there already (`ray get-auth-token`).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import shutil
 import signal
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from speechrt.errors import SpeechRTError
+
+SINGLE_HOST_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": a Ray node on loopback only
 
 
 def _pair(flag: str, text: str, example: str) -> tuple[int, int]:
@@ -79,6 +82,13 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any], limits: Any) -> i
         raise SpeechRTError(
             "--warmup warms whole-server replicas; --split-tts stages warm up on load"
         )
+    if args.address is None:
+        # A cluster of this machine only. Ray binds its own servers (GCS, raylet, the workers'
+        # gRPC, its agents) to the node's address, and on Linux resolves even 127.0.0.1 to this
+        # host's network address, so they listened on every interface; its single-host mode
+        # (the variable is named for the platforms where that mode is the default) keeps the
+        # node on loopback. Ray reads it once, on import.
+        os.environ[SINGLE_HOST_ENV] = "0"
     try:
         import ray
         from ray import serve
@@ -98,6 +108,10 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any], limits: Any) -> i
             ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
     except (ConnectionError, ray.exceptions.AuthenticationError) as e:
         raise SpeechRTError(f"cannot join the Ray cluster: {str(e).splitlines()[0]}") from None
+    node = ray.util.get_node_ip_address()
+    if args.address is None and not ipaddress.ip_address(node).is_loopback:
+        ray.shutdown()  # (ray was imported before this command set SINGLE_HOST_ENV)
+        raise SpeechRTError(f"the local Ray cluster took the address {node}, not loopback")
     metrics_dir = tempfile.mkdtemp(prefix="speechrt-metrics-")
     # SIGTERM stops the command as Ctrl-C does, also while Ray is still starting the replicas
     signal.signal(signal.SIGTERM, _interrupt)
