@@ -151,7 +151,13 @@ def speech_options(body: SpeechRequest, voice: str, n_speakers: int) -> Synthesi
     split pipeline's, speechrt.serving.ray_tts)."""
     fmt = body.response_format
     if fmt not in codecs.FORMATS:
-        why = " (no AAC encoder here)" if fmt == "aac" else ""
+        # kept out on purpose (README, Speech formats): libsndfile has no AAC encoder, and
+        # FFmpeg's (PyAV) would bring native libraries the runtime otherwise does without
+        why = (
+            " (libsndfile, which encodes the audio here, has no AAC encoder)"
+            if fmt == "aac"
+            else ""
+        )
         raise ApiError(
             400,
             f"response_format {fmt!r} is not supported{why}; use {', '.join(codecs.FORMATS)}",
