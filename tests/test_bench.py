@@ -6,6 +6,7 @@ import csv
 import json
 
 import numpy as np
+import pytest
 
 from speechrt.bench.stats import summarize
 from speechrt.cli import main
@@ -60,9 +61,26 @@ def test_bench_asr_smoke(tiny_asr, tmp_path):
     assert set(rows[0]["stages_s"]) == {"features", "acoustic", "decode"}
 
 
+def test_bench_with_no_model_runs_the_bundled_ones(tmp_path):
+    """As every other command (README's example gives no model directory)."""
+    from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
+
+    if default_model(VOICE_ACOUSTIC) is None or default_model(ASR_MODEL) is None:
+        pytest.skip("needs the bundled voice and recogniser")
+    quick = ["--device", "cpu", "--backends", "onnx", "--batch-sizes", "1", "--warmup", "0"]
+    quick += ["--iters", "1", "--out-dir", str(tmp_path)]
+    assert main(["bench", "tts", *quick]) == 0
+    assert main(["bench", "asr", "--durations", "1", *quick]) == 0
+    tts = json.loads((tmp_path / "tts.json").read_text())
+    assert tts["config"]["acoustic"] == str(default_model(VOICE_ACOUSTIC))
+    asr = json.loads((tmp_path / "asr.json").read_text())
+    assert asr["config"]["model"] == str(default_model(ASR_MODEL))
+    assert tts["rows"][0]["rtf"] > 0 and asr["rows"][0]["rtf"] > 0
+
+
 def test_bench_bad_arguments(tiny_voice, capsys):
-    assert main(["bench", "tts"]) == 2
-    assert "needs --acoustic" in capsys.readouterr().err
+    assert main(["bench", "tts", "--acoustic", str(tiny_voice[0])]) == 2
+    assert "a voice needs both" in capsys.readouterr().err
     voice = ["--acoustic", str(tiny_voice[0]), "--vocoder", str(tiny_voice[1])]
     assert main(["bench", "tts", *voice, "--backends", "nope", "--device", "cpu"]) == 2
     assert "unknown backend" in capsys.readouterr().err

@@ -11,8 +11,15 @@ import pytest
 import soundfile as sf
 
 from speechrt.cli import main
-from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+from speechrt.defaults import (
+    ASR_MODEL,
+    BUNDLED_VOICE,
+    VOICE_ACOUSTIC,
+    VOICE_VOCODER,
+    default_model,
+)
 from speechrt.errors import SpeechRTError
+from speechrt.tts import TTS
 
 pytestmark = pytest.mark.skipif(
     default_model(VOICE_ACOUSTIC) is None or default_model(VOICE_VOCODER) is None,
@@ -82,6 +89,19 @@ def test_serve_with_no_model_serves_the_bundled_models(start_server):
         timeout=60,
     )
     assert r.status_code == 200 and r.content[:4] == b"RIFF"
+    # one name for the bundled voice, as TTS() gives it however its directories are named
+    (voice,) = httpx.get(f"{url}/v1/audio/voices").json()["voices"]
+    assert voice["id"] == BUNDLED_VOICE == "default" and voice["speaker"] == 0
+    assert TTS(device="cpu").name == BUNDLED_VOICE
+    assert TTS(default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)).name == BUNDLED_VOICE
+    body = {"model": "tts", "input": "Hi.", "voice": "default", "response_format": "wav"}
+    assert httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60).status_code == 200
+    r = httpx.post(f"{url}/v1/audio/speech", json={**body, "voice": "fastpitch"}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["message"] == (
+        "voice 'fastpitch' not found; this server's voices: default; also 0 or speaker-0, and "
+        "OpenAI's voice names (alloy, ash, ballad, coral, echo, fable, nova, onyx, sage, "
+        "shimmer, verse, marin, cedar) for default"
+    )
     if default_model(ASR_MODEL) is None:
         return
     assert "asr" in {m["id"] for m in models}

@@ -8,6 +8,7 @@ These tests run in CI (the `dev` extra installs ray); locally: pytest -m "not ra
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
 import socket
@@ -220,6 +221,147 @@ def test_split_pipeline_equals_in_process_synthesis(cluster: str) -> None:
         assert bad.status_code == 400 and "limit is 200" in bad.json()["error"]["message"]
     finally:
         serve.delete("split")
+
+
+# What a hostile or careless client sends to /v1/audio/speech, and the limits both servers run
+# with: each body is answered by the split pipeline exactly as by `speechrt serve`.
+LIMIT_FLAGS = ("--max-text-chars", "2000", "--max-text-symbols", "1000")
+HOSTILE = {
+    "too long": {"input": "Long. " * 400},  # 2,400 characters
+    "digits": {"input": "1234567890" * 150},  # 1,500 characters that read as ~6,000 symbols
+    "telephone": {
+        "input": '<speak><say-as interpret-as="telephone">' + "5" * 600 + "</say-as></speak>"
+    },
+    "pieces": {"input": "Hi. " * 300},  # 300 sentences
+    "malformed ssml": {"input": "<speak>Hi <s>there</speak>"},
+    "huge year": {
+        "input": '<speak><say-as interpret-as="date">1/5/' + "9" * 20 + "</say-as></speak>"
+    },
+    "empty": {"input": "   "},
+    "unknown voice": {"voice": "nobody"},
+    "speed": {"speed": 10.0},
+    "aac": {"response_format": "aac"},
+    "unknown model": {"model": "gpt-5"},
+    "missing input": {"input": None},
+}
+
+
+@pytest.mark.ray
+def test_split_pipeline_refuses_what_the_server_refuses(cluster: str, start_server) -> None:
+    """The split pipeline's ingress runs the server's own checks (openai_api.speech_options,
+    pipelines.read_texts): every hostile body gets the same status and the same JSON error from
+    both, and none reaches a model."""
+    from ray import serve
+
+    from speechrt.cli.serve import serve_config
+    from speechrt.serving.ray_tts import split_tts_app
+
+    acoustic, vocoder = default_model(VOICE_ACOUSTIC), default_model(VOICE_VOCODER)
+    assert acoustic is not None and vocoder is not None
+    server, _ = start_server("--device", "cpu", "--no-components", *LIMIT_FLAGS)
+    limits = serve_config(serve_args(*LIMIT_FLAGS)).limits
+    assert limits.max_text_symbols == 1000
+    app = split_tts_app(str(acoustic), str(vocoder), backend="onnx", cpus=0.5, limits=limits)
+    serve.run(app, name="hostile", route_prefix="/hostile")
+    try:
+        base = {"model": "tts-1", "voice": "default", "input": "Hi.", "response_format": "pcm"}
+        for case, fields in HOSTILE.items():
+            body = {k: v for k, v in {**base, **fields}.items() if v is not None}
+            want = httpx.post(f"{server}/v1/audio/speech", json=body, timeout=120)
+            got = httpx.post(f"{cluster}/hostile/v1/audio/speech", json=body, timeout=120)
+            assert 400 <= want.status_code < 500, (case, want.text)
+            assert (got.status_code, got.json()) == (want.status_code, want.json()), case
+        m = parse_metrics(httpx.get(f"{server}/metrics").text)
+        assert m.get('nv_inference_count{model="tts",version="1"}', 0.0) == 0  # no model ran
+        for url in (server, f"{cluster}/hostile"):  # and a fair request is served by both
+            r = httpx.post(f"{url}/v1/audio/speech", json=base, timeout=120)
+            assert r.status_code == 200 and len(r.content) > 1000, r.text
+    finally:
+        serve.delete("hostile")
+
+
+def listening(root: int) -> list[tuple[str, str]]:
+    """(process name, local address) of every listening TCP socket of `root` and all its
+    descendants, read from /proc."""
+    import ipaddress
+    import os
+
+    parent = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError, ValueError):  # (gone meanwhile)
+            parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    tree, grew = {root}, True
+    while grew:
+        more = {p for p, pp in parent.items() if pp in tree} - tree
+        tree, grew = tree | more, bool(more)
+    owner = {}
+    for pid in tree:
+        try:
+            name = (Path(f"/proc/{pid}") / "comm").read_text().strip()
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    owner[link[8:-1]] = name
+        except OSError:
+            pass
+    out = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in owner:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(fields[1].split(":")[0])  # 32-bit words, each little-endian
+            ip = ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)))
+            out.append((owner[fields[9]], str(ip)))
+    return out
+
+
+def is_loopback(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+@pytest.mark.ray
+def test_serve_ray_listens_on_loopback_only(tmp_path: Path) -> None:
+    """`speechrt serve --ray` on a cluster of its own: Ray's servers (GCS, raylet, workers,
+    agents, monitor) and the HTTP proxy listen on loopback. The one exception is the replica's
+    inter-deployment gRPC server, which Ray Serve 2.60 binds to [::]:0 (token-guarded)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "speechrt.cli", "serve", "--ray", "--port", str(port)]
+    cmd += ["--cpus-per-replica", "0.5", "--no-components"]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while "speechrt on Ray Serve" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        assert httpx.get(f"http://127.0.0.1:{port}/v2/health/ready").status_code == 200
+        sockets = listening(proc.pid)
+        names = {name for name, _ in sockets}
+        assert {"gcs_server", "raylet"} <= names, sockets
+        exposed = [s for s in sockets if not is_loopback(s[1])]
+        assert exposed == [("ray::ServeRepli", "::")], sockets  # (comm: 15 characters)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def test_replicas_that_cannot_fit_fail_at_once() -> None:

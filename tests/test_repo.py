@@ -87,3 +87,59 @@ def test_models_build_on_the_meta_device_as_they_do_for_real() -> None:
         shapes = {k: v.shape for k, v in real.state_dict().items()}
         assert {k: v.shape for k, v in meta.state_dict().items()} == shapes, kind
         assert all(v.is_meta for v in meta.state_dict().values()), kind
+
+
+def test_weight_dims_name_the_axes_the_dims_size() -> None:
+    """Architecture.weight_dims (what the onnx path checks without torch) against the module
+    the dims build, for every preset of every kind (and a multi-speaker FastPitch)."""
+    from speechrt.models import build_model
+    from speechrt.registry import ARCHITECTURES, preset
+
+    for kind, arch in ARCHITECTURES.items():
+        assert arch.weight_dims, kind
+        variants = [preset(kind, name) for name in arch.presets]
+        if kind == "fastpitch":
+            variants.append(preset(kind, "tiny", n_speakers=3))
+        for dims in variants:
+            with torch.device("meta"):
+                state = build_model(kind, dims).state_dict()
+            for field, (key, axis) in arch.weight_dims.items():
+                if key in state:
+                    assert state[key].shape[axis] == getattr(dims, field), (kind, field)
+                else:  # only a weight the dims leave out may be absent
+                    assert field == "n_speakers" and dims.n_speakers == 1, (kind, key)
+
+
+BUNDLED_CHANGES = [
+    # (component, dims changed, what the one-line error says)
+    ("voice-acoustic", {"n_mel_channels": 10**9}, "n_mel_channels is 1000000000, but proj.weight"),
+    ("voice-acoustic", {"n_symbols": 10**6}, "n_symbols is 1000000, but encoder.word_emb.weight"),
+    ("voice-acoustic", {"pitch_conditioning_formants": 2}, "'pitch' is ['batch', 1, 'symbols']"),
+    ("voice-vocoder", {"n_mels": 10**9}, "n_mels is 1000000000, but conv_pre.weight"),
+    ("asr", {"n_feats": 10**9}, "n_feats is 1000000000, but blocks.0.subs.0.depthwise.weight"),
+]
+
+
+@pytest.mark.parametrize(("component", "changes", "message"), BUNDLED_CHANGES)
+def test_the_onnx_path_refuses_dims_that_contradict_the_weights(
+    component: str, changes: dict, message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The CPU's default backend never builds the module, so the eager path's strict load never
+    runs: its dims are checked against the safetensors header and the graph's own shapes."""
+    from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+
+    dirs = {n: default_model(n) for n in (VOICE_ACOUSTIC, VOICE_VOCODER, ASR_MODEL)}
+    if None in dirs.values():
+        pytest.skip("needs the bundled models")
+    bad = with_dims(dirs[component], tmp_path / component, **changes)
+    dirs[component] = bad
+    if component == ASR_MODEL:
+        wav = tmp_path / "a.wav"
+        sf.write(wav, np.zeros(16000, dtype=np.float32), 16000)
+        args = ["transcribe", str(wav), "--model", str(bad)]
+    else:
+        voice = ["--acoustic", str(dirs[VOICE_ACOUSTIC]), "--vocoder", str(dirs[VOICE_VOCODER])]
+        args = ["synthesize", "Hello.", "-o", str(tmp_path / "out.wav"), *voice]
+    assert main([*args, "--backend", "onnx", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and str(bad) in err, err

@@ -36,7 +36,10 @@ def test_unknown_voices_are_400_naming_the_voices(speech_server, tiny_voice, voi
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == "voice" and error["code"] == "voice_not_found"
-    assert tiny_voice[0].name in error["message"]
+    assert error["message"].startswith(
+        f"voice {voice!r} not found; this server's voices: {tiny_voice[0].name}; also 0 or "
+        "speaker-0, and OpenAI's voice names (alloy, "
+    )
 
 
 def test_a_multi_speaker_voice_names_each_speaker():
@@ -45,5 +48,7 @@ def test_a_multi_speaker_voice_names_each_speaker():
     assert speaker_of("lj-2", "lj", 3) == 2 and speaker_of("speaker-1", "lj", 3) == 1
     assert speaker_of("lj", "lj", 3) == 0 and speaker_of("2", "lj", 3) == 2
     assert all(speaker_of(name, "lj", 3) == 0 for name in OPENAI_VOICES)
-    with pytest.raises(ApiError, match="lj-0, lj-1, lj-2"):
+    with pytest.raises(ApiError, match="lj-0, lj-1, lj-2; also 0 to 2 or speaker-N, and "):
         speaker_of("3", "lj", 3)
+    with pytest.raises(ApiError, match=r"lj-7, \.\.\. \(20 voices\); also 0 to 19 or"):
+        speaker_of("20", "lj", 20)

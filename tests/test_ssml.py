@@ -14,6 +14,8 @@ from speechrt.options import SynthesisOptions
 from speechrt.text.ssml import Segment, is_ssml, parse
 from speechrt.tts import PAUSE_SECONDS, TTS
 
+DATE = '<speak>On <say-as interpret-as="date">{}</say-as>.</speak>'
+
 
 def texts(ssml: str) -> list[str]:
     return [s.text for s in parse(ssml).segments]
@@ -32,8 +34,13 @@ def seconds(tts: TTS, text: str, **options: float) -> float:
 # -- the parser, element by element --------------------------------------------------------------
 
 
-def test_only_text_starting_with_speak_is_ssml():
+def test_only_text_starting_with_speak_or_an_xml_declaration_is_ssml():
     assert is_ssml("  <speak>Hi.</speak>") and not is_ssml("Say <speak> aloud.")
+    assert not is_ssml("<speaker>Hi.</speaker>") and not is_ssml("xml <?xml version='1.0'?>")
+    declared = '<?xml version="1.0" encoding="UTF-8"?>\n<speak>Hello   there.</speak>'
+    assert is_ssml(declared) and parse(declared).segments == (Segment("Hello there."),)
+    with pytest.raises(SpeechRTError, match="malformed SSML"):
+        parse('<?xml version="1.0"?>Hello there.')  # a declaration, then no document
     assert parse("<speak version='1.1' xml:lang='en-US'\n>Hello   there.</speak>").segments == (
         Segment("Hello there."),
     )
@@ -133,6 +140,11 @@ def test_phoneme_sub_and_say_as():
         ('<speak><say-as interpret-as="time">1:00</say-as></speak>', "interpret-as='time'"),
         ('<speak><say-as interpret-as="cardinal">many</say-as></speak>', "not a whole number"),
         ('<speak><say-as interpret-as="date">2024-02-30</say-as></speak>', "day is out of range"),
+        (DATE.format("1/5/" + "9" * 20), "is not a date like 2024-01-05"),
+        (DATE.format("1/5/" + "9" * 5000), "is not a date like 2024-01-05"),
+        (DATE.format("99999999999999999999/5/2024"), "is not a date like 2024-01-05"),
+        (DATE.format("123/5/2024"), "take at most two digits"),
+        (DATE.format("1/5/２０２４"), "is not a date like 2024-01-05"),  # (full-width digits)
         ('<speak><say-as interpret-as="cardinal"><s>1</s></say-as></speak>', "only text"),
         ("<speak><speak>x</speak></speak>", "cannot be nested"),
         ("<speak>" + '<break time="9s"/>' * 7 + "x</speak>", "more than 60 s"),
@@ -224,10 +236,24 @@ def test_the_server_reads_ssml_and_refuses_bad_markup(speech_server):
     assert bad.status_code == 400 and "<emphasis>" in bad.json()["error"]["message"]
     bad = speech("<speak>Hello <s>you</speak>")
     assert bad.status_code == 400 and "malformed SSML" in bad.json()["error"]["message"]
+    for year in ("9" * 20, "9" * 1900):  # (this server takes 2,000 characters) once 500s
+        bad = speech(DATE.format(f"1/5/{year}"))
+        assert bad.status_code == 400 and "not a date" in bad.json()["error"]["message"]
+    bad = speech(DATE.format("99999999999999999999/5/2024"))  # a huge month
+    assert bad.status_code == 400 and "not a date" in bad.json()["error"]["message"]
     fast = '<speak><prosody rate="4">Quick.</prosody></speak>'
     assert speech(fast).status_code == 200
     too_fast = speech(fast, speed=4.0)  # pace 16: beyond what a voice reads
     assert too_fast.status_code == 400 and "pace" in too_fast.json()["error"]["message"]
+
+
+def test_the_server_reads_an_xml_declared_document_as_ssml(speech_server):
+    """The declaration is not read aloud: the captioned words are the document's only."""
+    ssml = '<?xml version="1.0"?><speak>Hello <break time="200ms"/>there.</speak>'
+    body = {"model": "tts", "voice": "0", "input": ssml, "response_format": "wav"}
+    r = httpx.post(f"{speech_server}/v1/audio/speech/captioned", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert [w["word"] for w in r.json()["words"]] == ["hello", "there"]
 
 
 def test_the_cli_reads_ssml_and_fails_in_one_line(tiny_voice, tmp_path, capsys):
@@ -239,3 +265,8 @@ def test_the_cli_reads_ssml_and_fails_in_one_line(tiny_voice, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("speechrt synthesize: error: malformed SSML: mismatched tag")
     assert "\n" not in err
+    year = DATE.format("1/5/" + "9" * 20)  # a traceback once (OverflowError)
+    assert main(["synthesize", year, "-o", str(out), *voice]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('speechrt synthesize: error: <say-as interpret-as="date">')
+    assert err.count("\n") == 1 and "not a date like 2024-01-05" in err

@@ -16,6 +16,7 @@ import pytest
 from speechrt.errors import SpeechRTError
 from speechrt.text import TextProcessor, clean_text, get_symbols, split_sentences
 from speechrt.text.cmudict import CMUDict, heteronyms, load_dictionary, word_to_arpabet
+from speechrt.text.numbers import number_words
 from speechrt.text.sentences import split_ids
 
 # A small dictionary in cmudict-0.7b format: one ambiguous word, one heteronym, one bad phone.
@@ -209,6 +210,31 @@ def test_unreadable_numbers_do_not_crash(
     assert fastpitch.normalize("$1.2.3 million") == "one point two.three million dollars"
     assert tacotron2.normalize("$,5") == "five dollars"
     assert tacotron2.normalize("7" * 5000).startswith("seven seven")
+
+
+def test_number_words_are_inflects() -> None:
+    """speechrt's speller writes what DLE's (inflect's number_to_words) writes, for every form
+    the number rules ask of it. inflect is a test dependency only (the `dev` extra)."""
+    import random
+
+    inflect = pytest.importorskip("inflect")
+    engine, rng = inflect.engine(), random.Random(0)
+
+    def same(value: int | str, **options: object) -> None:
+        want = engine.number_to_words(value, **options)
+        assert number_words(value, **options) == want, (value, options)  # type: ignore[arg-type]
+
+    for n in [*range(3000), *rng.sample(range(3000, 10**7), 2000)]:
+        same(n)
+        same(n, andword="")
+        same(f"{n}{rng.choice(['st', 'nd', 'rd', 'th'])}")
+    for n in range(1000, 3000):  # years, in pairs
+        same(n, andword="", zero="oh", group=2)
+    for _ in range(2000):  # up to 36 digits (decillions), runs of zeros, leading zeros
+        digits = "".join(rng.choice("0000123456789") for _ in range(rng.randint(1, 36)))
+        fraction = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 5)))
+        for value in (digits, int(digits), f"{digits}th", f"{digits}.{fraction}", f".{fraction}"):
+            same(value)
 
 
 def test_settings_and_meta() -> None:
@@ -420,7 +446,10 @@ def test_encode_pieces_bounds_what_normalisation_lengthens() -> None:
 
 
 def test_text_imports_no_torch() -> None:
-    code = "import speechrt.text, sys; assert 'torch' not in sys.modules"
+    code = (
+        "import speechrt.text, sys; speechrt.text.TextProcessor().normalize('$3.50 on the 5th');"
+        "assert not {'torch', 'inflect'} & set(sys.modules), 'imported torch or inflect'"
+    )
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": src}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

@@ -407,6 +407,23 @@ def test_cli_writes_a_repository(dirs: dict[str, Path], tmp_path: Path, capsys) 
     assert text.parameters["buckets"].string_value == "symbols=16,48"
 
 
+def test_cli_with_no_model_writes_the_bundled_models(tmp_path: Path, capsys) -> None:
+    """As every other command, export --triton-repo with no DIR takes the bundled models."""
+    from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+
+    bundled = [default_model(n) for n in (VOICE_ACOUSTIC, VOICE_VOCODER, ASR_MODEL)]
+    if None in bundled:
+        pytest.skip("needs the bundled voice and recogniser")
+    assert main(["export", "--triton-repo", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "note: " in out and "denoiser" in out  # the bundled vocoder ships no denoiser graph
+    for name in ("fastpitch", "hifigan", "quartznet", "tts", "asr"):
+        assert (tmp_path / "r" / name / "config.pbtxt").is_file(), name
+    assert main(["export"]) == 2  # plain export still needs its directories
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give the model directories to export" in err
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

@@ -10,6 +10,7 @@ from speechrt.errors import SpeechRTError
 
 DEFAULTS = Path(__file__).parent / "defaults"
 VOICE_ACOUSTIC, VOICE_VOCODER, ASR_MODEL = "voice-acoustic", "voice-vocoder", "asr"
+BUNDLED_VOICE = "default"  # the bundled voice's name, wherever a voice is named (`voice`, ...)
 
 
 def default_model(name: str) -> Path | None:
@@ -45,3 +46,12 @@ def asr_dir(model: str | Path | None) -> str | Path:
                 "(make one from a DLE/NGC checkpoint with `speechrt convert CHECKPOINT DIR`)"
             )
     return model
+
+
+def voice_name(acoustic: str | Path) -> str:
+    """A voice's name: BUNDLED_VOICE for the bundled voice (however its directory is given),
+    else its acoustic model's directory name."""
+    bundled = default_model(VOICE_ACOUSTIC)
+    if bundled is not None and Path(acoustic).resolve() == bundled.resolve():
+        return BUNDLED_VOICE
+    return Path(acoustic).name

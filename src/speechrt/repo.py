@@ -116,14 +116,14 @@ def load_state_dict(model_dir: str | Path) -> dict[str, torch.Tensor]:
 
 
 def weight_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
-    """Each tensor's shape, from the safetensors header alone (no weight is read)."""
+    """Each tensor's shape, from the safetensors header alone (no weight is read; no torch)."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(model_dir) / WEIGHTS_FILE
     if not path.exists():
         raise SpeechRTError(f"{model_dir}: no {WEIGHTS_FILE}")
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="numpy") as f:
             return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
     except (SafetensorError, OSError, ValueError) as e:
         raise SpeechRTError(f"{path}: corrupt weights file ({e})") from None
@@ -158,6 +158,31 @@ def check_dims(model_dir: str | Path, info: ComponentInfo) -> None:
                 break
     if problem:
         raise SpeechRTError(f"{model_dir}: weights do not match model.json ({problem})")
+
+
+def check_weight_dims(model_dir: str | Path, info: ComponentInfo) -> None:
+    """model.json's dims against the weights' shapes without torch, for backends that never
+    build the module (onnx): each dim its architecture ties to a weight's axis
+    (Architecture.weight_dims: symbols, speakers, mel channels, classes, ...) must equal that
+    axis in the safetensors header. SpeechRTError (one line) names the first difference."""
+    from speechrt.arch import as_dims
+    from speechrt.registry import architecture
+
+    arch = architecture(info.kind)
+    try:
+        dims = as_dims(arch.dims, info.dims)
+    except (SpeechRTError, TypeError, ValueError) as e:
+        raise SpeechRTError(f"{Path(model_dir) / INFO_FILE}: {e}") from None
+    shapes = weight_shapes(model_dir)
+    for field_name, (key, axis) in arch.weight_dims.items():
+        if key not in shapes:  # a weight the dims leave out (one speaker: no speaker table)
+            continue
+        want, held = getattr(dims, field_name), shapes[key]
+        if len(held) <= axis or held[axis] != want:
+            raise SpeechRTError(
+                f"{model_dir}: weights do not match model.json ({field_name} is {want}, but "
+                f"{key} holds {list(held)})"
+            )
 
 
 def load_component(

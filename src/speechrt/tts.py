@@ -61,25 +61,33 @@ def check_role(model_dir: str | Path, info: ComponentInfo, role: str) -> None:
 
 
 def text_to_pieces(
-    text: TextProcessor, texts: Sequence[str], seeds: Sequence[int], words: bool = False
+    text: TextProcessor,
+    texts: Sequence[str],
+    seeds: Sequence[int],
+    words: bool = False,
+    max_symbols: int | None = None,
 ) -> list[Piece]:
     """Split each text into sentence pieces and encode them to symbol ids: every piece has
     at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text.
-    A text starting with "<speak" is SSML (speechrt.text.ssml): its segments are split
-    alike, and carry their prosody and breaks. `words`: each piece also gets its words'
-    spans (Piece.words). Loads no model: a front end apart from the models
+    A text starting with "<speak" or "<?xml" is SSML (speechrt.text.ssml): its segments are
+    split alike, and carry their prosody and breaks. `words`: each piece also gets its words'
+    spans (Piece.words). `max_symbols`: a SpeechRTError as soon as the texts together read as
+    more symbols (SSML expansion and encoding stop there: the work is bounded by the limit,
+    not by what the text would expand to). Loads no model: a front end apart from the models
     (speechrt.serving.ray_tts) calls it with the voice's TextProcessor."""
     from speechrt.text import ssml
 
+    budget = _Budget(max_symbols, len(texts))
     pieces = []
     for item, (t, seed) in enumerate(zip(texts, seeds, strict=True)):
         if not isinstance(t, str) or not t.strip():
             raise SpeechRTError(f"text {item + 1} is empty")
-        script = ssml.parse(t) if ssml.is_ssml(t) else ssml.Script((ssml.Segment(t),))
+        plain = ssml.Script((ssml.Segment(t),))
+        script = ssml.parse(t, max_symbols) if ssml.is_ssml(t) else plain
         mine: list[Piece] = []
         for seg in script.segments:
             first = len(mine)
-            for ids, span in encode_text(text, seg.text, words):
+            for ids, span in encode_text(text, seg.text, words, budget):
                 mine.append(Piece(item, len(mine), ids, piece_seed(seed, len(mine)), span))
                 mine[-1].rate, mine[-1].pitch = seg.rate, seg.pitch
             if len(mine) > first and (seg.before or not seg.sentence):
@@ -93,10 +101,27 @@ def text_to_pieces(
     return pieces
 
 
+class _Budget:
+    """Symbols a request may still read (text_to_pieces' max_symbols; None: no limit)."""
+
+    def __init__(self, limit: int | None, n_texts: int) -> None:
+        self.limit, self.n_texts, self.used = limit, n_texts, 0
+
+    def spend(self, n: int) -> None:
+        self.used += n
+        if self.limit is not None and self.used > self.limit:
+            what = "input text" if self.n_texts == 1 else f"the {self.n_texts} texts"
+            raise SpeechRTError(
+                f"{what} read as more than {self.limit} symbols after normalisation (numbers "
+                f"spelled out, SSML expanded); the limit is {self.limit} per request"
+            )
+
+
 def encode_text(
-    text: TextProcessor, s: str, words: bool
+    text: TextProcessor, s: str, words: bool, budget: _Budget | None = None
 ) -> list[tuple[list[int], list[Span] | None]]:
-    """s -> its sentence pieces' (ids, word spans if `words`)."""
+    """s -> its sentence pieces' (ids, word spans if `words`), sentence by sentence, each
+    sentence's symbols spent from `budget`."""
     from speechrt.text import split_sentences
 
     parts = [p for p in split_sentences(s, MAX_PIECE_CHARS) if text.has_speech(p)]
@@ -104,6 +129,8 @@ def encode_text(
     spans: list[list[Span]] = []
     for p in parts:
         cut = text.encode_pieces(p, MAX_PIECE_SYMBOLS)
+        if budget is not None:
+            budget.spend(sum(map(len, cut)))
         encoded += cut
         if words:
             spans += piece_words(text.text_to_ids(p), cut, text.word_spans(p))
@@ -127,14 +154,12 @@ class TTS:
         on a GPU, else onnx where both directories hold their main ONNX graph, else eager).
         Every backend runs the same stages over the components' graphs
         (speechrt.runtime.graphs); eager calls them as-is."""
-        from speechrt.defaults import voice_dirs
+        from speechrt.defaults import voice_dirs, voice_name
         from speechrt.runtime import device_kind, resolve_backend
         from speechrt.text import TextProcessor
 
-        bundled = acoustic is None and vocoder is None
         acoustic, vocoder = voice_dirs(acoustic, vocoder)
-        # the voice's name: its acoustic model's directory name, "default" for the bundled one
-        self.name = "default" if bundled else Path(acoustic).name
+        self.name = voice_name(acoustic)  # "default" for the bundled voice
         self.precision = precision
         dirs = [acoustic, vocoder]
         self.backend = resolve_backend(backend, device_kind(device), dirs, main_only=True)
@@ -211,10 +236,14 @@ class TTS:
     # -- stages --------------------------------------------------------------------------------
 
     def text_to_pieces(
-        self, texts: Sequence[str], seeds: Sequence[int], words: bool = False
+        self,
+        texts: Sequence[str],
+        seeds: Sequence[int],
+        words: bool = False,
+        max_symbols: int | None = None,
     ) -> list[Piece]:
         """The voice's text front end (module function text_to_pieces)."""
-        return text_to_pieces(self.text, texts, seeds, words)
+        return text_to_pieces(self.text, texts, seeds, words, max_symbols)
 
     # Stage functions, each timed separately by the benchmark; tensors stay on the device.
 

@@ -46,6 +46,10 @@ class Architecture:
     # "module:function" of the checkpoint conversion (None: no foreign checkpoints to read):
     detect: str | None = None  # detect(keys: set[str]) -> bool, over the state-dict keys
     convert: str | None = None  # from_dle(ckpt: dict) -> speechrt.convert.Converted
+    # {dims field: (weight name, axis)}: the weight axis each of these dims sizes. Backends that
+    # never build the module (onnx) check model.json against the safetensors header with it
+    # (repo.check_weight_dims); the eager path compares every weight (repo.check_dims).
+    weight_dims: Mapping[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
     # another project's whole model file, by its suffix: (".nemo", "module:function"), the
     # function reading (path) -> speechrt.convert.Converted of this kind or a sibling kind
     reader: tuple[str, str] | None = None

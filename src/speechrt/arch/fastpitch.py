@@ -126,5 +126,11 @@ ARCHITECTURES = (
         ),
         "speechrt.convert.fastpitch:detect",
         "speechrt.convert.fastpitch:from_dle",
+        {
+            "n_symbols": ("encoder.word_emb.weight", 0),
+            "symbols_embedding_dim": ("encoder.word_emb.weight", 1),
+            "n_speakers": ("speaker_emb.weight", 0),
+            "n_mel_channels": ("proj.weight", 0),
+        },
     ),
 )

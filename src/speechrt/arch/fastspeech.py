@@ -84,5 +84,10 @@ ARCHITECTURES = (
         ),
         "speechrt.convert.fastspeech:detect",
         "speechrt.convert.fastspeech:from_dle",
+        {
+            "n_symbols": ("word_emb.weight", 0),
+            "d_model": ("word_emb.weight", 1),
+            "n_mels": ("mel_linear.weight", 0),
+        },
     ),
 )

@@ -134,5 +134,6 @@ ARCHITECTURES = (
         ((HIFIGAN, "model.onnx"), (DENOISER, "denoiser.onnx")),
         "speechrt.convert.hifigan:detect",
         "speechrt.convert.hifigan:from_dle",
+        {"n_mels": ("conv_pre.weight", 1), "upsample_initial_channel": ("conv_pre.weight", 0)},
     ),
 )

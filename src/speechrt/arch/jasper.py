@@ -143,6 +143,7 @@ ARCHITECTURES = (
         ((JASPER, "model.onnx"),),
         "speechrt.convert.jasper:detect",
         "speechrt.convert.jasper:from_dle",
+        {"n_feats": ("blocks.0.subs.0.conv.weight", 1), "n_classes": ("decoder.weight", 0)},
     ),
     Architecture(
         "quartznet",
@@ -152,5 +153,6 @@ ARCHITECTURES = (
         ((JASPER, "model.onnx"),),
         "speechrt.convert.jasper:detect_quartznet",
         "speechrt.convert.jasper:from_dle_quartznet",
+        {"n_feats": ("blocks.0.subs.0.depthwise.weight", 0), "n_classes": ("decoder.weight", 0)},
     ),
 )

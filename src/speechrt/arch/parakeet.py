@@ -189,6 +189,17 @@ def joint_contract(d: ParakeetDims) -> Contract:
     )
 
 
+# dims tied to a weight's axis, checked against the safetensors header on onnx
+_WEIGHT_DIMS = {
+    "d_model": ("encoder.layers.0.norm_out.weight", 0),
+    "subsampling_channels": ("encoder.pre_encode.convs.0.weight", 0),
+}
+_TRANSDUCER_WEIGHT_DIMS = {
+    **_WEIGHT_DIMS,
+    "joint_hidden": ("joint.enc.weight", 0),
+    "pred_hidden": ("predictor.embed.weight", 1),
+}
+
 # the CTC kind has the main graph only; the transducer kinds add the two decoding steps
 ENCODER = Graph(
     "parakeet", contract, "speechrt.models.parakeet:", ParakeetDims, derived_sizes=derived_sizes
@@ -209,6 +220,7 @@ ARCHITECTURES = (
         "speechrt.models.parakeet:ParakeetCTC",
         ((ENCODER, "model.onnx"),),
         reader=NEMO,
+        weight_dims=_WEIGHT_DIMS,
     ),
     Architecture(
         "parakeet_transducer",
@@ -217,5 +229,6 @@ ARCHITECTURES = (
         "speechrt.models.parakeet:ParakeetTransducer",
         ((ENCODER, "model.onnx"), (PREDICT, "predict.onnx"), (JOINT, "joint.onnx")),
         reader=NEMO,
+        weight_dims=_TRANSDUCER_WEIGHT_DIMS,
     ),
 )

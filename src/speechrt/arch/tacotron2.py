@@ -129,5 +129,10 @@ ARCHITECTURES = (
         ),
         "speechrt.convert.tacotron2:detect",
         "speechrt.convert.tacotron2:from_dle",
+        {
+            "n_symbols": ("encoder.embedding.weight", 0),
+            "symbols_embedding_dim": ("encoder.embedding.weight", 1),
+            "n_mel_channels": ("decoder.linear_projection.weight", 0),
+        },
     ),
 )

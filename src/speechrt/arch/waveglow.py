@@ -84,5 +84,6 @@ ARCHITECTURES = (
         ((WAVEGLOW, "model.onnx"), (DENOISER, "denoiser.onnx")),
         "speechrt.convert.waveglow:detect",
         "speechrt.convert.waveglow:from_dle",
+        {"n_mel_channels": ("upsample.weight", 0), "upsample_kernel": ("upsample.weight", 2)},
     ),
 )

@@ -1,4 +1,5 @@
-"""`speechrt bench tts --acoustic DIR --vocoder DIR [--backends ...] [--batch-sizes ...]`"""
+"""`speechrt bench tts [--acoustic DIR --vocoder DIR] [--backends ...] [--batch-sizes ...]`
+(no model given: the bundled ones, as every other command)"""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ def _csv(kind):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", choices=("tts", "asr"), help="pipeline to benchmark")
-    p.add_argument("--acoustic", help="acoustic model directory (tts)")
+    p.add_argument("--acoustic", help="acoustic model directory (tts; default: the bundled voice)")
     p.add_argument("--vocoder", help="vocoder model directory (tts)")
-    p.add_argument("--model", help="ASR model directory (asr)")
+    p.add_argument("--model", help="ASR model directory (asr; default: the bundled recogniser)")
     p.add_argument(
         "--durations",
         type=_csv(float),
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from speechrt.bench.inprocess import Variant, bench_asr, bench_tts
     from speechrt.bench.report import print_table, speedups, write_outputs
     from speechrt.bench.stamp import stamp
+    from speechrt.defaults import asr_dir, voice_dirs
     from speechrt.device import resolve_device
     from speechrt.tts import TTS
 
@@ -93,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
             )
 
     if args.task == "tts":
-        if args.acoustic is None or args.vocoder is None:
-            raise SpeechRTError("bench tts needs --acoustic DIR and --vocoder DIR")
+        args.acoustic, args.vocoder = map(str, voice_dirs(args.acoustic, args.vocoder))
 
         def make_tts(v: Variant) -> TTS:
             check_backend(v)
@@ -110,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
             make_tts, variants, args.batch_sizes, args.warmup, args.iters, args.denoise
         )
     else:
-        if args.model is None:
-            raise SpeechRTError("bench asr needs --model DIR")
+        args.model = str(asr_dir(args.model))  # (the JSON's config names the directories)
         if any(d <= 0 for d in args.durations):
             raise SpeechRTError("durations must be > 0 seconds")
 

@@ -1,16 +1,22 @@
 """`speechrt export DIR... [--opset N]`: write each DIR/model.onnx (and the component's other
-graphs); with `--triton-repo OUT`, build a Triton model repository from exported DIRs instead."""
+graphs); with `--triton-repo OUT`, build a Triton model repository from exported DIRs instead
+(no DIR: the bundled models, which ship their graphs)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from speechrt.runtime import DEFAULT_OPSET
 
     p.add_argument(
-        "model_dirs", nargs="+", metavar="DIR", help="model directory (from `speechrt convert`)"
+        "model_dirs",
+        nargs="*",
+        metavar="DIR",
+        help="model directory (from `speechrt convert`); with --triton-repo and no DIR, the "
+        "bundled voice and recogniser",
     )
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default: 17)")
     p.add_argument(
@@ -52,8 +58,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from speechrt.errors import SpeechRTError
+
     if args.triton_repo:
         return triton_repo(args)
+    if not args.model_dirs:
+        raise SpeechRTError(
+            "give the model directories to export (the bundled models ship their graphs; "
+            "--triton-repo OUT with no DIR builds a repository from them)"
+        )
     from speechrt.runtime.export import CHECKS, export_dir
 
     for model_dir in args.model_dirs:
@@ -84,10 +97,23 @@ def triton_repo(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SpeechRTError(str(e)) from None
     options = RepoOptions(args.max_batch_size, round(args.max_queue_delay_ms * 1000), buckets)
-    written, notes = write_repository(args.triton_repo, args.model_dirs, options)
+    dirs = args.model_dirs or bundled_dirs()
+    written, notes = write_repository(args.triton_repo, dirs, options)
     for path in written:
         print(f"wrote {path}")
     for note in notes:
         print(f"note: {note}")
     print(f"run: tritonserver --model-repository {args.triton_repo}")
     return 0
+
+
+def bundled_dirs() -> list[Path]:
+    """The bundled models' directories (voice and recogniser), or SpeechRTError if none."""
+    from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model
+    from speechrt.errors import SpeechRTError
+
+    dirs = [default_model(n) for n in (VOICE_ACOUSTIC, VOICE_VOCODER, ASR_MODEL)]
+    found = [d for d in dirs if d is not None]
+    if not found:
+        raise SpeechRTError("no model directory given and none bundled: give DIR ...")
+    return found

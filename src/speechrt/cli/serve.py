@@ -72,6 +72,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("limits")
     g.add_argument("--max-text-chars", type=int, default=10_000, help="per text (default: 10000)")
     g.add_argument(
+        "--max-text-symbols",
+        type=int,
+        default=15_000,
+        help="symbols a speech request reads, after numbers are spelled out and SSML expanded; "
+        "the front end stops there (default: 15000)",
+    )
+    g.add_argument(
         "--max-upload-mb", type=float, default=25.0, help="request body limit (default: 25)"
     )
     g.add_argument(
@@ -202,8 +209,8 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         raise SpeechRTError(
             f"serving needs the `serve` extra: pip install 'speechrt[serve]' ({e})"
         ) from None
-    positive = ("max_text_chars", "max_upload_mb", "max_audio_seconds", "request_timeout",
-                "realtime_idle_seconds")  # fmt: skip
+    positive = ("max_text_chars", "max_text_symbols", "max_upload_mb", "max_audio_seconds",
+                "request_timeout", "realtime_idle_seconds")  # fmt: skip
     for name in (*positive, "max_symbols", "max_component_seconds"):
         if getattr(args, name) <= 0:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
@@ -221,6 +228,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         ),
         limits=Limits(
             max_text_chars=args.max_text_chars,
+            max_text_symbols=args.max_text_symbols,
             max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
             max_audio_seconds=args.max_audio_seconds,
             request_timeout_s=args.request_timeout,
@@ -286,9 +294,9 @@ def run(args: argparse.Namespace) -> int:
 
         from speechrt.cli.serve_ray import run_ray  # imports ray: only on this path
 
-        serve_config(args)  # bad flags fail here, not in every replica
+        config = serve_config(args)  # bad flags fail here, not in every replica
         log_to_stderr(args.log_level)
-        return run_ray(args, functools.partial(load_server, args))
+        return run_ray(args, functools.partial(load_server, args), config.limits)
     check_ray_flags(args)
     server = load_server(args)
     import uvicorn

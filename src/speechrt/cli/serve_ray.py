@@ -10,6 +10,7 @@ With --address the cluster's token must be there already (`ray get-auth-token`).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import shutil
 import signal
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from speechrt.errors import SpeechRTError
+
+SINGLE_HOST_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": a Ray node on loopback only
 
 
 def _pair(flag: str, text: str, example: str) -> tuple[int, int]:
@@ -66,10 +69,11 @@ def ray_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
+def run_ray(args: argparse.Namespace, load: Callable[[], Any], limits: Any) -> int:
     """Deploy and serve until Ctrl-C or SIGTERM. `args`: checked by cli.serve.serve_config
     (with no model given, the bundled defaults' directories filled in); `load()`: the Server
-    of the flags, called in every replica (it must pickle)."""
+    of the flags, called in every replica (it must pickle); `limits`: the flags' request limits
+    (serving.Limits), which the split pipeline applies."""
     options = ray_options(args)
     split = parse_split(args.split_tts) if args.split_tts is not None else None
     if split is not None and args.acoustic is None:
@@ -78,6 +82,13 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
         raise SpeechRTError(
             "--warmup warms whole-server replicas; --split-tts stages warm up on load"
         )
+    if args.address is None:
+        # A cluster of this machine only. Ray binds its own servers (GCS, raylet, the workers'
+        # gRPC, its agents) to the node's address, and on Linux resolves even 127.0.0.1 to this
+        # host's network address, so they listened on every interface; its single-host mode
+        # (the variable is named for the platforms where that mode is the default) keeps the
+        # node on loopback. Ray reads it once, on import.
+        os.environ[SINGLE_HOST_ENV] = "0"
     try:
         import ray
         from ray import serve
@@ -97,6 +108,10 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
             ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
     except (ConnectionError, ray.exceptions.AuthenticationError) as e:
         raise SpeechRTError(f"cannot join the Ray cluster: {str(e).splitlines()[0]}") from None
+    node = ray.util.get_node_ip_address()
+    if args.address is None and not ipaddress.ip_address(node).is_loopback:
+        ray.shutdown()  # (ray was imported before this command set SINGLE_HOST_ENV)
+        raise SpeechRTError(f"the local Ray cluster took the address {node}, not loopback")
     metrics_dir = tempfile.mkdtemp(prefix="speechrt-metrics-")
     # SIGTERM stops the command as Ctrl-C does, also while Ray is still starting the replicas
     signal.signal(signal.SIGTERM, _interrupt)
@@ -105,7 +120,7 @@ def run_ray(args: argparse.Namespace, load: Callable[[], Any]) -> int:
         replicas = sum(split) if split else (options["autoscale"] or [options["replicas"]])[0]
         check_fits(ray.cluster_resources(), replicas, options["cpus"], options["gpus"])
         if split is not None:
-            app, how = split_app(args, split, options)
+            app, how = split_app(args, split, options, limits)
         else:
             app = server_app(load, metrics_dir, **options)
             auto = options["autoscale"]
@@ -147,10 +162,9 @@ def check_fits(resources: dict[str, float], replicas: int, cpus: float, gpus: fl
 
 
 def split_app(
-    args: argparse.Namespace, split: tuple[int, int], options: dict[str, Any]
+    args: argparse.Namespace, split: tuple[int, int], options: dict[str, Any], limits: Any
 ) -> tuple[Any, str]:
     """The split TTS application (speechrt.serving.ray_tts) and how to describe it."""
-    from speechrt.serving import Limits
     from speechrt.serving.ray_tts import split_tts_app
 
     app = split_tts_app(
@@ -165,6 +179,6 @@ def split_app(
         precision=args.precision,
         cpus=options["cpus"],
         gpus=options["gpus"],
-        limits=Limits(max_text_chars=args.max_text_chars),
+        limits=limits,  # the limits `speechrt serve` applies
     )
     return app, f"split TTS, {split[0]} acoustic + {split[1]} vocoder replica(s)"

@@ -86,6 +86,23 @@ class OnnxRunner:
             )
         self.output_names = outs
         self.on_gpu = self.session.get_providers()[0] != "CPUExecutionProvider"
+        self._check_sizes()
+
+    def _check_sizes(self) -> None:
+        """The graph's fixed axis sizes (mel channels, feature bands, classes, ...) against the
+        contract's, which model.json's dims give: SpeechRTError naming the first difference
+        (dims that contradict the graph would be believed by whatever reads the contract)."""
+        args = [*self.session.get_inputs(), *self.session.get_outputs()]
+        for arg, spec in zip(args, [*self.contract.inputs, *self.contract.outputs], strict=False):
+            graph_shape = list(arg.shape)
+            fixed = [(i, a) for i, a in enumerate(spec.shape) if isinstance(a, int)]
+            if len(graph_shape) != len(spec.shape) or any(
+                isinstance(graph_shape[i], int) and graph_shape[i] != a for i, a in fixed
+            ):
+                raise SpeechRTError(
+                    f"{self.path}: {spec.name!r} is {graph_shape} in the graph, but model.json's "
+                    f"dims make it {spec.shape_text()} (fix model.json, or re-export)"
+                )
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, graph: str | None = None, **kw: Any) -> OnnxRunner:

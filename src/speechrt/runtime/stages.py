@@ -88,6 +88,9 @@ def make_runner(
             raise SpeechRTError("the onnx backend runs the exported float32 graphs: use fp32")
         if model_dir is None:
             raise SpeechRTError("the onnx backend needs the model directory")
+        from speechrt.repo import check_weight_dims
+
+        check_weight_dims(model_dir, info)  # the module is never built: no strict load checks
         path = Path(model_dir) / graphs_of(info.kind)[graph]
         kind = device if isinstance(device, str) else device.type
         runner = OnnxRunner(path, c, device=kind)

@@ -14,7 +14,8 @@ then PCM) or pcm: the first sentence's first mel frames as soon as they are voco
 sentence as it is ready (speechrt.serving.pipelines); a streamed wav or pcm's samples equal the
 non-streamed response's within 2 int16 steps (the first sentence is vocoded in two spans), a
 streamed mp3 or opus decodes to the same audio (an mp3 stream starts with LAME's encoder delay).
-An `input` starting with "<speak" is SSML (speechrt.text.ssml); bad markup is a 400 naming it.
+An `input` starting with "<speak" (or "<?xml") is SSML (speechrt.text.ssml); bad markup is a
+400 naming it.
 Transcription takes any file libsndfile reads (WAV, FLAC, OGG, ...) at any rate; `stream=true`
 answers server-sent events (`transcript.text.delta`, then `transcript.text.done` with the
 text the same request without `stream` returns); `language`,
@@ -28,7 +29,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
@@ -57,11 +58,16 @@ def server_of(request: Request) -> Server:
 
 
 def _pipeline(srv: Server, model: str, want: str) -> None:
-    if srv.pipeline_of(model) != want:
-        served = ", ".join(n for n in srv.openai_models() if srv.pipeline_of(n) == want)
+    check_model(model, want, [n for n in srv.openai_models() if srv.pipeline_of(n) == want])
+
+
+def check_model(model: str, want: str, served: Sequence[str]) -> None:
+    """A 404 unless `model` is one of `served`, the names of this server's `want` models."""
+    if model not in served:
         raise ApiError(
             404,
-            f"model {model!r} not found; this server's {want} models: {served or 'none'}",
+            f"model {model!r} not found; this server's {want} models: "
+            f"{', '.join(served) or 'none'}",
             "model_not_found",
             "model",
         )
@@ -117,13 +123,18 @@ def speaker_of(voice: str | VoiceRef, name: str, n_speakers: int) -> int:
     for v in entries:
         if wanted in (v["id"].lower(), *v["aliases"]):
             return int(v["speaker"])
-    ids = ", ".join(v["id"] for v in entries)
-    raise ApiError(
-        400,
-        f"voice {wanted[:60]!r} not found; this server's voices: {ids} (or a speaker number; "
-        f"OpenAI's names are {entries[0]['id']})",
-        "voice_not_found",
-        "voice",
+    raise ApiError(400, unknown_voice(wanted, entries), "voice_not_found", "voice")
+
+
+def unknown_voice(wanted: str, entries: list[dict[str, Any]]) -> str:
+    """What a request may name instead of `wanted`: the voices (at most 8 listed), speaker
+    numbers, and OpenAI's names for the first voice."""
+    ids = [v["id"] for v in entries]
+    listed = ", ".join(ids[:8]) + (f", ... ({len(ids)} voices)" if len(ids) > 8 else "")
+    numbers = "0 or speaker-0" if len(ids) == 1 else f"0 to {len(ids) - 1} or speaker-N"
+    return (
+        f"voice {wanted[:60]!r} not found; this server's voices: {listed}; also {numbers}, "
+        f"and OpenAI's voice names ({', '.join(OPENAI_VOICES)}) for {ids[0]}"
     )
 
 
@@ -131,9 +142,22 @@ def _checked(body: SpeechRequest, srv: Server) -> SynthesisOptions:
     """The request's SynthesisOptions, once its model, format, speed and voice are checked."""
     _pipeline(srv, body.model, "tts")
     assert srv.tts is not None
+    return speech_options(body, srv.tts.tts.name, srv.tts.tts.n_speakers)
+
+
+def speech_options(body: SpeechRequest, voice: str, n_speakers: int) -> SynthesisOptions:
+    """The request's SynthesisOptions, once its format, speed, stream format and voice (of the
+    voice called `voice`) are checked: every speech route's checks (this server's, and the Ray
+    split pipeline's, speechrt.serving.ray_tts)."""
     fmt = body.response_format
     if fmt not in codecs.FORMATS:
-        why = " (no AAC encoder here)" if fmt == "aac" else ""
+        # kept out on purpose (README, Speech formats): libsndfile has no AAC encoder, and
+        # FFmpeg's (PyAV) would bring native libraries the runtime otherwise does without
+        why = (
+            " (libsndfile, which encodes the audio here, has no AAC encoder)"
+            if fmt == "aac"
+            else ""
+        )
         raise ApiError(
             400,
             f"response_format {fmt!r} is not supported{why}; use {', '.join(codecs.FORMATS)}",
@@ -156,7 +180,7 @@ def _checked(body: SpeechRequest, srv: Server) -> SynthesisOptions:
         )
     return SynthesisOptions(
         pace=body.speed,
-        speaker=speaker_of(body.voice, srv.tts.tts.name, srv.tts.tts.n_speakers),
+        speaker=speaker_of(body.voice, voice, n_speakers),
         seed=body.seed,
         pitch_shift=body.pitch_shift,
         pitch_scale=body.pitch_scale,

@@ -93,6 +93,53 @@ class TTSAdapter:
         return replace(item.options, seed=0), item.timed, item.on_head is not None
 
 
+def check_texts(texts: Sequence[str], limits: Limits) -> None:
+    """Each text non-empty and within limits.max_text_chars, or SpeechRTError."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip():
+            raise SpeechRTError("input text is empty" if len(texts) == 1 else f"text {i} is empty")
+        if len(text) > limits.max_text_chars:
+            limit = limits.max_text_chars
+            raise SpeechRTError(f"input text has {len(text)} characters; the limit is {limit}")
+
+
+def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits) -> None:
+    """What the model would read, within the request limits, or SpeechRTError."""
+    what = "input text" if n_texts == 1 else f"the {n_texts} texts"
+    if len(pieces) > limits.max_pieces:
+        raise SpeechRTError(
+            f"{what} split into {len(pieces)} sentence pieces; the limit is "
+            f"{limits.max_pieces} per request"
+        )
+    symbols = sum(len(p.ids) for p in pieces)
+    if symbols > limits.max_text_symbols:
+        raise SpeechRTError(
+            f"{what} read as {symbols} symbols after normalisation (numbers spelled out); "
+            f"the limit is {limits.max_text_symbols} per request"
+        )
+
+
+async def read_texts(
+    text_to_pieces: Callable[..., list[Piece]],
+    texts: Sequence[str],
+    seeds: Sequence[int],
+    limits: Limits,
+    words: bool = False,
+) -> list[Piece]:
+    """Checked texts -> their sentence pieces within the limits, or SpeechRTError: what every
+    speech route runs (this server's, and the Ray split pipeline's ingress). `text_to_pieces`:
+    speechrt.tts.text_to_pieces' signature less the TextProcessor; it stops as soon as the
+    texts read as more than max_text_symbols, so a text that expands (digits, SSML) costs at
+    most the limit to refuse."""
+    check_texts(texts, limits)
+    # The text front end is plain Python without torch: run it off the event loop.
+    pieces = await asyncio.to_thread(
+        text_to_pieces, list(texts), list(seeds), words, limits.max_text_symbols
+    )
+    check_pieces(pieces, len(texts), limits)
+    return pieces
+
+
 class TTSService:
     """Text in, float32 audio out, through the `tts` engine."""
 
@@ -121,25 +168,10 @@ class TTSService:
     ) -> tuple[list[Piece], list[list[asyncio.Future[Any]]]]:
         """submit(); `words`: the pieces carry their words and the futures give TimedAudio;
         `on_head`: the first piece is a stream's lead (TTSItem.on_head)."""
-        for i, text in enumerate(texts):
-            if not isinstance(text, str) or not text.strip():
-                raise SpeechRTError(
-                    "input text is empty" if len(texts) == 1 else f"text {i} is empty"
-                )
-            if len(text) > self.limits.max_text_chars:
-                limit = self.limits.max_text_chars
-                raise SpeechRTError(f"input text has {len(text)} characters; the limit is {limit}")
         missing = getattr(self.tts, "denoiser_missing", None)
         if options.denoise > 0 and missing is not None:
             raise SpeechRTError(f"this server cannot denoise: {missing}")
-        # The text front end is plain Python without torch: run it off the event loop.
-        if words:
-            pieces = await asyncio.to_thread(
-                self.tts.text_to_pieces, list(texts), list(seeds), True
-            )
-        else:
-            pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
-        self._check_pieces(pieces, len(texts))
+        pieces = await read_texts(self.tts.text_to_pieces, texts, seeds, self.limits, words)
         # each piece read with its own SSML prosody (an out-of-range pace is a SpeechRTError)
         items = [
             TTSItem(p, p.options(options), words, on_head if k == 0 else None)
@@ -150,21 +182,6 @@ class TTSService:
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
         return pieces, per_text
-
-    def _check_pieces(self, pieces: Sequence[Piece], n_texts: int) -> None:
-        """What the model would read, within the request limits, or SpeechRTError."""
-        what = "input text" if n_texts == 1 else f"the {n_texts} texts"
-        if len(pieces) > self.limits.max_pieces:
-            raise SpeechRTError(
-                f"{what} split into {len(pieces)} sentence pieces; the limit is "
-                f"{self.limits.max_pieces} per request"
-            )
-        symbols = sum(len(p.ids) for p in pieces)
-        if symbols > self.limits.max_text_symbols:
-            raise SpeechRTError(
-                f"{what} read as {symbols} symbols after normalisation (numbers spelled out); "
-                f"the limit is {self.limits.max_text_symbols} per request"
-            )
 
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]

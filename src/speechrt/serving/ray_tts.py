@@ -19,6 +19,7 @@ streamed); the whole server's other routes are not here.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -35,9 +36,10 @@ from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.repo import read_info
 from speechrt.serving.errors import HANDLERS, ApiError
-from speechrt.serving.openai_api import SPEED_RANGE, SpeechRequest, speaker_of
-from speechrt.serving.pipelines import Limits
+from speechrt.serving.openai_api import SpeechRequest, check_model, speech_options
+from speechrt.serving.pipelines import Limits, read_texts
 from speechrt.serving.ray_app import replica_env
+from speechrt.serving.server import TTS_ALIASES
 from speechrt.tts import Piece, join_pieces, text_to_pieces
 
 MAX_BATCH = 8  # items per stage batch (split_tts_app(max_batch_size=...) sets it)
@@ -145,10 +147,12 @@ class SplitTTS:
     def __init__(
         self, acoustic: Any, vocoder: Any, acoustic_dir: str, sampling_rate: int, limits: Limits
     ) -> None:
+        from speechrt.defaults import voice_name
         from speechrt.text import TextProcessor
 
         info = read_info(Path(acoustic_dir))
         self.text = TextProcessor.from_meta(info.meta)
+        self.name = voice_name(acoustic_dir)  # as TTS names it
         self.n_speakers = int(info.dims.get("n_speakers", 1))
         self.acoustic, self.vocoder = acoustic, vocoder
         self.sampling_rate = sampling_rate
@@ -158,17 +162,10 @@ class SplitTTS:
         self, texts: list[str], options: SynthesisOptions, seeds: list[int]
     ) -> list[np.ndarray]:
         """As TTS.synthesize: one float32 waveform per text, pieces joined by short pauses.
-        Texts over the server's limits (characters, sentence pieces) are refused."""
-        longest = max(len(t) for t in texts)
-        if longest > self.limits.max_text_chars:
-            limit = self.limits.max_text_chars
-            raise SpeechRTError(f"input text has {longest} characters; the limit is {limit}")
-        pieces = await asyncio.to_thread(text_to_pieces, self.text, texts, seeds)
-        if len(pieces) > self.limits.max_pieces:
-            raise SpeechRTError(
-                f"the input split into {len(pieces)} sentence pieces; the limit is "
-                f"{self.limits.max_pieces} per request"
-            )
+        Texts are checked against the limits as the server's speech routes check them
+        (pipelines.read_texts: characters, symbols after normalisation and SSML, pieces)."""
+        front_end = functools.partial(text_to_pieces, self.text)
+        pieces = await read_texts(front_end, texts, seeds, self.limits)
         base = replace(options, seed=0)  # the seed travels with each piece
         keys = [p.options(base) for p in pieces]  # SSML prosody applied per piece
         calls = [
@@ -200,22 +197,14 @@ def speech_app(tts: SplitTTS) -> FastAPI:
 
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechRequest) -> Response:
+        # the checks of the server's own route (openai_api), then the split pipeline's
+        check_model(body.model, "tts", ["tts", *TTS_ALIASES])
+        options = speech_options(body, tts.name, tts.n_speakers)
+        if body.stream_format is not None:
+            raise ApiError(
+                400, "the split pipeline does not stream", "unsupported_stream", "stream_format"
+            )
         fmt = body.response_format
-        if fmt not in codecs.FORMATS or body.stream_format is not None:
-            raise ApiError(400, f"response_format: one of {', '.join(codecs.FORMATS)}, not "
-                           "streamed", "unsupported_format", "response_format")  # fmt: skip
-        lo, hi = SPEED_RANGE
-        if not lo <= body.speed <= hi:
-            raise ApiError(400, f"speed must be within [{lo}, {hi}]", None, "speed")
-        options = SynthesisOptions(
-            pace=body.speed,
-            speaker=speaker_of(body.voice, "default", tts.n_speakers),
-            seed=body.seed,
-            pitch_shift=body.pitch_shift,
-            pitch_scale=body.pitch_scale,
-            pitch_flatten=body.pitch_flatten,
-            denoise=body.denoise,
-        )
         (audio,) = await tts.synthesize([body.input], options, [body.seed])
         data = await asyncio.to_thread(codecs.encode, audio, tts.sampling_rate, fmt)
         rate = codecs.output_rate(fmt, tts.sampling_rate)
@@ -242,7 +231,7 @@ def split_tts_app(
 ) -> Any:
     """The split pipeline as one Serve application (ingress SplitTTS); `cpus`, `gpus`: per
     stage replica; `max_queue_size`: requests a deployment holds beyond one batch;
-    `limits`: max_text_chars and max_pieces apply."""
+    `limits`: the text limits apply (max_text_chars, max_text_symbols, max_pieces)."""
     actor = {"num_cpus": cpus, "num_gpus": gpus, "runtime_env": {"env_vars": replica_env()}}
     stage = (acoustic, vocoder, backend, device, precision, max_batch_size)
     # serve.batch needs >= max_batch_size; more wait in the stage's batch queue, not in Ray's

@@ -193,17 +193,11 @@ class Server:
             set_batch_invariant(True)  # before anything runs: MKL reads its setting once
         tts_pipe = asr_pipe = None
         if acoustic is not None:
-            from speechrt.text.numbers import warm_up
             from speechrt.tts import TTS
 
             tts_pipe = TTS(
                 acoustic, vocoder, device=dev, precision=precision, backend=backends["tts"]
             )
-            if not tts_pipe.numpy:
-                # the number rules' first use would otherwise stall a request for seconds; a
-                # voice on numpy stages (the CPU's default) starts in about a second instead,
-                # and pays for inflect's import on the first text holding a number
-                warm_up()
         if asr is not None:
             from speechrt.asr import ASR
 

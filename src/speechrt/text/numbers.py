@@ -4,32 +4,119 @@
   numerals, "2x3", plurals like "1920s", years read in pairs).
 * "v1" rules: Tacotron2 `english_cleaners` (keithito's: dollars, decimals, ordinals, years).
 
-Words come from `inflect`, imported on first use: importing it costs seconds (typeguard instruments
-it), and `import speechrt.text` must stay cheap.
+DLE spells numbers with `inflect.engine().number_to_words`; `number_words` below writes the same
+words for every form these rules ask of it (cardinals with and without "and", ordinals,
+decimals, years in pairs) in plain Python: importing inflect took seconds (typeguard
+instruments it), on the first text holding a digit. tests/test_text.py compares the two.
 """
 
 from __future__ import annotations
 
 import re
-from functools import cache
-from typing import Any
+
+from speechrt.errors import SpeechRTError
+
+_UNITS = ["", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+_TEENS = ["ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+          "eighteen", "nineteen"]  # fmt: skip
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+# the name of each group of three digits, from the right; inflect names none past decillion
+_THOUSANDS = ["", " thousand", " million", " billion", " trillion", " quadrillion",
+              " quintillion", " sextillion", " septillion", " octillion", " nonillion",
+              " decillion"]  # fmt: skip
+# an ordinal's ending where it is not the cardinal's + "th" ("twenty" -> "twentieth")
+_ORDINAL_ENDS = {
+    "ty": "tieth", "one": "first", "two": "second", "three": "third", "five": "fifth",
+    "eight": "eighth", "nine": "ninth", "twelve": "twelfth",
+}  # fmt: skip
+_ORDINAL_END = re.compile("(" + "|".join(_ORDINAL_ENDS) + ")$")
 
 
-@cache
-def _engine() -> Any:
-    import inflect  # deferred: see module docstring
+def number_words(
+    value: int | str, *, andword: str = "and", zero: str = "zero", group: int = 0
+) -> str:
+    """A number in words, as inflect's number_to_words(value, andword=, zero=, group=) writes it:
+    21 -> "twenty-one", 1005 -> "one thousand and five", "5th" -> "fifth", "2.05" -> "two
+    point zero five", and with group=2 (years) 1905 -> "nineteen, oh five" (zero="oh").
+    `value`: an int >= 0, or a string of digits with an optional ordinal suffix (st, nd, rd,
+    th) or decimal part; at most 36 significant digits."""
+    text = str(value)
+    if group == 2:
+        return ", ".join(_pair(p, zero) for p in _from_right(text, 2))
+    if group != 0:
+        raise SpeechRTError(f"number_words: group {group} is not supported")
+    if text[-2:] in ("st", "nd", "rd", "th"):
+        return _ordinal_words(_cardinal(text[:-2], andword, zero))
+    whole, point, fraction = text.partition(".")
+    words = _cardinal(whole, andword, zero) if whole else ""
+    if not point:
+        return words
+    digits = " ".join(zero if d == "0" else _UNITS[int(d)] for d in fraction)
+    return " ".join(w for w in (words, "point", digits) if w)
 
-    return inflect.engine()
+
+def _cardinal(digits: str, andword: str, zero: str) -> str:
+    """ "1234" -> "one thousand, two hundred and thirty-four": the groups of three digits
+    joined by ", ", but a last group below one hundred joins with "and" ("one thousand and
+    five"; with andword="", a space)."""
+    n = int(digits)
+    if n == 0:
+        return zero
+    # (index from the right, value) of the nonzero groups of three digits, most significant first
+    parts3 = _from_right(str(n), 3)
+    groups = [(len(parts3) - 1 - i, int(p)) for i, p in enumerate(parts3) if int(p)]
+    if groups[0][0] >= len(_THOUSANDS):
+        raise SpeechRTError(f"number_words: {digits} has too many digits to spell")
+    parts = [_group_words(g, andword) + _THOUSANDS[i] for i, g in groups]
+    if len(parts) > 1 and groups[-1][0] == 0 and groups[-1][1] < 100:
+        last = parts.pop()
+        return ", ".join(parts) + (f" {andword} " if andword else " ") + last
+    return ", ".join(parts)
 
 
-def number_words(value: int | str, **options: Any) -> str:
-    """`inflect.engine().number_to_words`, e.g. 21 -> "twenty-one", "5th" -> "fifth"."""
-    return _engine().number_to_words(value, **options)
+def _group_words(n: int, andword: str) -> str:
+    """1..999: "five", "forty-two", "three hundred", "three hundred and six"."""
+    hundreds, rest = divmod(n, 100)
+    if not hundreds:
+        return _below_hundred(rest)
+    words = f"{_UNITS[hundreds]} hundred"
+    if not rest:
+        return words
+    return words + (f" {andword} " if andword else " ") + _below_hundred(rest)
 
 
-def warm_up() -> None:
-    """Import inflect now (seconds) rather than on the first number met."""
-    _engine()
+def _below_hundred(n: int) -> str:
+    """1..99: "seven", "eleven", "forty", "forty-two"."""
+    if n < 10:
+        return _UNITS[n]
+    if n < 20:
+        return _TEENS[n - 10]
+    return _TENS[n // 10] + (f"-{_UNITS[n % 10]}" if n % 10 else "")
+
+
+def _pair(part: str, zero: str) -> str:
+    """One group of two digits (or one, leading) as inflect's group=2 reads it: "19" ->
+    "nineteen", "05" -> "oh five" (zero="oh"), "00" -> "oh oh"."""
+    n = int(part)
+    if len(part) == 1:
+        return _UNITS[n] or zero
+    if n >= 10:
+        return _below_hundred(n)
+    return f"{zero} {_UNITS[n] or zero}"
+
+
+def _ordinal_words(words: str) -> str:
+    """ "twenty-one" -> "twenty-first", "seven" -> "seventh", "twelve" -> "twelfth"."""
+    m = _ORDINAL_END.search(words)
+    if m is None:
+        return words + "th"
+    return words[: m.start()] + _ORDINAL_ENDS[m.group(1)]
+
+
+def _from_right(digits: str, size: int) -> list[str]:
+    """ "1234567" -> ["1", "234", "567"] (size 3): groups aligned from the right."""
+    head = (len(digits) - 1) % size + 1
+    return [digits[:head]] + [digits[i : i + size] for i in range(head, len(digits), size)]
 
 
 # --- shared -------------------------------------------------------------------------------------

@@ -85,7 +85,6 @@ class TextProcessor:
         self._ids = {s: i for i, s in enumerate(self.symbols)}
         self._dropped = frozenset("_~") if frontend == "tacotron2" else frozenset()
         self._clean_token = lru_cache(maxsize=_TOKEN_CACHE_SIZE)(self._clean)
-        # inflect (seconds to import) loads on the first number met; a server warms it up first
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any], **kwargs: Any) -> TextProcessor:

@@ -10,14 +10,19 @@
     <sub alias="…">           the alias instead of the content
     <say-as interpret-as="characters|cardinal|ordinal|date|telephone" [format="mdy|dmy|ymd"]>
 
-Text is SSML when it starts with "<speak" (leading whitespace aside). Anything else in the
-markup (another element or attribute, a value out of range, a DOCTYPE or entity declaration,
-malformed XML) is a SpeechRTError naming the problem: nothing is skipped in silence. The XML is
-read by expat with handlers that refuse any DTD, so no entity is ever declared or expanded and
-nothing outside the text is fetched (the attacks defusedxml guards against need one of those).
+Text is SSML when it starts with "<speak" or with an XML declaration (<?xml version="1.0"?>),
+leading whitespace aside. Anything else in the markup (another element or attribute, a value
+out of range, a DOCTYPE or entity declaration, malformed XML) is a SpeechRTError naming the
+problem: nothing is skipped in silence. The XML is read by expat with handlers that refuse any
+DTD, so no entity is ever declared or expanded and nothing outside the text is fetched (the
+attacks defusedxml guards against need one of those).
 
 A <break> or a <prosody> edge inside a sentence cuts it: the pieces on either side are
 synthesised apart and joined by the break's silence only (no sentence pause).
+
+Reading a document costs time linear in its length, and `parse(text, max_symbols)` stops as
+soon as what it has expanded (<say-as telephone> spells each digit, <sub> reads its alias, each
+<phoneme> phone is one symbol) passes the limit, before any of it reaches a model.
 """
 
 from __future__ import annotations
@@ -61,7 +66,10 @@ _REPLACED = ("phoneme", "sub", "say-as")  # their content is replaced, so it hol
 _TIME = re.compile(r"(\d+(?:\.\d+)?)(ms|s)")
 _RELATIVE = re.compile(r"([+-]?)(\d+(?:\.\d+)?)%")
 _HZ = re.compile(r"([+-]?\d+(?:\.\d+)?)Hz")
-_SENTENCE_END = re.compile(r"""[.!?;…]+["'”’)\]]*\s*$""")
+_DATE_PART = re.compile(r"[0-9]{1,4}")
+_START = re.compile(r"\s*(?:<speak\b|<\?xml\s)")  # the <speak> element, or an XML declaration
+_SENTENCE_CLOSERS = "\"'”’)]"  # may follow a sentence's final mark
+_BRACED = re.compile(r"\{[^}]*\}")  # an {ARPAbet} span
 _ARPABET = frozenset(ARPABET)
 # Letter names in ARPAbet: written as words ("ay", "see") they would be read as words
 _LETTERS = dict(zip("abcdefghijklmnopqrstuvwxyz", [
@@ -94,12 +102,15 @@ class Script:
 
 
 def is_ssml(text: str) -> bool:
-    return text.lstrip().startswith("<speak")
+    """Whether `text` is an SSML document: it starts with <speak or an XML declaration (which
+    parse then requires to be followed by <speak>)."""
+    return _START.match(text) is not None
 
 
-def parse(text: str) -> Script:
-    """An SSML document -> Script; SpeechRTError naming the first problem met."""
-    reader = _Reader()
+def parse(text: str, max_symbols: int | None = None) -> Script:
+    """An SSML document -> Script; SpeechRTError naming the first problem met, or as soon as
+    the text it expands to passes `max_symbols` (read_length: characters and phones)."""
+    reader = _Reader(max_symbols)
     parser = expat.ParserCreate()
     parser.StartDoctypeDeclHandler = _refuse_dtd
     parser.EntityDeclHandler = _refuse_dtd
@@ -130,7 +141,9 @@ class _Frame:
 class _Reader:
     """expat's events -> segments."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_symbols: int | None = None) -> None:
+        self.max_symbols = max_symbols
+        self.length = 0  # read_length of what the document has expanded to so far
         self.stack: list[_Frame] = []
         self.segments: list[Segment] = []
         self.words: list[str] = []  # the current segment's text
@@ -181,7 +194,7 @@ class _Reader:
             self.boundary = self.boundary or tag != "prosody"
         frame = self.stack.pop()
         if tag in _REPLACED:
-            self.words.append(_replacement(frame))
+            self._read(_replacement(frame))
 
     def text(self, data: str) -> None:
         top = self.stack[-1]
@@ -191,7 +204,17 @@ class _Reader:
             if data.strip():
                 raise SpeechRTError("<break> must be empty")
         else:
-            self.words.append(data)
+            self._read(data)
+
+    def _read(self, text: str) -> None:
+        """Text to read, counted against max_symbols as it comes."""
+        self.length += read_length(text)
+        if self.max_symbols is not None and self.length > self.max_symbols:
+            raise SpeechRTError(
+                f"SSML expands to more than {self.max_symbols} symbols to read; the limit is "
+                f"{self.max_symbols} per request"
+            )
+        self.words.append(text)
 
     # -- segments ------------------------------------------------------------------------------
 
@@ -210,7 +233,7 @@ class _Reader:
         if not text:
             return
         top = self.stack[-1]
-        after_sentence = bool(self.segments) and bool(_SENTENCE_END.search(self.segments[-1].text))
+        after_sentence = bool(self.segments) and _ends_sentence(self.segments[-1].text)
         self.segments.append(
             Segment(text, top.rate, top.pitch, self.pause, self.boundary or after_sentence)
         )
@@ -218,6 +241,19 @@ class _Reader:
 
     def script(self) -> Script:
         return Script(tuple(self.segments), self.pause)
+
+
+def _ends_sentence(text: str) -> bool:
+    """Whether `text` ends with ".", "!", "?", ";" or "…", closing quotes and brackets aside
+    (read from its end: a regular expression searched over a run of dots is quadratic)."""
+    return text.rstrip().rstrip(_SENTENCE_CLOSERS).endswith((".", "!", "?", ";", "…"))
+
+
+def read_length(text: str) -> int:
+    """About the symbols `text` reads as: its characters, whitespace runs as one, and each
+    phone of an {ARPAbet} span as one (numbers spelled out later read longer)."""
+    phones = sum(len(span.split()) for span in _BRACED.findall(text))
+    return phones + len(" ".join(_BRACED.sub(" ", text).split()))
 
 
 # -- attribute values ----------------------------------------------------------------------------
@@ -367,15 +403,20 @@ def date(text: str, fmt: str | None) -> str:
     "January fifth, twenty twenty-four"."""
     from speechrt.text.numbers import normalize_numbers_v2
 
+    what = f'<say-as interpret-as="date">: {text[:40]!r}'
     parts = re.split(r"[-/.]", text.strip())
-    if not all(p.isdigit() for p in parts) or len(parts) != 3:
-        raise SpeechRTError(f'<say-as interpret-as="date">: {text!r} is not a date like 2024-01-05')
+    # a year of at most 4 digits, a month and a day of at most 2 (datetime's range: a longer
+    # run would overflow its C int, or int() itself past 4,300 digits)
+    if len(parts) != 3 or not all(_DATE_PART.fullmatch(p) for p in parts):
+        raise SpeechRTError(f"{what} is not a date like 2024-01-05")
     order = "ymd" if len(parts[0]) == 4 else (fmt or "mdy")
+    if len(parts[order.index("m")]) > 2 or len(parts[order.index("d")]) > 2:
+        raise SpeechRTError(f"{what}: a month and a day take at most two digits")
     value = dict(zip(order, map(int, parts), strict=True))
     try:
         day = datetime.date(value["y"], value["m"], value["d"])
     except ValueError as e:
-        raise SpeechRTError(f'<say-as interpret-as="date">: {text!r}: {e}') from None
+        raise SpeechRTError(f"{what}: {e}") from None
     year = normalize_numbers_v2(str(day.year))
     return f"{_MONTHS[day.month - 1]} {ordinal(str(day.day))}, {year}"
 
