@@ -162,3 +162,13 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("corpus")
     write_corpus(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_parakeet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """{head: model dir} of tiny random Parakeets whose heads emit tokens: "tdt_ctc" (a hybrid
+    TDT + CTC transducer) and "ctc" (tests/parakeet_models.py)."""
+    from parakeet_models import build
+
+    root = tmp_path_factory.mktemp("parakeet")
+    return {head: build(root / head, head) for head in ("tdt_ctc", "ctc")}

@@ -1,5 +1,6 @@
 """Streaming recognition for the convolutional CTC models (Jasper, QuartzNet): audio in chunks ->
-partial text every chunk -> final text equal to offline transcription.
+partial text every chunk -> final text equal to offline transcription. (Parakeet streams in
+windows with left and right context: speechrt.asr.chunked; `recognizer` picks.)
 
     samples -> StreamingFrontEnd (log-mel frames as soon as their STFT window is complete,
     running per-feature mean/std) -> windows of features -> the acoustic model -> log-probs
@@ -34,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from speechrt.asr.ctc import Word, host, tokens_to_words
 from speechrt.asr.vad import TurnDetector
 from speechrt.audio.stream_features import StreamingFrontEnd
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    from speechrt.asr.chunked import ChunkedRecognizer
 
 CHUNK_SECONDS = 0.5  # a partial per this much audio
 COMMIT_SECONDS = 2.0  # a full (committing) window per this much audio ...
@@ -255,11 +259,11 @@ class StreamingRecognizer:
         first = w.start // self.stride  # the window's first output frame
         ids = log_probs.argmax(-1)
         done = ids[w.commit_from - first : w.commit_to - first].tolist()
-        self.tokens, self.last_id = _extend(
+        self.tokens, self.last_id = extend_tokens(
             self.tokens, self.last_id, done, w.commit_from, self.blank
         )
         self.ids = ids[w.commit_to - first :].tolist()
-        self.tentative, _ = _extend([], self.last_id, self.ids, w.commit_to, self.blank)
+        self.tentative, _ = extend_tokens([], self.last_id, self.ids, w.commit_to, self.blank)
         self.committed = w.commit_to
         fe.drop(max(0, self.committed * self.stride - self.rf) - self.pad)
 
@@ -279,7 +283,7 @@ class StreamingRecognizer:
         first = start // self.stride  # the window's first output frame
         use = max(first + PARTIAL_MARGIN // self.stride, self.committed)
         self.ids = self.ids[: use - self.committed] + ids[use - first :]
-        self.tentative, _ = _extend([], self.last_id, self.ids, self.committed, self.blank)
+        self.tentative, _ = extend_tokens([], self.last_id, self.ids, self.committed, self.blank)
 
     def _window_features(self, w: Window) -> np.ndarray:
         """Input frames [w.start, w.stop) in stream coordinates (pad_leading zeros first)."""
@@ -302,7 +306,20 @@ class StreamingRecognizer:
         return tokens_to_words(tokens, self.asr.labels, self.asr.frame_duration, offset, span)
 
 
-def _extend(
+def recognizer(
+    asr: Any, chunk: float = CHUNK_SECONDS, keep_seconds: float = KEEP_SECONDS
+) -> StreamingRecognizer | ChunkedRecognizer:
+    """The streaming recogniser for an ASR's model: chunked with left and right context for
+    Parakeet (speechrt.asr.chunked: self-attention has no finite receptive field), exact
+    committed frames for the convolutional CTC models (StreamingRecognizer)."""
+    if "subsampling_layers" in asr.info.dims:  # a FastConformer
+        from speechrt.asr.chunked import ChunkedRecognizer
+
+        return ChunkedRecognizer(asr, chunk=chunk, keep_seconds=keep_seconds)
+    return StreamingRecognizer(asr, chunk=chunk, keep_seconds=keep_seconds)
+
+
+def extend_tokens(
     tokens: list[Token], last_id: int, ids: list[int], first: int, blank: int
 ) -> tuple[list[Token], int]:
     """Tokens + the collapsed ids of frames first, first + 1, ... (a repeat of last_id across
@@ -346,5 +363,7 @@ __all__ = [
     "StreamingRecognizer",
     "plan_window",
     "receptive_field",
+    "extend_tokens",
+    "recognizer",
     "window_log_probs",
 ]
