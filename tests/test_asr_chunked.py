@@ -5,7 +5,6 @@ and the CLI streams on eager and onnx."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,17 +20,6 @@ from speechrt.asr.wer import char_errors
 
 HOP = 160
 FRAME = 8 * HOP  # samples per output frame
-
-
-@pytest.fixture(scope="module")
-def onnx_parakeet(tiny_parakeet: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
-    """The hybrid with its three graphs exported (speechrt export)."""
-    from speechrt.runtime.export import export_dir
-
-    out = tmp_path_factory.mktemp("onnx") / "tdt_ctc"
-    shutil.copytree(tiny_parakeet["tdt_ctc"], out)
-    export_dir(out)
-    return out
 
 
 def stream(rec: ChunkedRecognizer, audio: np.ndarray, piece: int = 1600) -> list[Partial]:

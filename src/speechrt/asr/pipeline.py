@@ -242,8 +242,10 @@ class ASR:
                 self.front = FeaturesToLogProbs(self.featurizer, self.runner, self.pad_leading)
 
     def runners(self) -> dict[str, Runner]:
-        """{graph name: runner}: the one graph it runs (the /v2 component model shares it)."""
-        return {self.runner.contract.name: self.runner}
+        """{graph name: runner}: the graphs it runs (the /v2 component models share them): the
+        main one, and a transducer's decoding steps on the eager and onnx backends."""
+        steps = self.steps.runners if self.steps is not None else {}
+        return {self.runner.contract.name: self.runner, **steps}
 
     def _decoder(
         self,

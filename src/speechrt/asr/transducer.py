@@ -144,10 +144,18 @@ def resume(
 
 class Steps:
     """A recogniser's transducer head: its predict and joint graphs on the pipeline's runner,
-    and the greedy decoding that calls them."""
+    and the greedy decoding that calls them. `runners`: {graph name: runner} behind them (the
+    server's component models share them)."""
 
-    def __init__(self, predict: Predict, joint: Joint, spec: TransducerSpec) -> None:
+    def __init__(
+        self,
+        predict: Predict,
+        joint: Joint,
+        spec: TransducerSpec,
+        runners: dict[str, Any] | None = None,
+    ) -> None:
         self.predict, self.joint, self.spec = predict, joint, spec
+        self.runners = runners or {}
 
     def decode(self, f: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """f (B, T', J) joint-projected encoder frames, lengths (B,) (numpy or torch) -> per
@@ -165,6 +173,7 @@ class CudaSteps(Steps):
 
     def __init__(self, loop: Any) -> None:
         self.loop = loop
+        self.runners = {}  # the loop holds its own compiled steps
 
     def decode(self, f: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         tokens = self.loop(f.float(), lengths.to(f.device))
@@ -225,4 +234,4 @@ def make_steps(asr: Any, precision: str, device_loop: bool = True) -> Steps:
         feeds = {"joint_encoded": np.ascontiguousarray(f), "joint_predicted": g}
         return run("parakeet.joint", feeds)["logits"]
 
-    return Steps(predict, joint, spec_of(asr.info.dims))
+    return Steps(predict, joint, spec_of(asr.info.dims), runners)
