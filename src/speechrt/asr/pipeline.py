@@ -464,7 +464,12 @@ class ASR:
         return self.decoding.tokens(log_probs, lengths)
 
     def decode(self, batch: list[Segment], log_probs: Any, lengths: Any) -> None:
-        """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
+        """Decoding per window (CTC, or a transducer's greedy loop over its joint-projected
+        frames); keeps each window's own words (item time) in seg.words."""
+        if self.transducer:
+            for seg, tokens in zip(batch, self.steps.decode(log_probs, lengths), strict=True):
+                self.decoding.keep_words(seg, tokens)
+            return
         self.decoding.decode(batch, log_probs, lengths)
 
     def transcribe(
