@@ -159,6 +159,30 @@ def test_realtime_session_gives_partials_then_the_offline_text(tdt: str) -> None
     assert events[-1].transcript == offline.text
 
 
+def test_concurrent_transcriptions_batch_and_match_alone(tdt: str) -> None:
+    """Requests of 1 to 2.75 s at once share batches (padded to the longest), and each gets
+    the words it gets alone: the transducer decodes each item from its own frames."""
+    from speechrt.client import parse_metrics
+
+    files = [wav(sound(1.0 + 0.25 * i, seed=30 + i)) for i in range(8)]
+    form = {"model": "asr", "response_format": "verbose_json", "timestamp_granularities[]": "word"}
+
+    async def transcribe(data: list[bytes]) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=tdt, timeout=60) as c:
+            return await asyncio.gather(
+                *(c.post("/v1/audio/transcriptions", data=form, files={"file": d}) for d in data)
+            )
+
+    before = parse_metrics(httpx.get(f"{tdt}/metrics").text)
+    together = asyncio.run(transcribe(files))
+    after = parse_metrics(httpx.get(f"{tdt}/metrics").text)
+    key = 'speechrt_batch_size_count{model="asr",version="1"}'
+    assert after[key] - before[key] < len(files)  # some batches held several
+    for data, r in zip(files, together, strict=True):
+        assert r.status_code == 200 and r.json()["words"]
+        assert r.content == asyncio.run(transcribe([data]))[0].content
+
+
 @pytest.mark.parametrize(
     ("which", "platform"), [("tdt", "pytorch_libtorch"), ("ctc", "onnxruntime_onnx")]
 )
