@@ -186,3 +186,16 @@ def test_cli_streams_and_picks_the_ctc_head(
         texts[decoder] = offline.split("\t", 1)[1].strip()
     assert texts["ctc"] == ASR(model, decoder="ctc").transcribe([audio])[0].text
     assert texts["auto"] == ASR(model).transcribe([audio])[0].text != texts["ctc"]
+
+
+def test_too_short_a_stream_and_a_finished_one_are_errors(tiny_parakeet) -> None:
+    from speechrt.errors import SpeechRTError
+
+    rec = recognizer(ASR(tiny_parakeet["ctc"]))
+    assert rec.push(np.zeros(100, dtype=np.float32)) is None
+    with pytest.raises(SpeechRTError, match="too short"):
+        rec.finish()
+    rec.push(sound(0.3))
+    rec.finish(final_pass=False)
+    with pytest.raises(SpeechRTError, match="finished"):
+        rec.push(sound(0.1))
