@@ -12,9 +12,9 @@ import pytest
 
 from parakeet_models import sound
 from speechrt.asr import ASR
-from speechrt.asr.chunked import ChunkedRecognizer
+from speechrt.asr.chunked import ChunkedRecognizer, recognizer
 from speechrt.asr.ctc import collapse
-from speechrt.asr.streaming import Partial, recognizer
+from speechrt.asr.streaming import Partial
 from speechrt.asr.transducer import greedy, resume, start
 from speechrt.asr.wer import char_errors
 
@@ -143,7 +143,7 @@ def test_stream_on_onnx_imports_no_torch(onnx_parakeet: Path) -> None:
         "import sys\n"
         "from parakeet_models import sound\n"
         "from speechrt.asr import ASR\n"
-        "from speechrt.asr.streaming import recognizer\n"
+        "from speechrt.asr.chunked import recognizer\n"
         f"asr = ASR({str(onnx_parakeet)!r}, backend='onnx')\n"
         "audio = sound(2.0, seed=1)\n"
         "rec = recognizer(asr)\n"

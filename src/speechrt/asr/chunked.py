@@ -29,6 +29,9 @@ offline recognition of the same audio. With `final_pass` and the audio kept (up 
 
 Compute per chunk: one encoder pass over at most left + chunk + right seconds (defaults 10 + 0.5
 + 2 s), whatever the length of the stream; the audio kept for windows is bounded likewise.
+
+`recognizer(asr)` picks this or speechrt.asr.streaming.StreamingRecognizer for a model: the CLI
+and the server stream through it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,15 @@ import numpy as np
 
 from speechrt.asr.ctc import host
 from speechrt.asr.decoding import Heard, Segment, Transcript
-from speechrt.asr.streaming import CHUNK_SECONDS, KEEP_SECONDS, Final, Partial, Token, extend_tokens
+from speechrt.asr.streaming import (
+    CHUNK_SECONDS,
+    KEEP_SECONDS,
+    Final,
+    Partial,
+    StreamingRecognizer,
+    Token,
+    extend_tokens,
+)
 from speechrt.asr.vad import TurnDetector
 from speechrt.errors import SpeechRTError
 
@@ -235,4 +246,16 @@ class ChunkedRecognizer:
         return self.asr.decoding.finish(Heard(self.seconds, [seg]))
 
 
-__all__ = ["ChunkedRecognizer", "LEFT_SECONDS", "RIGHT_SECONDS"]
+def recognizer(
+    asr: Any, chunk: float = CHUNK_SECONDS, keep_seconds: float = KEEP_SECONDS
+) -> StreamingRecognizer | ChunkedRecognizer:
+    """The streaming recogniser for an ASR's model (what the CLI and the server stream with):
+    ChunkedRecognizer for Parakeet (self-attention has no finite receptive field), the exact
+    committed frames of speechrt.asr.streaming.StreamingRecognizer for the convolutional CTC
+    models."""
+    if "subsampling_layers" in asr.info.dims:  # a FastConformer
+        return ChunkedRecognizer(asr, chunk=chunk, keep_seconds=keep_seconds)
+    return StreamingRecognizer(asr, chunk=chunk, keep_seconds=keep_seconds)
+
+
+__all__ = ["ChunkedRecognizer", "LEFT_SECONDS", "RIGHT_SECONDS", "recognizer"]

@@ -1,6 +1,7 @@
 """Streaming recognition for the convolutional CTC models (Jasper, QuartzNet): audio in chunks ->
 partial text every chunk -> final text equal to offline transcription. (Parakeet streams in
-windows with left and right context: speechrt.asr.chunked; `recognizer` picks.)
+windows with left and right context: speechrt.asr.chunked, whose `recognizer` picks the
+streaming recogniser for a model.)
 
     samples -> StreamingFrontEnd (log-mel frames as soon as their STFT window is complete,
     running per-feature mean/std) -> windows of features -> the acoustic model -> log-probs
@@ -35,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -43,9 +44,6 @@ from speechrt.asr.ctc import Word, host, tokens_to_words
 from speechrt.asr.vad import TurnDetector
 from speechrt.audio.stream_features import StreamingFrontEnd
 from speechrt.errors import SpeechRTError
-
-if TYPE_CHECKING:
-    from speechrt.asr.chunked import ChunkedRecognizer
 
 CHUNK_SECONDS = 0.5  # a partial per this much audio
 COMMIT_SECONDS = 2.0  # a full (committing) window per this much audio ...
@@ -306,19 +304,6 @@ class StreamingRecognizer:
         return tokens_to_words(tokens, self.asr.labels, self.asr.frame_duration, offset, span)
 
 
-def recognizer(
-    asr: Any, chunk: float = CHUNK_SECONDS, keep_seconds: float = KEEP_SECONDS
-) -> StreamingRecognizer | ChunkedRecognizer:
-    """The streaming recogniser for an ASR's model: chunked with left and right context for
-    Parakeet (speechrt.asr.chunked: self-attention has no finite receptive field), exact
-    committed frames for the convolutional CTC models (StreamingRecognizer)."""
-    if "subsampling_layers" in asr.info.dims:  # a FastConformer
-        from speechrt.asr.chunked import ChunkedRecognizer
-
-        return ChunkedRecognizer(asr, chunk=chunk, keep_seconds=keep_seconds)
-    return StreamingRecognizer(asr, chunk=chunk, keep_seconds=keep_seconds)
-
-
 def extend_tokens(
     tokens: list[Token], last_id: int, ids: list[int], first: int, blank: int
 ) -> tuple[list[Token], int]:
@@ -364,6 +349,5 @@ __all__ = [
     "plan_window",
     "receptive_field",
     "extend_tokens",
-    "recognizer",
     "window_log_probs",
 ]

@@ -11,6 +11,8 @@ blank, whose embedding is zero):
 This is NeMo's label-looping greedy decoder (GreedyBatchedRNNTInfer / TDT). Each item's steps
 read only its own frames and state, so an item decodes the same alone and in a batch (NeMo's
 batched TDT records a token's duration from the batch's last inner step; alone they agree).
+Where decoding stands between frames is a `Cursor`: `resume` goes on from one, so a stream's
+frames decode window by window as in one pass (speechrt.asr.chunked).
 
 `predict(tokens (B,), h, c) -> (g (B, J), h, c)` and `joint(f (B, J), g (B, J)) -> (B, classes
 [+ durations])` are the model's two step graphs: onnxruntime sessions on the onnx runner, the

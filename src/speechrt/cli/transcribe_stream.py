@@ -95,7 +95,7 @@ def run_stream(args: argparse.Namespace, decoding: dict[str, Any]) -> int:
 
 
 def _local(asr: Any, path: str, args: argparse.Namespace, line: PartialLine) -> tuple[str, float]:
-    from speechrt.asr.streaming import recognizer
+    from speechrt.asr.chunked import recognizer
 
     audio = asr.load_audio(path)
     rec = recognizer(asr)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from speechrt.asr.streaming import CHUNK_SECONDS, recognizer
+from speechrt.asr.chunked import recognizer
+from speechrt.asr.streaming import CHUNK_SECONDS
 from speechrt.audio.io import StreamResampler
 
 if TYPE_CHECKING:
