@@ -162,3 +162,26 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("corpus")
     write_corpus(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_parakeet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """{head: model dir} of tiny random Parakeets whose heads emit tokens: "tdt_ctc" (a hybrid
+    TDT + CTC transducer) and "ctc" (tests/parakeet_models.py)."""
+    from parakeet_models import build
+
+    root = tmp_path_factory.mktemp("parakeet")
+    return {head: build(root / head, head) for head in ("tdt_ctc", "ctc")}
+
+
+@pytest.fixture(scope="session")
+def onnx_parakeet(tiny_parakeet: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny hybrid with its three graphs exported (speechrt export)."""
+    import shutil
+
+    from speechrt.runtime.export import export_dir
+
+    out = tmp_path_factory.mktemp("onnx") / "tdt_ctc"
+    shutil.copytree(tiny_parakeet["tdt_ctc"], out)
+    export_dir(out)
+    return out

@@ -128,3 +128,26 @@ def test_eval_bad_manifest(model_dir: Path, tmp_path: Path, capsys: pytest.Captu
     assert main(["eval", "--manifest", str(tmp_path / "emptydir"), "--model", str(model_dir)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 3 and "Traceback" not in err
+
+
+def test_eval_a_parakeet(tiny_parakeet, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """References equal to the transducer's own transcripts: no errors; its CTC head
+    (--decoder ctc) reads the same audio otherwise."""
+    from parakeet_models import sound
+
+    model = tiny_parakeet["tdt_ctc"]
+    asr = ASR(model)
+    lines = []
+    for i in range(2):
+        audio = sound(1.5 + i, seed=20 + i)
+        sf.write(tmp_path / f"{i}.wav", audio, 16000, subtype="FLOAT")
+        text = asr.transcribe([audio])[0].text
+        lines.append(json.dumps({"audio_filepath": f"{i}.wav", "text": text}) + "\n")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(lines))
+    assert main(["eval", "--manifest", str(manifest), "--model", str(model)]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("WER 0.00% (0/") and "2 utterances" in summary
+    args = ["eval", "--manifest", str(manifest), "--model", str(model), "--decoder", "ctc"]
+    assert main(args) == 0
+    assert not capsys.readouterr().out.strip().splitlines()[-1].startswith("WER 0.00%")

@@ -78,6 +78,24 @@ def test_bench_with_no_model_runs_the_bundled_ones(tmp_path):
     assert tts["rows"][0]["rtf"] > 0 and asr["rows"][0]["rtf"] > 0
 
 
+def test_bench_asr_on_a_parakeet_transducer(tiny_parakeet, tmp_path):
+    """The bench decodes a transducer with its greedy loop (ASR.decode), as transcribe does."""
+    from parakeet_models import sound
+    from speechrt.asr import ASR
+
+    model = tiny_parakeet["tdt_ctc"]
+    args = ["bench", "asr", "--model", str(model), "--device", "cpu", "--durations", "1"]
+    args += ["--batch-sizes", "1,2", "--warmup", "0", "--iters", "3", "--out-dir", str(tmp_path)]
+    assert main(args) == 0
+    rows = check_result(tmp_path / "asr.json", "asr", 2)
+    assert set(rows[0]["stages_s"]) == {"features", "acoustic", "decode"}
+    asr = ASR(model)
+    audio = sound(2.0, seed=1)
+    segs = asr.segments(0, audio)
+    asr.decode(segs, *asr.log_probs(segs))
+    assert [w for s in segs for w in s.words] == asr.transcribe([audio])[0].words
+
+
 def test_bench_bad_arguments(tiny_voice, capsys):
     assert main(["bench", "tts", "--acoustic", str(tiny_voice[0])]) == 2
     assert "a voice needs both" in capsys.readouterr().err

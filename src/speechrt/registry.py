@@ -94,8 +94,9 @@ def graphs_of(kind: str) -> dict[str, str]:
 def component_names(kind: str) -> dict[str, str]:
     """{served model name: graph name} for a component kind, shared by the KServe v2 models
     and the Triton repository: `<kind>` for a main graph not named `<kind>.<part>`
-    (fastpitch, hifigan, quartznet, ...), `<kind>.<part>` for every other graph
-    (hifigan.denoiser, tacotron2.encoder, ...)."""
+    (fastpitch, hifigan, quartznet, parakeet_ctc, ...), `<kind>.<part>` for every other graph
+    (hifigan.denoiser, tacotron2.encoder, ...), where a graph named after the main one
+    (`parakeet.predict` beside `parakeet`) gives its part (parakeet_transducer.predict)."""
     graphs = list(graphs_of(kind))
     names = {}
     for i, graph in enumerate(graphs):
@@ -104,7 +105,8 @@ def component_names(kind: str) -> dict[str, str]:
         elif i == 0:
             names[kind] = graph
         else:
-            names[f"{kind}.{graph}"] = graph
+            part = graph.removeprefix(graphs[0] + ".")
+            names[f"{kind}.{part}"] = graph
     return names
 
 

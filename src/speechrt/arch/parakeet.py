@@ -163,10 +163,11 @@ def contract(d: ParakeetDims) -> Contract:
 
 def predict_contract(d: ParakeetDims) -> Contract:
     state = (d.pred_layers, B, d.pred_hidden)
+    ids = (0, d.vocab_size)  # a token or the blank
     return Contract(
         "parakeet.predict",
         (
-            tensor("tokens", I64, B, doc="last emitted token; the blank id at the start"),
+            tensor("tokens", I64, B, doc="the last token; blank at the start", bounds=ids),
             tensor("h", F32, *state),
             tensor("c", F32, *state),
         ),

@@ -251,8 +251,10 @@ class ASR:
                 self.front = FeaturesToLogProbs(self.featurizer, self.runner, self.pad_leading)
 
     def runners(self) -> dict[str, Runner]:
-        """{graph name: runner}: the one graph it runs (the /v2 component model shares it)."""
-        return {self.runner.contract.name: self.runner}
+        """{graph name: runner}: the graphs it runs (the /v2 component models share them): the
+        main one, and a transducer's decoding steps on the eager and onnx backends."""
+        steps = self.steps.runners if self.steps is not None else {}
+        return {self.runner.contract.name: self.runner, **steps}
 
     def _decoder(
         self,
@@ -471,7 +473,12 @@ class ASR:
         return self.decoding.tokens(log_probs, lengths)
 
     def decode(self, batch: list[Segment], log_probs: Any, lengths: Any) -> None:
-        """CTC decoding per window; keeps each window's own words (item time) in seg.words."""
+        """Decoding per window (CTC, or a transducer's greedy loop over its joint-projected
+        frames); keeps each window's own words (item time) in seg.words."""
+        if self.transducer:
+            for seg, tokens in zip(batch, self.steps.decode(log_probs, lengths), strict=True):
+                self.decoding.keep_words(seg, tokens)
+            return
         self.decoding.decode(batch, log_probs, lengths)
 
     def transcribe(

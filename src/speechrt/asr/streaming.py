@@ -1,5 +1,7 @@
 """Streaming recognition for the convolutional CTC models (Jasper, QuartzNet): audio in chunks ->
-partial text every chunk -> final text equal to offline transcription.
+partial text every chunk -> final text equal to offline transcription. (Parakeet streams in
+windows with left and right context: speechrt.asr.chunked, whose `recognizer` picks the
+streaming recogniser for a model.)
 
     samples -> StreamingFrontEnd (log-mel frames as soon as their STFT window is complete,
     running per-feature mean/std) -> windows of features -> the acoustic model -> log-probs
@@ -255,11 +257,11 @@ class StreamingRecognizer:
         first = w.start // self.stride  # the window's first output frame
         ids = log_probs.argmax(-1)
         done = ids[w.commit_from - first : w.commit_to - first].tolist()
-        self.tokens, self.last_id = _extend(
+        self.tokens, self.last_id = extend_tokens(
             self.tokens, self.last_id, done, w.commit_from, self.blank
         )
         self.ids = ids[w.commit_to - first :].tolist()
-        self.tentative, _ = _extend([], self.last_id, self.ids, w.commit_to, self.blank)
+        self.tentative, _ = extend_tokens([], self.last_id, self.ids, w.commit_to, self.blank)
         self.committed = w.commit_to
         fe.drop(max(0, self.committed * self.stride - self.rf) - self.pad)
 
@@ -279,7 +281,7 @@ class StreamingRecognizer:
         first = start // self.stride  # the window's first output frame
         use = max(first + PARTIAL_MARGIN // self.stride, self.committed)
         self.ids = self.ids[: use - self.committed] + ids[use - first :]
-        self.tentative, _ = _extend([], self.last_id, self.ids, self.committed, self.blank)
+        self.tentative, _ = extend_tokens([], self.last_id, self.ids, self.committed, self.blank)
 
     def _window_features(self, w: Window) -> np.ndarray:
         """Input frames [w.start, w.stop) in stream coordinates (pad_leading zeros first)."""
@@ -302,7 +304,7 @@ class StreamingRecognizer:
         return tokens_to_words(tokens, self.asr.labels, self.asr.frame_duration, offset, span)
 
 
-def _extend(
+def extend_tokens(
     tokens: list[Token], last_id: int, ids: list[int], first: int, blank: int
 ) -> tuple[list[Token], int]:
     """Tokens + the collapsed ids of frames first, first + 1, ... (a repeat of last_id across
@@ -346,5 +348,6 @@ __all__ = [
     "StreamingRecognizer",
     "plan_window",
     "receptive_field",
+    "extend_tokens",
     "window_log_probs",
 ]

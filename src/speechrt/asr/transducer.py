@@ -11,6 +11,8 @@ blank, whose embedding is zero):
 This is NeMo's label-looping greedy decoder (GreedyBatchedRNNTInfer / TDT). Each item's steps
 read only its own frames and state, so an item decodes the same alone and in a batch (NeMo's
 batched TDT records a token's duration from the batch's last inner step; alone they agree).
+Where decoding stands between frames is a `Cursor`: `resume` goes on from one, so a stream's
+frames decode window by window as in one pass (speechrt.asr.chunked).
 
 `predict(tokens (B,), h, c) -> (g (B, J), h, c)` and `joint(f (B, J), g (B, J)) -> (B, classes
 [+ durations])` are the model's two step graphs: onnxruntime sessions on the onnx runner, the
@@ -21,7 +23,7 @@ torch modules on eager. The cuda runner keeps the same loop on the device
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -54,22 +56,61 @@ def decide(logits: np.ndarray, spec: TransducerSpec) -> tuple[np.ndarray, np.nda
     return labels, np.where(blank & (skips == 0), 1, skips)
 
 
+@dataclass(frozen=True)
+class Cursor:
+    """Where greedy decoding of a batch stands between two calls (streaming carries it from one
+    chunk of frames to the next): the frame t each item goes on from, the prediction network's
+    output g for its last token and its LSTM state, and the frame of its last token with the
+    tokens emitted on it (max_symbols). Frames count from the first frame of the next call."""
+
+    t: np.ndarray  # (B,) int64; may lie past the frames given (a TDT skip over the end)
+    g: np.ndarray  # (B, J)
+    h: np.ndarray  # (layers, B, hidden)
+    c: np.ndarray  # (layers, B, hidden)
+    last_frame: np.ndarray  # (B,) int64; -1 before the first token
+    on_frame: np.ndarray  # (B,) int64
+
+    def shifted(self, frames: int) -> Cursor:
+        """The same place, counted from `frames` frames later."""
+        return replace(self, t=self.t - frames, last_frame=self.last_frame - frames)
+
+
+def start(batch: int, predict: Predict, spec: TransducerSpec) -> Cursor:
+    """The cursor at frame 0: the prediction network's output for the start symbol."""
+    layers, hidden = spec.state_shape
+    h = np.zeros((layers, batch, hidden), np.float32)
+    g, h, c = predict(np.full(batch, spec.blank, dtype=np.int64), h, np.zeros_like(h))
+    zeros = np.zeros(batch, dtype=np.int64)
+    return Cursor(zeros, g, h, c, np.full(batch, -1, dtype=np.int64), zeros)
+
+
 def greedy(
     f: np.ndarray, lengths: np.ndarray, predict: Predict, joint: Joint, spec: TransducerSpec
 ) -> list[list[Token]]:
     """f: (B, T, J) joint-projected encoder frames, lengths (B,) -> per item its tokens."""
+    return resume(f, lengths, predict, joint, spec, start(f.shape[0], predict, spec))[0]
+
+
+def resume(
+    f: np.ndarray,
+    lengths: np.ndarray,
+    predict: Predict,
+    joint: Joint,
+    spec: TransducerSpec,
+    cursor: Cursor,
+) -> tuple[list[list[Token]], Cursor]:
+    """greedy from `cursor` on: f (B, T, J), lengths (B,) -> per item its tokens (frames
+    counted from f's first) and the cursor after its last frame. Decoding frames in pieces,
+    each from the cursor the one before left (shifted to its first frame), takes the same
+    decisions as decoding them at once."""
     B = f.shape[0]
     lengths = np.asarray(lengths, dtype=np.int64)
     out: list[list[Token]] = [[] for _ in range(B)]
     rows = np.arange(B)
     last = np.maximum(lengths - 1, 0)
-    t = np.zeros(B, dtype=np.int64)
-    layers, hidden = spec.state_shape
-    h = np.zeros((layers, B, hidden), np.float32)
-    c = np.zeros_like(h)
-    g, h, c = predict(np.full(B, spec.blank, dtype=np.int64), h, c)
-    last_frame = np.full(B, -1, dtype=np.int64)  # frame of each item's last token
-    on_frame = np.zeros(B, dtype=np.int64)  # tokens emitted on that frame
+    t, g, h, c = cursor.t, cursor.g, cursor.h, cursor.c
+    last_frame = cursor.last_frame  # frame of each item's last token
+    on_frame = cursor.on_frame  # tokens emitted on that frame
     active = t < lengths
     while active.any():
         was_active = active
@@ -100,15 +141,23 @@ def greedy(
         force = active & found & (on_frame >= spec.max_symbols) & (last_frame == t)
         t = t + force
         active = t < lengths
-    return out
+    return out, Cursor(t, g, h, c, last_frame, on_frame)
 
 
 class Steps:
     """A recogniser's transducer head: its predict and joint graphs on the pipeline's runner,
-    and the greedy decoding that calls them."""
+    and the greedy decoding that calls them. `runners`: {graph name: runner} behind them (the
+    server's component models share them)."""
 
-    def __init__(self, predict: Predict, joint: Joint, spec: TransducerSpec) -> None:
+    def __init__(
+        self,
+        predict: Predict,
+        joint: Joint,
+        spec: TransducerSpec,
+        runners: dict[str, Any] | None = None,
+    ) -> None:
         self.predict, self.joint, self.spec = predict, joint, spec
+        self.runners = runners or {}
 
     def decode(self, f: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """f (B, T', J) joint-projected encoder frames, lengths (B,) (numpy or torch) -> per
@@ -126,6 +175,7 @@ class CudaSteps(Steps):
 
     def __init__(self, loop: Any) -> None:
         self.loop = loop
+        self.runners = {}  # the loop holds its own compiled steps
 
     def decode(self, f: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         tokens = self.loop(f.float(), lengths.to(f.device))
@@ -142,10 +192,12 @@ def spec_of(dims: dict[str, Any]) -> TransducerSpec:
     )
 
 
-def make_steps(asr: Any, precision: str) -> Steps:
+def make_steps(asr: Any, precision: str, device_loop: bool = True) -> Steps:
     """The predict and joint steps of an ASR pipeline's transducer, on its backend: the
-    exported graphs on onnx, the graph wrappers on eager and cuda (one call per step)."""
-    if asr.backend == "cuda":  # the loop on the device (one host read per block of steps)
+    exported graphs on onnx, the graph wrappers on eager and cuda (one call per step). On
+    cuda the decoding loop runs on the device (CudaSteps), unless device_loop is False: then
+    the NumPy loop calls the graph wrappers there (streaming carries its Cursor on the host)."""
+    if asr.backend == "cuda" and device_loop:  # one host read per block of steps
         from speechrt.runtime.transducer_cuda import CudaGreedy
 
         return CudaSteps(CudaGreedy(asr.model, dtype=asr.dtype))
@@ -184,4 +236,4 @@ def make_steps(asr: Any, precision: str) -> Steps:
         feeds = {"joint_encoded": np.ascontiguousarray(f), "joint_predicted": g}
         return run("parakeet.joint", feeds)["logits"]
 
-    return Steps(predict, joint, spec_of(asr.info.dims))
+    return Steps(predict, joint, spec_of(asr.info.dims), runners)

@@ -166,7 +166,8 @@ def bench_asr(
     iters: int,
     durations: tuple[float, ...] = ASR_DURATIONS,
 ) -> list[dict]:
-    """One row per variant x audio duration x batch size, as the Jasper/QuartzNet tables."""
+    """One row per variant x audio duration x batch size, as the Jasper/QuartzNet tables;
+    `decode` is the CTC decoding, or a transducer's greedy loop (Parakeet)."""
     rows = []
     for variant in variants:
         asr = make_asr(variant)

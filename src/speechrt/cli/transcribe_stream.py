@@ -95,10 +95,10 @@ def run_stream(args: argparse.Namespace, decoding: dict[str, Any]) -> int:
 
 
 def _local(asr: Any, path: str, args: argparse.Namespace, line: PartialLine) -> tuple[str, float]:
-    from speechrt.asr.streaming import StreamingRecognizer
+    from speechrt.asr.chunked import recognizer
 
     audio = asr.load_audio(path)
-    rec = StreamingRecognizer(asr)
+    rec = recognizer(asr)
     size = max(1, round(args.chunk_ms / 1000 * asr.sample_rate))
     for chunk in chunks_of(audio, size, asr.sample_rate, args.realtime):
         partial = rec.push(chunk)

@@ -6,9 +6,10 @@ it (speechrt.serving.v2models.ContractModel.check).
 
 - Components are served by the runtime's shared contracts, one v2 model per graph
   (component_names): `<kind>` for a kind's main graph when it is not named `<kind>.<part>`
-  (fastpitch, fastspeech, hifigan, waveglow, jasper, quartznet), `<kind>.<part>` for every other
-  graph (hifigan.denoiser, waveglow.denoiser, tacotron2.encoder, tacotron2.decoder_step,
-  tacotron2.postnet).
+  (fastpitch, fastspeech, hifigan, waveglow, jasper, quartznet, parakeet_ctc,
+  parakeet_transducer), `<kind>.<part>` for every other graph (hifigan.denoiser,
+  waveglow.denoiser, tacotron2.encoder, tacotron2.decoder_step, tacotron2.postnet,
+  parakeet_transducer.predict, parakeet_transducer.joint).
 - The pipelines `tts` and `asr` exist only in the server: their contracts are here (BYTES text).
 """
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from speechrt.asr.streaming import CHUNK_SECONDS, StreamingRecognizer
+from speechrt.asr.chunked import recognizer
+from speechrt.asr.streaming import CHUNK_SECONDS
 from speechrt.audio.io import StreamResampler
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class RecognitionStream:
         self.resampler = StreamResampler(rate, sr) if rate != sr else None
         self.band = self.asr.band_filter(rate)  # a narrowband stream: heard through its band
         # the server keeps the utterance itself (for the final pass at its own rate)
-        self.recognizer = StreamingRecognizer(self.asr, chunk=chunk, keep_seconds=0.0)
+        self.recognizer = recognizer(self.asr, chunk=chunk, keep_seconds=0.0)
         self.chunk = self.recognizer.chunk_samples
         self.pending = np.zeros(0, dtype=np.float32)  # model-rate samples short of a chunk
         self.parts: list[np.ndarray] = []  # the utterance at `rate`

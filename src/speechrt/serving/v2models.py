@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from speechrt.contracts import Contract, TensorSpec
+from speechrt.contracts import B, Contract, TensorSpec
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.registry import derived_sizes, graphs_of
@@ -87,7 +87,8 @@ def axis_limits(info: Any, limits: Limits, max_batch: int) -> dict[str, int]:
         samples = math.ceil(seconds * fc.sample_rate)
         frames = samples // fc.hop_length + 1  # centred STFT frames, then padded to pad_align
         out["samples"] = samples
-        out["feature_frames"] = math.ceil(frames / fc.pad_align) * fc.pad_align
+        align = max(fc.pad_align, 1)  # NeMo's features are not padded (pad_align 0)
+        out["feature_frames"] = math.ceil(frames / align) * align
     return out
 
 
@@ -252,6 +253,8 @@ def run_arrays(runner: Runner, feeds: Arrays) -> Arrays:
 class ComponentAdapter:
     """Runs batches of whole requests (each a dict of contract inputs) on the device thread.
 
+    Requests are joined along each tensor's batch axis: the first for most, the second for a
+    recurrent state (layers, batch, hidden), as parakeet.predict's h and c.
     `derived_sizes`: the graph's sizes -> the output axes it derives from them (default: the
     runner's torch graph's `derived_sizes`, where it has one).
     """
@@ -266,25 +269,34 @@ class ComponentAdapter:
         self.derived_sizes = derived_sizes or getattr(
             getattr(runner, "graph", None), "derived_sizes", None
         )
+        tensors = self.contract.inputs + self.contract.outputs
+        self.batch_dim = {t.name: t.shape.index(B) for t in tensors if B in t.shape}
 
     def length(self, item: Arrays) -> int:
         return 0  # only requests of equal shapes share a batch: nothing is padded
 
     def key(self, item: Arrays) -> Hashable:
-        return tuple((t.name, item[t.name].shape[1:]) for t in self.contract.inputs)
+        shapes = []
+        for t in self.contract.inputs:
+            shape = list(item[t.name].shape)
+            del shape[self.batch_dim[t.name]]
+            shapes.append((t.name, tuple(shape)))
+        return tuple(shapes)
 
     def run_batch(self, items: list[Arrays]) -> list[Arrays]:
         c = self.contract
         free = self._free_axes(items[0])
         if len(items) > 1 and None in free.values():  # no way to crop: run each alone
             return [out for item in items for out in self.run_batch([item])]
-        feeds = {n: np.concatenate([it[n] for it in items]) for n in c.input_names}
+        dims = self.batch_dim
+        feeds = {n: np.concatenate([it[n] for it in items], dims[n]) for n in c.input_names}
         outs = run_arrays(self.runner, feeds)
+        first = c.input_names[0]
         results, start = [], 0
         for item in items:
-            rows = slice(start, start + len(item[c.input_names[0]]))
+            rows = slice(start, start + item[first].shape[dims[first]])
             start = rows.stop
-            mine = {k: v[rows] for k, v in outs.items()}
+            mine = {k: v[(slice(None),) * dims[k] + (rows,)] for k, v in outs.items()}
             # a free axis is as long as the batch's longest item: cut it to this request's own
             ends = {axis: int(mine[n].max(initial=0)) for axis, n in free.items() if n}
             for name, value in mine.items():
