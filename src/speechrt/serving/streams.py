@@ -13,7 +13,7 @@ its mind. The last delta completes the final text when what was sent is a prefix
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,8 @@ class RecognitionStream:
         self.samples = 0
         self.sent = ""  # the deltas so far, joined
         self.words_sent = 0
+        self.partial = ""  # the newest partial transcript, whole (Riva's interim results)
+        self.transcript: Any = None  # finish()'s: the utterance's Transcript (words and times)
 
     @property
     def seconds(self) -> float:
@@ -68,6 +70,7 @@ class RecognitionStream:
             partial = await worker.run(self.recognizer.push, piece)
         if partial is None:
             return ""
+        self.partial = partial.text
         words = partial.text.split()
         new = words[self.words_sent : len(words) - 1]
         if not new:
@@ -88,6 +91,7 @@ class RecognitionStream:
         assert self.srv.asr is not None
         audio = await asyncio.to_thread(self.srv.asr.check_audio, self.audio(), self.rate)
         (result,) = await self.srv.asr.transcribe([audio])
+        self.transcript = result
         text = str(result.text)
         last = ""
         if text.startswith(self.sent):
