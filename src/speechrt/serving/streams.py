@@ -27,9 +27,12 @@ if TYPE_CHECKING:
 class RecognitionStream:
     """Audio (float32 at `rate`) pushed in pieces of any size; deltas out per chunk."""
 
-    def __init__(self, srv: Server, rate: int, chunk: float = CHUNK_SECONDS) -> None:
+    def __init__(
+        self, srv: Server, rate: int, chunk: float = CHUNK_SECONDS, partials: bool = True
+    ) -> None:
         assert srv.asr is not None
         self.srv, self.rate = srv, rate
+        self.partials = partials  # False: only the final text is wanted, no streaming steps
         self.asr = srv.asr.asr  # speechrt.asr.ASR
         sr = self.asr.sample_rate
         self.resampler = StreamResampler(rate, sr) if rate != sr else None
@@ -53,6 +56,8 @@ class RecognitionStream:
         """audio (N,) float32 at `rate` -> the deltas of every chunk it completes."""
         self.parts.append(audio)
         self.samples += audio.size
+        if not self.partials:
+            return []
         x = self.resampler.push(audio) if self.resampler is not None else audio
         x = self.band.push(x) if self.band is not None else x
         self.pending = np.concatenate((self.pending, x))
