@@ -151,6 +151,8 @@ class RawAudio:
     def end(self) -> np.ndarray:
         """The samples still held; the audio must end on a whole frame."""
         if not self.started:
+            if not self.pending:
+                return np.zeros(0, dtype=np.float32)  # no audio came
             self._header(final=True)
         out = self.push(b"")
         if self.pending:
