@@ -97,8 +97,11 @@ def check_free(host: str, port: int) -> None:
 
 
 def access_config(args: argparse.Namespace) -> dict[str, Any]:
-    """ServeConfig's grpc_address, api_keys and rate_limit from the flags (checked)."""
+    """ServeConfig's grpc_address, api_keys and rate_limit from the flags (checked). `args`
+    keeps the keys read (--api-key, the file read once): a Ray replica, which reads the flags
+    again on its own node, needs neither the file nor the variable there."""
     keys = api_keys(args)
+    args.api_key, args.api_key_file = list(keys), None
     rate = rate_of(args.rate_limit) if args.rate_limit is not None else None
     if rate is not None and not keys:
         raise SpeechRTError("--rate-limit is per API key: give --api-key (or a key file)")
