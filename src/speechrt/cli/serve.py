@@ -1,7 +1,8 @@
 """`speechrt serve [--acoustic DIR --vocoder DIR] [--asr DIR]`: the HTTP server (no model
 given: the bundled defaults, speechrt.defaults).
 
-OpenAI audio API under /v1, KServe v2 (Triton) under /v2, Prometheus metrics at /metrics.
+OpenAI audio API under /v1, KServe v2 (Triton) under /v2, Prometheus metrics at /metrics;
+with --grpc-port, Riva's and Triton's gRPC services too (speechrt.cli.serve_access).
 SIGTERM or Ctrl-C stops accepting connections, finishes what is in flight, then exits; requests
 still running after --graceful-timeout seconds are answered 503 with Retry-After.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from speechrt.cli import serve_access
 from speechrt.cli.options import add_runtime_options
 from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
@@ -131,6 +133,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "8; on a CPU 0)",
     )
     add_ray_arguments(p)
+    serve_access.add_arguments(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
@@ -239,6 +242,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         components=not args.no_components,
         decode_workers=args.decode_workers,
         warmup=warmup_texts(args.warmup),
+        **serve_access.access_config(args),
     )
     if args.acoustic is None and args.vocoder is None and args.asr is None:
         from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, VOICE_VOCODER, default_model

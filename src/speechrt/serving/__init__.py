@@ -5,8 +5,10 @@
     contracts.py    named-tensor I/O of every v2 model     v2codec.py   JSON + binary tensors
     openai_api.py   /v1 routes     kserve.py  /v2 routes   metrics.py   Prometheus /metrics
     server.py       what a running server holds            app.py       the FastAPI app
+    auth.py         API keys, rate limits                  grpc_app.py  gRPC beside HTTP:
+    grpc_riva.py, grpc_riva_tts.py, grpc_triton.py (Riva, Triton), grpc_calls.py (status codes)
 
-Needs the `serve` extra (fastapi, uvicorn, python-multipart).
+Needs the `serve` extra (fastapi, uvicorn, python-multipart); gRPC the `grpc` extra.
 """
 
 from speechrt.serving.app import create_app

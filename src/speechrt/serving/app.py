@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from speechrt import __version__
 from speechrt.serving import kserve, openai_api, openapi, realtime
+from speechrt.serving.auth import Access, RequireKey
 from speechrt.serving.errors import HANDLERS, PayloadTooLarge, error_body
 from speechrt.serving.server import Server
 
@@ -134,12 +135,22 @@ async def _shutting_down(scope: Scope, send: Send) -> None:
 def create_app(server: Server) -> FastAPI:
     """The ASGI app serving `server`'s models (started and drained by the app's lifespan)."""
 
+    config = server.config
+    access = Access(config.api_keys, config.rate_limit) if config.api_keys else None
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await server.start()
+        rpc = None
         try:
+            if config.grpc_address is not None:  # Riva and Triton gRPC, in this event loop
+                from speechrt.serving.grpc_app import start_grpc
+
+                rpc, _ = await start_grpc(server, config.grpc_address, access)
             yield
         finally:
+            if rpc is not None:  # its calls finish as HTTP requests do, within their timeout
+                await rpc.stop(config.limits.request_timeout_s)
             await server.stop()
 
     app = FastAPI(
@@ -157,7 +168,9 @@ def create_app(server: Server) -> FastAPI:
     openapi.install(app, server)
     # Multipart uploads carry some framing around the file itself.
     app.add_middleware(BodyLimit, limit=server.config.limits.max_upload_bytes + 64 * 1024)
-    app.add_middleware(CancelOnDisconnect)  # outermost: sees the client's own receive channel
+    app.add_middleware(CancelOnDisconnect)  # sees the client's own receive channel
+    if access is not None:  # outermost: a request without a key costs nothing more
+        app.add_middleware(RequireKey, access=access)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:

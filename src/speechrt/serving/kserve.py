@@ -22,6 +22,7 @@ from speechrt.serving.metrics import VERSION
 from speechrt.serving.v2codec import HEADER, encode_response, parse_request
 
 if TYPE_CHECKING:
+    from speechrt.serving.engine import BatchConfig
     from speechrt.serving.server import Server
     from speechrt.serving.v2models import ContractModel
 
@@ -33,7 +34,11 @@ def server_of(request: Request) -> Server:
 
 
 def model_of(request: Request, name: str, version: str | None = None) -> ContractModel:
-    srv = server_of(request)
+    return find_model(server_of(request), name, version)
+
+
+def find_model(srv: Server, name: str, version: str | None = None) -> ContractModel:
+    """The served model `name` (version "1", or none given), else an ApiError 404."""
     if name in srv.unserved:
         raise ApiError(404, f"model {name!r} is not served: {srv.unserved[name]}")
     if name not in srv.v2:
@@ -43,13 +48,16 @@ def model_of(request: Request, name: str, version: str | None = None) -> Contrac
     return srv.v2[name]
 
 
+SERVER_METADATA = {
+    "name": "speechrt",
+    "version": __version__,
+    "extensions": ["binary_tensor_data", "model_configuration"],
+}
+
+
 @router.get("")
 async def server_metadata() -> dict[str, Any]:
-    return {
-        "name": "speechrt",
-        "version": __version__,
-        "extensions": ["binary_tensor_data", "model_configuration"],
-    }
+    return SERVER_METADATA
 
 
 @router.get("/health/live")
@@ -84,8 +92,11 @@ def is_ready(srv: Server, name: str) -> bool:
 @router.get("/models/{name}/versions/{version}/config")
 async def model_config(name: str, request: Request, version: str | None = None) -> Any:
     """Triton's model configuration (enough for perf_analyzer and tritonclient)."""
-    m = model_of(request, name, version)
-    batch = server_of(request).config.batch
+    return config_of(model_of(request, name, version), server_of(request).config.batch)
+
+
+def config_of(m: ContractModel, batch: BatchConfig) -> dict[str, Any]:
+    """A model's Triton configuration, as JSON (the ModelConfig protobuf's JSON form)."""
 
     def dims(t: TensorSpec) -> dict[str, Any]:
         shape = tensor_metadata(t)["shape"][1:] or [1]  # without the batch axis
@@ -123,14 +134,18 @@ async def repository_index(request: Request) -> list[dict[str, str]]:
         raise SpeechRTError("the repository index request is not valid JSON") from None
     if not isinstance(query, dict) or not isinstance(query.get("ready", False), bool):
         raise SpeechRTError('the repository index request is {"ready": true|false} or empty')
-    srv = server_of(request)
+    return repository(server_of(request), query.get("ready", False))
+
+
+def repository(srv: Server, ready_only: bool) -> list[dict[str, str]]:
+    """The repository index's entries (see repository_index)."""
     out = []
     for name in srv.v2:
         ready = is_ready(srv, name)
-        if ready or not query.get("ready", False):
+        if ready or not ready_only:
             state = "READY" if ready else "UNAVAILABLE"
             out.append({"name": name, "version": VERSION, "state": state, "reason": ""})
-    if not query.get("ready", False):
+    if not ready_only:
         out += [
             {"name": name, "version": VERSION, "state": "UNAVAILABLE", "reason": why}
             for name, why in srv.unserved.items()

@@ -352,7 +352,10 @@ async def realtime(ws: WebSocket) -> None:
     srv = ws.app.state.server
     intent = ws.query_params.get("intent", "transcription")
     model = ws.query_params.get("model")
-    await ws.accept()
+    # a browser offers ["realtime", "openai-insecure-api-key.KEY"] (speechrt.serving.auth) and
+    # drops a connection whose answer names none of them
+    offered = ws.scope.get("subprotocols") or []
+    await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
     why = code = None
     if srv.asr is None:
         why, code = "this server has no speech recognition model", "model_not_found"

@@ -56,6 +56,10 @@ class ServeConfig:
     # warm-up texts: before the server is ready, every batch size it can form runs once on each
     # (and on 7 s of speech-like audio for the recogniser), see Server.warm_up; None: none
     warmup: tuple[str, ...] | None = None
+    # other protocols and access (speechrt.serving.grpc_app, speechrt.serving.auth)
+    grpc_address: str | None = None  # "host:port" of Riva's and Triton's gRPC; None: none
+    api_keys: tuple[str, ...] = ()  # the keys every request needs; none: no key needed
+    rate_limit: float | None = None  # requests per second per key; None: no limit
 
 
 class Server:

@@ -13,7 +13,7 @@ its mind. The last delta completes the final text when what was sent is a prefix
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,9 +28,12 @@ if TYPE_CHECKING:
 class RecognitionStream:
     """Audio (float32 at `rate`) pushed in pieces of any size; deltas out per chunk."""
 
-    def __init__(self, srv: Server, rate: int, chunk: float = CHUNK_SECONDS) -> None:
+    def __init__(
+        self, srv: Server, rate: int, chunk: float = CHUNK_SECONDS, partials: bool = True
+    ) -> None:
         assert srv.asr is not None
         self.srv, self.rate = srv, rate
+        self.partials = partials  # False: only the final text is wanted, no streaming steps
         self.asr = srv.asr.asr  # speechrt.asr.ASR
         sr = self.asr.sample_rate
         self.resampler = StreamResampler(rate, sr) if rate != sr else None
@@ -43,6 +46,8 @@ class RecognitionStream:
         self.samples = 0
         self.sent = ""  # the deltas so far, joined
         self.words_sent = 0
+        self.partial = ""  # the newest partial transcript, whole (Riva's interim results)
+        self.transcript: Any = None  # finish()'s: the utterance's Transcript (words and times)
 
     @property
     def seconds(self) -> float:
@@ -52,6 +57,8 @@ class RecognitionStream:
         """audio (N,) float32 at `rate` -> the deltas of every chunk it completes."""
         self.parts.append(audio)
         self.samples += audio.size
+        if not self.partials:
+            return []
         x = self.resampler.push(audio) if self.resampler is not None else audio
         x = self.band.push(x) if self.band is not None else x
         self.pending = np.concatenate((self.pending, x))
@@ -69,6 +76,7 @@ class RecognitionStream:
             partial = await worker.run(self.recognizer.push, piece)
         if partial is None:
             return ""
+        self.partial = partial.text
         words = partial.text.split()
         new = words[self.words_sent : len(words) - 1]
         if not new:
@@ -89,6 +97,7 @@ class RecognitionStream:
         assert self.srv.asr is not None
         audio = await asyncio.to_thread(self.srv.asr.check_audio, self.audio(), self.rate)
         (result,) = await self.srv.asr.transcribe([audio])
+        self.transcript = result
         text = str(result.text)
         last = ""
         if text.startswith(self.sent):

@@ -37,7 +37,8 @@ class InferRequest:
         return bool(self.parameters.get("binary_data_output", False))
 
 
-def _shape(value: Any, name: str) -> tuple[int, ...]:
+def check_shape(value: Any, name: str) -> tuple[int, ...]:
+    """A request's shape for input `name`: non-negative ints, at most MAX_RANK of them."""
     if not isinstance(value, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
     ):
@@ -149,7 +150,7 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         datatype = t.get("datatype")
         if not isinstance(datatype, str) or datatype not in NUMPY_DTYPES:
             raise SpeechRTError(f"input {name!r}: unsupported datatype {_brief(datatype)}")
-        shape = _shape(t.get("shape"), name)
+        shape = check_shape(t.get("shape"), name)
         tparams = t.get("parameters", {})
         if not isinstance(tparams, dict):
             raise SpeechRTError(f"input {name!r}: 'parameters' must be an object")
@@ -168,7 +169,7 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
                     f"input {name!r}: binary_data_size {_brief(size)} exceeds the body"
                 )
             chunk, pos = raw[pos : pos + size], pos + size
-            inputs[name] = _from_raw(chunk, datatype, shape, name)
+            inputs[name] = from_raw(chunk, datatype, shape, name)
         datatypes[name] = datatype
     if pos != len(raw):
         raise SpeechRTError(f"{len(raw) - pos} bytes of binary data belong to no input")
@@ -201,7 +202,8 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _from_raw(chunk: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+def from_raw(chunk: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """A raw (little-endian, or length-prefixed BYTES) tensor -> its array, or SpeechRTError."""
     count = math.prod(shape)
     if datatype == "BYTES":
         return decode_bytes(chunk, count, name).reshape(shape)
