@@ -9,10 +9,12 @@ ends it. A sentence still open past MAX_PIECE_CHARS gives out its clauses (cut a
 a space, as the splitter cuts long sentences), so speech never waits for an endless sentence.
 
 `SpeechStream` queues each complete sentence on the TTS engine at once, through
-TTSService.stream (the same checks, limits, batcher and lead-piece head as a streamed
-/v1/audio/speech), and hands its audio to a `Sink` in sentence order, each sentence as soon as it
-and those before it are ready. `cancel()` drops everything queued at once (barge-in): the
-sentences' batch items are cancelled unstarted and no audio of theirs reaches the sink after.
+TTSService.stream (the same checks, limits and batcher as a streamed /v1/audio/speech), and
+hands its audio to a `Sink` in sentence order, each sentence as soon as it and those before it
+are ready. A sentence with nothing queued ahead of it is a lead (its first frames are vocoded
+and sent on their own); one queued behind others batches as a request's sentences do.
+`cancel()` drops everything queued at once (barge-in): the sentences' batch items are cancelled
+unstarted and no audio of theirs reaches the sink after.
 """
 
 from __future__ import annotations
@@ -172,8 +174,12 @@ class SpeechStream:
         if not self.tts.tts.text.has_speech(sentence):
             return  # "**", "---": nothing to say, not an error in a stream of tokens
         t0 = time.perf_counter()
+        # only a sentence that nothing is ahead of needs its first audio at once: one queued
+        # behind others batches as a request's sentences do (not with the leads of other
+        # streams, nor delaying this stream's own lead by riding in its batch)
+        lead = not self.queued
         try:
-            chunks = await self.tts.stream(sentence, self.options, self.seed)
+            chunks = await self.tts.stream(sentence, self.options, self.seed, lead)
         except Exception as e:
             self._record(t0, e)
             raise
