@@ -5,6 +5,8 @@ per sentence out, flush, cancel (barge-in) and bad input answered with error mes
 from __future__ import annotations
 
 import json
+import re
+import time
 from typing import Any
 
 import httpx
@@ -23,6 +25,7 @@ TEXT = (
     "A new line ends one. This ends at the flush"
 )
 MAX_CHARS = 2000  # the server's --max-text-chars
+IDLE = 4  # its --realtime-idle-seconds
 LSB = 2  # int16 steps: a sentence's first frames are vocoded apart (see test_streaming_speech)
 
 
@@ -86,6 +89,7 @@ def server(start_server) -> str:
     url, _ = start_server(
         *("--acoustic", str(acoustic), "--vocoder", str(vocoder), "--backend", "onnx"),
         *("--no-components", "--max-text-chars", str(MAX_CHARS)),
+        *("--realtime-idle-seconds", str(IDLE)),
     )
     return url
 
@@ -238,4 +242,33 @@ def test_bad_options_are_refused_before_the_session(server: str, query: str, wor
     assert isinstance(reply, dict) and reply["type"] == "error"
     assert words in reply["error"]["message"]
     with pytest.raises(Exception, match="1008"):
+        s.recv()
+
+
+def tts_cancelled(url: str) -> float:
+    metrics = httpx.get(f"{url}/metrics").text
+    m = re.search(r'request_failure\{model="tts"[^}]*reason="CANCELED"[^}]*\} (\S+)', metrics)
+    return float(m.group(1)) if m else 0.0
+
+
+@needs_voice
+def test_a_client_that_goes_away_cancels_its_queued_sentences(server: str):
+    before = tts_cancelled(server)
+    s = Session(server)
+    s.recv()
+    s.send({"text": "A sentence to speak at some length. " * 20})
+    s.ws.close()
+    deadline = time.monotonic() + 60
+    while tts_cancelled(server) == before:  # the server counts them once it has noticed
+        assert time.monotonic() < deadline, "no sentence was cancelled"
+        time.sleep(0.1)
+
+
+@needs_voice
+def test_an_idle_session_is_closed(server: str):
+    s = Session(server)
+    s.recv()
+    reply = s.recv()  # nothing sent, nothing queued: after IDLE seconds
+    assert isinstance(reply, dict) and reply["error"]["code"] == "idle_timeout"
+    with pytest.raises(Exception, match="1000"):
         s.recv()

@@ -45,6 +45,7 @@ needs_models = pytest.mark.skipif(
 )
 MAX_CHARS = 2000  # the server's --max-text-chars
 MAX_SECONDS = 10  # its --max-audio-seconds
+IDLE = 4  # its --realtime-idle-seconds
 LSB = 2  # int16 steps: a sentence's first frames are vocoded apart (see test_streaming_speech)
 TEXT = "Speech recognition works on this machine. Please call Stella."
 SUBTYPES = {1: "PCM_U8", 2: "PCM_16", 3: "PCM_24", 4: "PCM_32"}
@@ -67,7 +68,7 @@ def server(start_server) -> tuple[str, int]:
         *("--acoustic", str(acoustic), "--vocoder", str(vocoder)),
         *("--asr", str(default_model(ASR_MODEL)), "--backend", "onnx", "--no-components"),
         *("--max-text-chars", str(MAX_CHARS), "--max-audio-seconds", str(MAX_SECONDS)),
-        *("--wyoming-port", str(port)),
+        *("--wyoming-port", str(port), "--realtime-idle-seconds", str(IDLE)),
     )
     return url, port
 
@@ -344,6 +345,14 @@ def test_a_connection_that_goes_away_cancels_its_synthesis(server):
         assert time.monotonic() < deadline, "the synthesis was not cancelled"
         time.sleep(0.1)
     assert tts_cancelled(url) == before + 1
+
+
+@needs_models
+def test_an_idle_connection_is_closed(server):
+    _, port = server
+    # nothing sent: after IDLE seconds, an error and the end of the stream
+    headers, closed = run(raw_exchange(port, b""))
+    assert closed and [h["data"]["code"] for h in headers] == ["idle_timeout"]
 
 
 def test_cli_refuses_a_taken_port_and_ray(capsys):

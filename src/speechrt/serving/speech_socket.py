@@ -172,6 +172,8 @@ async def speech_stream(ws: WebSocket) -> None:
         if closing is not None:
             closing.cancel()
             await asyncio.wait([closing])
+            if not closing.cancelled():
+                closing.exception()  # a send to a client that went away: nobody to tell
         await stream.close()
 
 
