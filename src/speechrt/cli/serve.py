@@ -18,6 +18,8 @@ from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
 
 if TYPE_CHECKING:
+    import socket
+
     from speechrt.serving import ServeConfig, Server
 
 
@@ -106,7 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--realtime-idle-seconds",
         type=float,
         default=60.0,
-        help="close a realtime WebSocket session after this long without an event (default: 60)",
+        help="close a realtime or text-streaming WebSocket session, or a Wyoming connection, "
+        "after this long without an event while nothing is in flight (default: 60)",
     )
     g.add_argument(
         "--graceful-timeout",
@@ -131,6 +134,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="decode transcriptions (the beam search) in N processes, off the device thread "
         "and over N cores; 0: one decoding thread (default: on a GPU one per spare core, up to "
         "8; on a CPU 0)",
+    )
+    g = p.add_argument_group("other protocols (docs/streaming-protocols.md)")
+    g.add_argument(
+        "--wyoming-port",
+        type=int,
+        metavar="PORT",
+        help="also serve Wyoming (Home Assistant's voice protocol; the `wyoming` extra) on this "
+        "TCP port (default: off; 0 = any free)",
+    )
+    g.add_argument(
+        "--wyoming-host",
+        default="127.0.0.1",
+        help="address Wyoming binds (default: 127.0.0.1; it has no authentication)",
     )
     add_ray_arguments(p)
     serve_access.add_arguments(p)
@@ -292,8 +308,26 @@ def load_server(args: argparse.Namespace) -> Server:
     return server
 
 
+def wyoming_socket(args: argparse.Namespace) -> socket.socket | None:
+    """--wyoming-port's listening socket, or None; SpeechRTError on bad flags."""
+    if args.wyoming_port is None:
+        return None
+    if args.ray:
+        raise SpeechRTError("--wyoming-port is not served with --ray")
+    if not 0 <= args.wyoming_port <= 65535:
+        raise SpeechRTError("--wyoming-port must be in [0, 65535]")
+    try:
+        from speechrt.serving.wyoming_server import bind
+    except ImportError as e:
+        raise SpeechRTError(
+            f"--wyoming-port needs the `wyoming` extra: pip install 'speechrt[wyoming]' ({e})"
+        ) from None
+    return bind(args.wyoming_host, args.wyoming_port)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.ray:
+        wyoming_socket(args)  # refused with --ray
         import functools
 
         from speechrt.cli.serve_ray import run_ray  # imports ray: only on this path
@@ -302,15 +336,21 @@ def run(args: argparse.Namespace) -> int:
         log_to_stderr(args.log_level)
         return run_ray(args, functools.partial(load_server, args), config.limits)
     check_ray_flags(args)
+    listen = wyoming_socket(args)  # before the models load: a taken port fails at once
     server = load_server(args)
     import uvicorn
 
     from speechrt.serving import create_app
     from speechrt.serving.realtime import MAX_MESSAGE_BYTES
 
+    listeners = []
+    if listen is not None:
+        from speechrt.serving.wyoming_server import WyomingListener
+
+        listeners.append(WyomingListener(server, listen))
     log_to_stderr(args.log_level)  # after load: a failed start prints only its error line
     uvicorn.run(
-        create_app(server),
+        create_app(server, listeners),
         host=args.host,
         port=args.port,
         log_level=args.log_level,

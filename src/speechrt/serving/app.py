@@ -11,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from speechrt import __version__
-from speechrt.serving import kserve, openai_api, openapi, realtime
+from speechrt.serving import kserve, openai_api, openapi, realtime, speech_socket
 from speechrt.serving.auth import Access, RequireKey
 from speechrt.serving.errors import HANDLERS, PayloadTooLarge, error_body
 from speechrt.serving.server import Server
@@ -132,8 +132,17 @@ async def _shutting_down(scope: Scope, send: Send) -> None:
     await response(scope, no_receive, send)
 
 
-def create_app(server: Server) -> FastAPI:
-    """The ASGI app serving `server`'s models (started and drained by the app's lifespan)."""
+class Listener(Protocol):
+    """Another protocol's server in the same event loop (speechrt.serving.wyoming_server)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def create_app(server: Server, listeners: Sequence[Listener] = ()) -> FastAPI:
+    """The ASGI app serving `server`'s models (started and drained by the app's lifespan);
+    `listeners` start once the models are ready and stop before they are drained."""
 
     config = server.config
     access = Access(config.api_keys, config.rate_limit) if config.api_keys else None
@@ -142,13 +151,19 @@ def create_app(server: Server) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await server.start()
         rpc = None
+        started: list[Listener] = []
         try:
             if config.grpc_address is not None:  # Riva and Triton gRPC, in this event loop
                 from speechrt.serving.grpc_app import start_grpc
 
                 rpc, _ = await start_grpc(server, config.grpc_address, access)
+            for listener in listeners:
+                await listener.start()
+                started.append(listener)
             yield
         finally:
+            for listener in started:
+                await listener.stop()
             if rpc is not None:  # its calls finish as HTTP requests do, within their timeout
                 await rpc.stop(config.limits.request_timeout_s)
             await server.stop()
@@ -165,6 +180,7 @@ def create_app(server: Server) -> FastAPI:
     app.include_router(openai_api.router)
     app.include_router(kserve.router)
     app.include_router(realtime.router)
+    app.include_router(speech_socket.router)
     openapi.install(app, server)
     # Multipart uploads carry some framing around the file itself.
     app.add_middleware(BodyLimit, limit=server.config.limits.max_upload_bytes + 64 * 1024)

@@ -214,20 +214,23 @@ class TTSService:
         return audio, word_times(pieces, timed, hop, sr)
 
     async def stream(
-        self, text: str, options: SynthesisOptions, seed: int
+        self, text: str, options: SynthesisOptions, seed: int, lead: bool = True
     ) -> AsyncIterator[np.ndarray]:
         """Queue every sentence now (so a full queue fails before any byte is sent), then yield
         the first piece's first frames' audio as soon as they are vocoded, and each sentence's
         audio (the rest of it; preceded by the pause) as soon as it and those before it are
         done. The chunks concatenate to what synthesize() returns, within float rounding where
-        the first piece was vocoded in two spans (TTS.ids_to_audio's on_head)."""
+        the first piece was vocoded in two spans (TTS.ids_to_audio's on_head). `lead` False:
+        the first piece is no lead (a text queued behind others, whose first audio is not
+        needed early: speechrt.serving.text_stream), so all its pieces batch as a request's."""
         loop = asyncio.get_running_loop()
         head: asyncio.Future[np.ndarray] = loop.create_future()
 
         def on_head(audio: np.ndarray) -> None:  # on the device thread
             loop.call_soon_threadsafe(_settle_once, head, audio)
 
-        pieces, (futures,) = await self._submit([text], options, [seed], on_head=on_head)
+        hook = on_head if lead else None
+        pieces, (futures,) = await self._submit([text], options, [seed], on_head=hook)
         return self._chunks(pieces, futures, head)
 
     async def _chunks(
