@@ -1,4 +1,5 @@
-"""Speech for text as it is written, over WebSocket: `/v1/audio/speech/stream` (docs/streaming-protocols.md).
+"""Speech for text as it is written, over WebSocket: `/v1/audio/speech/stream`
+(docs/streaming-protocols.md).
 
 The query string holds the synthesis options of /v1/audio/speech (model, voice, speed, seed,
 pitch_shift, pitch_scale, pitch_flatten, denoise; checked as that route checks them). The
