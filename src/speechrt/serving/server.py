@@ -58,6 +58,25 @@ class ServeConfig:
     warmup: tuple[str, ...] | None = None
 
 
+def return_freed_memory() -> None:
+    """Have glibc's malloc give large freed blocks back to the system: blocks of 1 MiB and up
+    are mapped on their own, instead of from heaps whose freed space stays resident (glibc
+    raises its threshold to 32 MiB as large blocks are freed). After the same slow sentence
+    three times the bundled voice's process kept +59 MB of RSS, with this +11 MB, at the same
+    CPU time. Elsewhere than glibc, nothing."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = getattr(libc, "mallopt", None)
+    except OSError:
+        return
+    if mallopt is not None:
+        mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: fixed, so no longer raised as blocks are freed
+
+
 class Server:
     """Engines and services for whatever pipelines were given; start()/stop() in the loop."""
 
@@ -249,6 +268,7 @@ class Server:
         # full collection took 47 ms with them, ~0 ms frozen (2-core CPU).
         gc.collect()
         gc.freeze()
+        return_freed_memory()
         self.ready = True
         # e.g. "serving tts [onnx], asr [onnx], fastpitch [onnx], ...": each model's backend
         log.info("serving %s", ", ".join(f"{n} [{m.backend}]" for n, m in self.v2.items()))
