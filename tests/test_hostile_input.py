@@ -237,6 +237,34 @@ def test_memory_goes_back_after_a_long_vocoder_call(client, served: Served):
     assert kept_mb <= 100, f"RSS grew by {kept_mb:.0f} MB and stayed"
 
 
+# -- the acoustic model's frames: bounded before its decoder runs, per item and per batch --------
+
+
+def test_fastpitch_items_over_the_frame_limit_are_refused_before_decoding(client):
+    """Once 20,274 frames at pace 0.1 (+7 GB), and 8 x 1,024 symbols (+7 GB): refused from the
+    encoder's durations, before the decoder (whose attention grows with the frames squared)
+    runs; the module's peak-RSS bound below holds what they cost."""
+    want = "mel frames (limit 2584); send fewer symbols or raise the pace"
+    for feeds in (ids(1, 320, pace=0.1), ids(8, 1024)):
+        r = infer(client, "fastpitch", feeds)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"].startswith("fastpitch: an item would produce ")
+        assert r.json()["error"].endswith(want)
+
+
+def test_a_batch_of_long_items_runs_in_groups_and_gives_its_memory_back(client, served: Served):
+    """4 items of ~1,900 frames: one call would hold ~400 MB of attention scores (and the
+    onnxruntime arena would keep them); in groups it costs one item at a time, and the
+    memory goes back once the request is answered."""
+    feeds = ids(4, 300)
+    feeds["ids"] = np.random.default_rng(0).integers(1, 100, (4, 300)).astype(np.int64)
+    before = peak_rss_kb(served.pid, "VmRSS")
+    r = infer(client, "fastpitch", feeds, {"binary_data_output": True})
+    assert r.status_code == 200, r.text
+    kept_mb = (peak_rss_kb(served.pid, "VmRSS") - before) / 1024
+    assert kept_mb <= 150, f"RSS grew by {kept_mb:.0f} MB and stayed"
+
+
 # -- keep last: what the whole module cost the server --------------------------------------------
 
 

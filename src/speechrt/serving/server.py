@@ -58,6 +58,21 @@ class ServeConfig:
     warmup: tuple[str, ...] | None = None
 
 
+def bound_frames(runner: Any, limit: int) -> None:
+    """Bound a length-regulated runner's frames per item (and so per batch: see
+    speechrt.runtime.bounds) on the eager and onnx backends; FastPitch's and FastSpeech's
+    frames are known only once they are encoded. Other runners, and the cuda runner (its
+    frame buckets), are left as they are."""
+    inner = getattr(runner, "runner", runner)  # an OnnxRunner seen from torch (TorchOnnx)
+    regulated = getattr(inner, "regulated", None) is not None or hasattr(
+        getattr(inner, "graph", None), "assemble"
+    )
+    if regulated and inner.backend in ("eager", "onnx"):
+        inner.max_frames = limit
+        if hasattr(inner, "durations_session"):  # built now, not by the first long request
+            inner.durations_session()
+
+
 def return_freed_memory() -> None:
     """Have glibc's malloc give large freed blocks back to the system: blocks of 1 MiB and up
     are mapped on their own, instead of from heaps whose freed space stays resident (glibc
@@ -94,6 +109,11 @@ class Server:
         self.ready = False
         limits = self.config.limits
         if tts is not None:
+            if hasattr(tts, "acoustic_info"):  # (a stand-in for a voice has no components)
+                # the acoustic model's frames per item and per batch, whatever the route
+                frames = axis_limits(tts.acoustic_info, limits, 1)["frames"]
+                for runner in tts.runners().values():
+                    bound_frames(runner, frames)
             self.tts = TTSService(tts, self._engine("tts", TTSAdapter(tts)), limits)
             self.v2["tts"] = TTSModel(self.tts)
             self.v2["tts"].set_limits({"batch": self.config.batch.max_batch_size})
@@ -139,9 +159,6 @@ class Server:
             model.timeout = self.config.limits.request_timeout_s
             sizes = axis_limits(info, self.config.limits, self.config.batch.max_batch_size)
             model.set_limits(sizes)
-            if runner.backend == "eager" and "frames" in sizes:
-                # FastPitch's and FastSpeech's output frames, known only once they are encoded
-                runner.max_frames = sizes["frames"]  # type: ignore[attr-defined]
             self.v2[name] = model
 
     @classmethod
