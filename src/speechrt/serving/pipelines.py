@@ -133,37 +133,37 @@ class TTSService:
         if options.denoise > 0 and missing is not None:
             raise SpeechRTError(f"this server cannot denoise: {missing}")
         # The text front end is plain Python without torch: run it off the event loop.
-        if words:
-            pieces = await asyncio.to_thread(
-                self.tts.text_to_pieces, list(texts), list(seeds), True
-            )
-        else:
-            pieces = await asyncio.to_thread(self.tts.text_to_pieces, list(texts), list(seeds))
-        self._check_pieces(pieces, len(texts))
+        pieces = await asyncio.to_thread(
+            self.tts.text_to_pieces, list(texts), list(seeds), words, pace=options.pace
+        )
         # each piece read with its own SSML prosody (an out-of-range pace is a SpeechRTError)
         items = [
             TTSItem(p, p.options(options), words, on_head if k == 0 else None)
             for k, p in enumerate(pieces)
         ]
+        self._check_pieces(items, len(texts))
         futures = self.engine.submit(items)
         per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
         return pieces, per_text
 
-    def _check_pieces(self, pieces: Sequence[Piece], n_texts: int) -> None:
-        """What the model would read, within the request limits, or SpeechRTError."""
+    def _check_pieces(self, items: Sequence[TTSItem], n_texts: int) -> None:
+        """What the model would read, within the request limits, or SpeechRTError. A symbol read
+        slower than pace 1 decodes 1 / pace times the frames, and counts as much."""
         what = "input text" if n_texts == 1 else f"the {n_texts} texts"
-        if len(pieces) > self.limits.max_pieces:
+        if len(items) > self.limits.max_pieces:
             raise SpeechRTError(
-                f"{what} split into {len(pieces)} sentence pieces; the limit is "
+                f"{what} split into {len(items)} sentence pieces; the limit is "
                 f"{self.limits.max_pieces} per request"
             )
-        symbols = sum(len(p.ids) for p in pieces)
-        if symbols > self.limits.max_text_symbols:
+        symbols = sum(len(it.piece.ids) for it in items)
+        weighted = sum(len(it.piece.ids) / min(1.0, it.options.pace) for it in items)
+        if weighted > self.limits.max_text_symbols:
+            slow = f" ({weighted:.0f} at its slow pace)" if weighted > symbols else ""
             raise SpeechRTError(
-                f"{what} read as {symbols} symbols after normalisation (numbers spelled out); "
-                f"the limit is {self.limits.max_text_symbols} per request"
+                f"{what} read as {symbols} symbols after normalisation (numbers spelled out)"
+                f"{slow}; the limit is {self.limits.max_text_symbols} per request at pace 1"
             )
 
     async def synthesize(
