@@ -1,13 +1,17 @@
-"""What one request may cost the server: slow speech cut into bounded pieces.
+"""What one request may cost the server: slow speech cut into bounded pieces, component requests
+cut into bounded batch items.
 
-Against the shared tiny-voice server (cheap models, real HTTP): the pipeline's logic is what is
-tested; the bundled models' costs are in tests/test_hostile_input.py.
+Against the shared tiny-voice server (cheap models, real HTTP) where the pipeline's logic is what
+is tested, in-process where a call must be watched; the bundled models' costs are in
+tests/test_hostile_input.py.
 """
 
 from __future__ import annotations
 
 import httpx
+import numpy as np
 
+from serving_inputs import infer, mel
 from speechrt.client import parse_metrics
 from speechrt.tts import piece_symbols
 
@@ -50,3 +54,70 @@ def test_slow_speech_counts_against_the_symbol_budget(speech_server: str):
     message = r.json()["error"]["message"]
     assert "at its slow pace" in message and "the limit is 15000 per request at pace 1" in message
     assert count(speech_server, "tts") == before
+
+
+# -- KServe v2 components: a request holds at most one item's worth of each axis per batch item --
+
+
+def test_a_batch_of_long_mels_runs_as_bounded_items(speech_server: str):
+    """4 mels of 700 frames: 2,800 frames, more than one item of 30 s (2,584 frames) holds, so
+    the request is two batch items (3 rows, then 1) that other requests can go between; each
+    row's audio is what it is alone."""
+    feeds = mel(4, 700)
+    feeds["mel"] = np.random.default_rng(0).normal(-5, 1, feeds["mel"].shape).astype(np.float32)
+    feeds["mel_lengths"] = np.array([700, 650, 700, 300])
+    before = count(speech_server, "hifigan")
+    with httpx.Client(base_url=speech_server, timeout=120) as c:
+        r = infer(c, "hifigan", feeds, {"binary_data_output": True})
+        assert r.status_code == 200, r.text
+        assert count(speech_server, "hifigan") - before == 2
+        whole = decode_binary(r)
+        assert whole["audio"].shape == (4, 700 * 256)
+        alone = decode_binary(infer(c, "hifigan", {k: v[3:] for k, v in feeds.items()},
+                                    {"binary_data_output": True}))  # fmt: skip
+    n = 300 * 256
+    assert np.abs(whole["audio"][3, :n] - alone["audio"][0, :n]).max() <= 1e-4
+    assert whole["audio_lengths"].tolist() == [700 * 256, 650 * 256, 700 * 256, n]
+
+
+def decode_binary(r: httpx.Response) -> dict[str, np.ndarray]:
+    """The outputs of a binary-extension infer response."""
+    import json
+
+    head = int(r.headers["Inference-Header-Content-Length"])
+    meta, raw, pos, out = json.loads(r.content[:head]), r.content[head:], 0, {}
+    for o in meta["outputs"]:
+        size = o["parameters"]["binary_data_size"]
+        dtype = {"FP32": np.float32, "INT64": np.int64}[o["datatype"]]
+        out[o["name"]] = np.frombuffer(raw[pos : pos + size], dtype).reshape(o["shape"])
+        pos += size
+    return out
+
+
+def test_component_calls_hold_at_most_one_item_of_each_axis():
+    """ComponentAdapter runs a batch in calls of rows that each hold at most one item at the
+    axis limit, and joins their outputs as one call gives them."""
+    from speechrt.contracts import F32, B, Contract, lengths, tensor
+    from speechrt.serving.v2models import ComponentAdapter
+
+    c = Contract(
+        "echo",
+        (tensor("x", F32, B, 2, "frames"), lengths("x_lengths", "frames")),
+        (tensor("y", F32, B, 2, "frames"), lengths("y_lengths", "frames")),
+    )
+
+    class Echo:
+        backend, contract, calls = "onnx", c, []
+
+        def run(self, feeds):
+            self.calls.append(feeds["x"].shape)
+            return {"y": feeds["x"] * 2, "y_lengths": feeds["x_lengths"]}
+
+    echo = Echo()
+    adapter = ComponentAdapter(echo, max_sizes={"batch": 8, "frames": 100})  # type: ignore[arg-type]
+    x = np.arange(5 * 2 * 30, dtype=np.float32).reshape(5, 2, 30)
+    item = {"x": x, "x_lengths": np.full(5, 30)}
+    (out,) = adapter.run_batch([item])
+    assert echo.calls == [(3, 2, 30), (2, 2, 30)]  # 3 x 30 frames <= 100 < 4 x 30
+    np.testing.assert_array_equal(out["y"], x * 2)
+    assert adapter.length(item) == 5 * 30

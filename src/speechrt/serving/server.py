@@ -154,10 +154,10 @@ class Server:
     def _add_components(self, tts: Any, asr: Any) -> None:
         components, self.unserved = component_runners(tts, asr)
         for name, runner, derived_sizes, info in components:
-            engine = self._engine(name, ComponentAdapter(runner, derived_sizes))
+            sizes = axis_limits(info, self.config.limits, self.config.batch.max_batch_size)
+            engine = self._engine(name, ComponentAdapter(runner, derived_sizes, sizes))
             model = ComponentModel(name, runner.contract, engine, runner.backend)
             model.timeout = self.config.limits.request_timeout_s
-            sizes = axis_limits(info, self.config.limits, self.config.batch.max_batch_size)
             model.set_limits(sizes)
             self.v2[name] = model
 
