@@ -125,10 +125,27 @@ def test_flac_bomb_is_refused_from_its_header(client):
 
 
 def test_flac_without_a_length_is_refused_at_the_limit(client):
-    bomb = flac_bomb(700, 48000, 8, unknown_length=True)
+    bomb = flac_bomb(700, 16000, 1, unknown_length=True)
     r = transcribe(client, bomb, "bomb.flac")
     assert r.status_code == 400
     assert error_of(r) == "audio: audio is longer than the limit of 600 s"
+
+
+def test_hi_res_multichannel_flac_is_refused_by_its_decoding_cost(client):
+    """192 kHz, 8 channels: decoding once cost 51 s of CPU for 599 s of silence. Now what a file
+    may cost to decode is bounded too, from its header (or once decoding passes the bound)."""
+    r = transcribe(client, flac_bomb(60, 192000, 8), "bomb.flac")
+    assert r.status_code == 400
+    assert error_of(r) == (
+        "audio: 60.0 s of 8-channel audio at 192000 Hz: 92160000 samples to decode; the limit "
+        "is 57600000 (600 s of 48 kHz stereo)"
+    )
+    r = transcribe(client, flac_bomb(60, 192000, 8, unknown_length=True), "bomb.flac")
+    assert r.status_code == 400
+    assert error_of(r) == (
+        "audio: 8-channel audio at 192000 Hz: more than 57600000 samples to decode; the limit "
+        "is 57600000 (600 s of 48 kHz stereo)"
+    )
 
 
 # -- text: limits count what the model reads, after normalisation -------------------------------

@@ -1,18 +1,27 @@
 """What one request may cost the server: slow speech cut into bounded pieces, component requests
-cut into bounded batch items.
+cut into bounded batch items, uploads decoded on threads of their own.
 
 Against the shared tiny-voice server (cheap models, real HTTP) where the pipeline's logic is what
-is tested, in-process where a call must be watched; the bundled models' costs are in
+is tested, in-process where a decode must be held still; the bundled models' costs are in
 tests/test_hostile_input.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import numpy as np
+import pytest
 
-from serving_inputs import infer, mel
+from serving_inputs import infer, mel, speechlike, wav
+from speechrt.audio.io import DecodeStopped, read_audio
 from speechrt.client import parse_metrics
+from speechrt.errors import SpeechRTError
+from speechrt.serving.engine import Overloaded
+from speechrt.serving.pipelines import ASRService, Limits
 from speechrt.tts import piece_symbols
 
 
@@ -121,3 +130,63 @@ def test_component_calls_hold_at_most_one_item_of_each_axis():
     assert echo.calls == [(3, 2, 30), (2, 2, 30)]  # 3 x 30 frames <= 100 < 4 x 30
     np.testing.assert_array_equal(out["y"], x * 2)
     assert adapter.length(item) == 5 * 30
+
+
+# -- uploads: their own threads, a bound on how many wait -----------------------------------------
+
+
+class HeldASR:
+    """What ASRService.decode needs of a recogniser; every decode waits for `release`."""
+
+    sample_rate = 16000
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def band_filter(self, rate: int):
+        self.entered.release()
+        assert self.release.wait(60), "the test never released the decodes"
+        return None
+
+    def from_rate(self, audio, rate):
+        return audio
+
+    def load_audio(self, audio):
+        return audio
+
+
+def test_uploads_decode_on_their_own_threads_and_wait_in_a_bounded_line():
+    """Decodes held on the upload threads leave the event loop's default threads free (the text
+    front end runs there), and past max_pending_uploads a new upload is a 503."""
+    asr = HeldASR()
+    service = ASRService(asr, engine=None, limits=Limits(max_pending_uploads=3))  # type: ignore[arg-type]
+    data = wav(speechlike(0.5, 0))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(1))  # one default thread: easily starved
+        held = [asyncio.create_task(service.decode(data)) for _ in range(3)]
+        await asyncio.to_thread(asr.entered.acquire)  # (on the one default thread: not starved)
+        with pytest.raises(Overloaded, match="3 uploads are being decoded"):
+            await service.decode(data)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), 30) == 42
+        asr.release.set()
+        for audio in await asyncio.gather(*held):
+            assert audio.shape == (8000,)
+
+    try:
+        asyncio.run(main())
+    finally:
+        asr.release.set()
+        service.uploads.shutdown(wait=False)
+
+
+def test_an_upload_past_its_deadline_stops_decoding():
+    data = wav(speechlike(3.0, 1))
+    with pytest.raises(DecodeStopped):
+        read_audio(data, 16000, 600.0, stop=lambda: True)
+    audio, _ = read_audio(data, 16000, 600.0, stop=lambda: False)
+    assert audio.shape == (48000,)
+    with pytest.raises(SpeechRTError, match="samples to decode; the limit is 9600 "):
+        read_audio(wav(np.zeros(16000, np.float32), 192000), 16000, 0.1)

@@ -345,5 +345,6 @@ class Server:
         gc.unfreeze()  # what start-up froze can be collected once the server is gone
         if self.asr is not None:
             self.asr.decoder.shutdown(wait=False)
+            self.asr.uploads.shutdown(wait=False)
             if self.asr.pool is not None:
                 await asyncio.to_thread(self.asr.pool.close)

@@ -450,9 +450,7 @@ class ASRModel(ContractModel):
         rows = split_rows(inputs["AUDIO"], inputs.get("AUDIO_LENGTHS"), 0, self.name)
         if not rows:
             raise SpeechRTError("AUDIO holds no rows")
-        audios = await asyncio.gather(
-            *(asyncio.to_thread(self.service.check_audio, r, sr) for r in rows)
-        )
+        audios = await asyncio.gather(*(self.service.prepare(r, sr) for r in rows))
         transcripts = await self.service.transcribe(audios)
         text = np.array([t.text.encode("utf-8") for t in transcripts], dtype=object)
         return {"TEXT": text}
