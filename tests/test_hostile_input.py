@@ -11,6 +11,7 @@ in definition order).
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from serving_inputs import (
     mel,
     poll,
     send_and_keep_open,
+    speechlike,
     tts_metrics,
 )
 from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
@@ -56,6 +58,14 @@ def peak_rss_kb(pid: int, field: str = "VmHWM") -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time (fields 14 and 15 of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wav_bytes(audio: np.ndarray, sr: int) -> bytes:
@@ -280,6 +290,26 @@ def test_a_batch_of_long_items_runs_in_groups_and_gives_its_memory_back(client, 
     assert r.status_code == 200, r.text
     kept_mb = (peak_rss_kb(served.pid, "VmRSS") - before) / 1024
     assert kept_mb <= 150, f"RSS grew by {kept_mb:.0f} MB and stayed"
+
+
+# -- streamed transcription of an upload costs what the transcription costs ----------------------
+
+
+def test_stream_true_costs_what_offline_recognition_costs(client, served: Served):
+    """The streaming recogniser run over a whole upload at once recomputed each chunk's
+    context many times (a 599 s upload: 312 s of CPU against 51 s offline)."""
+    data = wav_bytes(speechlike(60.0, 3), 16000)
+    cpu = cpu_seconds(served.pid)
+    offline = transcribe(client, data)
+    offline_cpu, cpu = cpu_seconds(served.pid) - cpu, cpu_seconds(served.pid)
+    fields = {"model": "whisper-1", "stream": "true"}
+    r = client.post("/v1/audio/transcriptions", data=fields, files={"file": ("a.wav", data)})
+    stream_cpu = cpu_seconds(served.pid) - cpu
+    assert offline.status_code == r.status_code == 200
+    events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    done = httpx.Response(200, content=events[-1]).json()
+    assert done == {"type": "transcript.text.done", "text": offline.json()["text"]}
+    assert stream_cpu <= 2 * offline_cpu + 2.0, (stream_cpu, offline_cpu)
 
 
 # -- keep last: what the whole module cost the server --------------------------------------------
