@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import io
 import os
+import select
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -93,7 +96,7 @@ def flac_bomb(seconds: int, sr: int, channels: int, unknown_length: bool = False
 
 @pytest.fixture(scope="module")
 def served(start_server) -> Served:
-    url, proc = start_server("--device", "cpu")
+    url, proc = start_server("--device", "cpu", "--header-timeout", "2")
     with httpx.Client(base_url=url, timeout=120) as c:  # warm-up: first use of each pipeline
         assert speak(c, "Hello there.").status_code == 200
         tone = (0.3 * np.sin(np.arange(16000) * 0.1)).astype(np.float32)
@@ -310,6 +313,51 @@ def test_stream_true_costs_what_offline_recognition_costs(client, served: Served
     done = httpx.Response(200, content=events[-1]).json()
     assert done == {"type": "transcript.text.done", "text": offline.json()["text"]}
     assert stream_cpu <= 2 * offline_cpu + 2.0, (stream_cpu, offline_cpu)
+
+
+# -- slow clients: a request's head arrives within --header-timeout and holds at most 64 KB ------
+
+
+def test_request_heads_that_trickle_in_are_cut_off(served: Served):
+    """50 connections that send a header line every 0.25 s (the server runs with
+    --header-timeout 2) are closed: once, 200 such connections stayed open for ever."""
+    where = urlsplit(served.url)
+    socks = [socket.create_connection((where.hostname, where.port)) for _ in range(50)]
+    waiting = set(socks)
+    for s in socks:
+        s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n")
+    answers: list[bytes] = []
+    for _ in range(240):  # a hang guard: ~60 s
+        if not waiting:
+            break
+        for s in list(waiting):
+            try:
+                s.sendall(b"X-Slow: 1\r\n")
+            except OSError:  # closed already
+                waiting.discard(s)
+        readable, _, _ = select.select(list(waiting), [], [], 0.25)
+        for s in readable:
+            try:
+                answers.append(s.recv(1024))
+            except OSError:
+                answers.append(b"")
+            waiting.discard(s)
+    for s in socks:
+        s.close()
+    assert not waiting, f"{len(waiting)} of 50 trickling connections still open"
+    assert all(a.startswith(b"HTTP/1.1 408") or a == b"" for a in answers)
+    assert httpx.get(f"{served.url}/v2/health/ready", timeout=10).status_code == 200
+
+
+def test_a_228_kb_header_block_is_refused(client):
+    small = {f"X-Small-{i}": "y" * 100 for i in range(40)}  # 4 KB: fine
+    assert client.get("/v2/health/ready", headers=small).status_code == 200
+    big = {f"X-Big-{i}": "y" * 1000 for i in range(228)}
+    try:
+        status = client.get("/v2/health/ready", headers=big).status_code
+    except httpx.TransportError:  # the server closed it while the head was still being sent
+        status = None
+    assert status in (431, None)
 
 
 # -- keep last: what the whole module cost the server --------------------------------------------
