@@ -11,9 +11,13 @@ in definition order).
 from __future__ import annotations
 
 import io
+import os
+import select
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -27,8 +31,10 @@ from serving_inputs import (
     ids,
     infer,
     infer_body,
+    mel,
     poll,
     send_and_keep_open,
+    speechlike,
     tts_metrics,
 )
 from speechrt.defaults import ASR_MODEL, VOICE_ACOUSTIC, default_model
@@ -48,13 +54,21 @@ class Served:
     peak_kb: int  # VmHWM after the warm-up
 
 
-def peak_rss_kb(pid: int) -> int:
-    """The process's peak resident set size (VmHWM), in kB."""
+def peak_rss_kb(pid: int, field: str = "VmHWM") -> int:
+    """The process's peak resident set size (VmHWM; or its `field`, VmRSS: now), in kB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time (fields 14 and 15 of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wav_bytes(audio: np.ndarray, sr: int) -> bytes:
@@ -82,7 +96,7 @@ def flac_bomb(seconds: int, sr: int, channels: int, unknown_length: bool = False
 
 @pytest.fixture(scope="module")
 def served(start_server) -> Served:
-    url, proc = start_server("--device", "cpu")
+    url, proc = start_server("--device", "cpu", "--header-timeout", "2")
     with httpx.Client(base_url=url, timeout=120) as c:  # warm-up: first use of each pipeline
         assert speak(c, "Hello there.").status_code == 200
         tone = (0.3 * np.sin(np.arange(16000) * 0.1)).astype(np.float32)
@@ -124,10 +138,27 @@ def test_flac_bomb_is_refused_from_its_header(client):
 
 
 def test_flac_without_a_length_is_refused_at_the_limit(client):
-    bomb = flac_bomb(700, 48000, 8, unknown_length=True)
+    bomb = flac_bomb(700, 16000, 1, unknown_length=True)
     r = transcribe(client, bomb, "bomb.flac")
     assert r.status_code == 400
     assert error_of(r) == "audio: audio is longer than the limit of 600 s"
+
+
+def test_hi_res_multichannel_flac_is_refused_by_its_decoding_cost(client):
+    """192 kHz, 8 channels: decoding once cost 51 s of CPU for 599 s of silence. Now what a file
+    may cost to decode is bounded too, from its header (or once decoding passes the bound)."""
+    r = transcribe(client, flac_bomb(60, 192000, 8), "bomb.flac")
+    assert r.status_code == 400
+    assert error_of(r) == (
+        "audio: 60.0 s of 8-channel audio at 192000 Hz: 92160000 samples to decode; the limit "
+        "is 57600000 (600 s of 48 kHz stereo)"
+    )
+    r = transcribe(client, flac_bomb(60, 192000, 8, unknown_length=True), "bomb.flac")
+    assert r.status_code == 400
+    assert error_of(r) == (
+        "audio: 8-channel audio at 192000 Hz: more than 57600000 samples to decode; the limit "
+        "is 57600000 (600 s of 48 kHz stereo)"
+    )
 
 
 # -- text: limits count what the model reads, after normalisation -------------------------------
@@ -221,6 +252,112 @@ def test_abandoned_requests_are_dropped_and_a_short_one_is_served(served: Served
     assert done[ran] - base[ran] + dropped == total + 1
     assert dropped >= total - ran_before_hi - 1
     assert httpx.get(f"{url}/v2/health/ready").status_code == 200
+
+
+# -- memory goes back after a large request -----------------------------------------------------
+
+
+def test_memory_goes_back_after_a_long_vocoder_call(client, served: Served):
+    """30 s of mel through HiFi-GAN takes ~170 MB: onnxruntime's arena once kept it (and more
+    after the next such call); now the arena is shrunk after each run."""
+    before = peak_rss_kb(served.pid, "VmRSS")
+    r = infer(client, "hifigan", mel(1, 2584), {"binary_data_output": True})
+    assert r.status_code == 200, r.text
+    kept_mb = (peak_rss_kb(served.pid, "VmRSS") - before) / 1024
+    assert kept_mb <= 100, f"RSS grew by {kept_mb:.0f} MB and stayed"
+
+
+# -- the acoustic model's frames: bounded before its decoder runs, per item and per batch --------
+
+
+def test_fastpitch_items_over_the_frame_limit_are_refused_before_decoding(client):
+    """Once 20,274 frames at pace 0.1 (+7 GB), and 8 x 1,024 symbols (+7 GB): refused from the
+    encoder's durations, before the decoder (whose attention grows with the frames squared)
+    runs; the module's peak-RSS bound below holds what they cost."""
+    want = "mel frames (limit 2584); send fewer symbols or raise the pace"
+    for feeds in (ids(1, 320, pace=0.1), ids(8, 1024)):
+        r = infer(client, "fastpitch", feeds)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"].startswith("fastpitch: an item would produce ")
+        assert r.json()["error"].endswith(want)
+
+
+def test_a_batch_of_long_items_runs_in_groups_and_gives_its_memory_back(client, served: Served):
+    """4 items of ~1,900 frames: one call would hold ~400 MB of attention scores (and the
+    onnxruntime arena would keep them); in groups it costs one item at a time, and the
+    memory goes back once the request is answered."""
+    feeds = ids(4, 300)
+    feeds["ids"] = np.random.default_rng(0).integers(1, 100, (4, 300)).astype(np.int64)
+    before = peak_rss_kb(served.pid, "VmRSS")
+    r = infer(client, "fastpitch", feeds, {"binary_data_output": True})
+    assert r.status_code == 200, r.text
+    kept_mb = (peak_rss_kb(served.pid, "VmRSS") - before) / 1024
+    assert kept_mb <= 150, f"RSS grew by {kept_mb:.0f} MB and stayed"
+
+
+# -- streamed transcription of an upload costs what the transcription costs ----------------------
+
+
+def test_stream_true_costs_what_offline_recognition_costs(client, served: Served):
+    """The streaming recogniser run over a whole upload at once recomputed each chunk's
+    context many times (a 599 s upload: 312 s of CPU against 51 s offline)."""
+    data = wav_bytes(speechlike(60.0, 3), 16000)
+    cpu = cpu_seconds(served.pid)
+    offline = transcribe(client, data)
+    offline_cpu, cpu = cpu_seconds(served.pid) - cpu, cpu_seconds(served.pid)
+    fields = {"model": "whisper-1", "stream": "true"}
+    r = client.post("/v1/audio/transcriptions", data=fields, files={"file": ("a.wav", data)})
+    stream_cpu = cpu_seconds(served.pid) - cpu
+    assert offline.status_code == r.status_code == 200
+    events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    done = httpx.Response(200, content=events[-1]).json()
+    assert done == {"type": "transcript.text.done", "text": offline.json()["text"]}
+    assert stream_cpu <= 2 * offline_cpu + 2.0, (stream_cpu, offline_cpu)
+
+
+# -- slow clients: a request's head arrives within --header-timeout and holds at most 64 KB ------
+
+
+def test_request_heads_that_trickle_in_are_cut_off(served: Served):
+    """50 connections that send a header line every 0.25 s (the server runs with
+    --header-timeout 2) are closed: once, 200 such connections stayed open for ever."""
+    where = urlsplit(served.url)
+    socks = [socket.create_connection((where.hostname, where.port)) for _ in range(50)]
+    waiting = set(socks)
+    for s in socks:
+        s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n")
+    answers: list[bytes] = []
+    for _ in range(240):  # a hang guard: ~60 s
+        if not waiting:
+            break
+        for s in list(waiting):
+            try:
+                s.sendall(b"X-Slow: 1\r\n")
+            except OSError:  # closed already
+                waiting.discard(s)
+        readable, _, _ = select.select(list(waiting), [], [], 0.25)
+        for s in readable:
+            try:
+                answers.append(s.recv(1024))
+            except OSError:
+                answers.append(b"")
+            waiting.discard(s)
+    for s in socks:
+        s.close()
+    assert not waiting, f"{len(waiting)} of 50 trickling connections still open"
+    assert all(a.startswith(b"HTTP/1.1 408") or a == b"" for a in answers)
+    assert httpx.get(f"{served.url}/v2/health/ready", timeout=10).status_code == 200
+
+
+def test_a_228_kb_header_block_is_refused(client):
+    small = {f"X-Small-{i}": "y" * 100 for i in range(40)}  # 4 KB: fine
+    assert client.get("/v2/health/ready", headers=small).status_code == 200
+    big = {f"X-Big-{i}": "y" * 1000 for i in range(228)}
+    try:
+        status = client.get("/v2/health/ready", headers=big).status_code
+    except httpx.TransportError:  # the server closed it while the head was still being sent
+        status = None
+    assert status in (431, None)
 
 
 # -- keep last: what the whole module cost the server --------------------------------------------

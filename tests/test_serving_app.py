@@ -29,7 +29,7 @@ class SlowTTS:
         self.entered = threading.Event()
         self.batches: list[int] = []
 
-    def text_to_pieces(self, texts, seeds, words=False, max_symbols=None):
+    def text_to_pieces(self, texts, seeds, words=False, max_symbols=None, pace=1.0):
         return [
             Piece(i, j, [ord(c) for c in part], seed)
             for i, (text, seed) in enumerate(zip(texts, seeds, strict=True))

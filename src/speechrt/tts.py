@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 MAX_PIECE_CHARS = 300  # long input is split at sentence boundaries into pieces of at most this
 # ... and a piece whose normalised form is longer ("12345" reads as 40 symbols) is cut at spaces
 # into pieces of at most this many symbol ids: about 30 s of speech, what the model reads at once
+# (the bundled voice: 4.8-6.2 frames per symbol, 2,000-2,500 frames); read slower than pace 1,
+# a piece holds proportionally fewer (piece_symbols), so that it stays about 30 s long
 MAX_PIECE_SYMBOLS = 400
 # A stream's first audio: the first piece's first this-many mel frames (~0.37 s at 22.05 kHz
 # and hop 256), vocoded on their own (with real right context: no seam) and sent while the rest
@@ -60,15 +62,23 @@ def check_role(model_dir: str | Path, info: ComponentInfo, role: str) -> None:
         raise SpeechRTError(f"{model_dir}: a {info.kind} model is not an {role} model")
 
 
+def piece_symbols(pace: float) -> int:
+    """The most symbol ids a piece read at `pace` holds: MAX_PIECE_SYMBOLS at pace 1 or faster,
+    proportionally fewer when slower (its frames grow as 1 / pace)."""
+    return max(1, int(MAX_PIECE_SYMBOLS * min(1.0, pace)))
+
+
 def text_to_pieces(
     text: TextProcessor,
     texts: Sequence[str],
     seeds: Sequence[int],
     words: bool = False,
     max_symbols: int | None = None,
+    pace: float = 1.0,
 ) -> list[Piece]:
     """Split each text into sentence pieces and encode them to symbol ids: every piece has
-    at most MAX_PIECE_SYMBOLS ids, however much normalisation lengthened its text.
+    at most piece_symbols(its pace) ids, however much normalisation lengthened its text (its
+    pace: `pace`, the request's, times its SSML prosody rate).
     A text starting with "<speak" or "<?xml" is SSML (speechrt.text.ssml): its segments are
     split alike, and carry their prosody and breaks. `words`: each piece also gets its words'
     spans (Piece.words). `max_symbols`: a SpeechRTError as soon as the texts together read as
@@ -87,7 +97,8 @@ def text_to_pieces(
         mine: list[Piece] = []
         for seg in script.segments:
             first = len(mine)
-            for ids, span in encode_text(text, seg.text, words, budget):
+            most = piece_symbols(pace * seg.rate)
+            for ids, span in encode_text(text, seg.text, words, budget, most):
                 mine.append(Piece(item, len(mine), ids, piece_seed(seed, len(mine)), span))
                 mine[-1].rate, mine[-1].pitch = seg.rate, seg.pitch
             if len(mine) > first and (seg.before or not seg.sentence):
@@ -118,17 +129,21 @@ class _Budget:
 
 
 def encode_text(
-    text: TextProcessor, s: str, words: bool, budget: _Budget | None = None
+    text: TextProcessor,
+    s: str,
+    words: bool,
+    budget: _Budget | None = None,
+    max_symbols: int = MAX_PIECE_SYMBOLS,
 ) -> list[tuple[list[int], list[Span] | None]]:
-    """s -> its sentence pieces' (ids, word spans if `words`), sentence by sentence, each
-    sentence's symbols spent from `budget`."""
+    """s -> its sentence pieces' (ids of at most max_symbols, word spans if `words`),
+    sentence by sentence, each sentence's symbols spent from `budget`."""
     from speechrt.text import split_sentences
 
     parts = [p for p in split_sentences(s, MAX_PIECE_CHARS) if text.has_speech(p)]
     encoded: list[list[int]] = []
     spans: list[list[Span]] = []
     for p in parts:
-        cut = text.encode_pieces(p, MAX_PIECE_SYMBOLS)
+        cut = text.encode_pieces(p, max_symbols)
         if budget is not None:
             budget.spend(sum(map(len, cut)))
         encoded += cut
@@ -241,9 +256,10 @@ class TTS:
         seeds: Sequence[int],
         words: bool = False,
         max_symbols: int | None = None,
+        pace: float = 1.0,
     ) -> list[Piece]:
         """The voice's text front end (module function text_to_pieces)."""
-        return text_to_pieces(self.text, texts, seeds, words, max_symbols)
+        return text_to_pieces(self.text, texts, seeds, words, max_symbols, pace)
 
     # Stage functions, each timed separately by the benchmark; tensors stay on the device.
 
@@ -428,7 +444,7 @@ class TTS:
         """text -> (waveform as synthesize([text]) gives it, [{word, start, end}] in seconds):
         the words as the text front end spells them, timed by the acoustic model's durations."""
         options = options or SynthesisOptions()
-        pieces = self.text_to_pieces([text], [options.seed], words=True)
+        pieces = self.text_to_pieces([text], [options.seed], words=True, pace=options.pace)
         timed: list[TimedAudio] = []
         start = 0
         while start < len(pieces):  # batches of consecutive pieces read alike
@@ -459,7 +475,7 @@ class TTS:
         if batch_size < 1:
             raise SpeechRTError(f"batch size must be >= 1, got {batch_size}")
         seeds = list(seeds) if seeds is not None else [options.seed + i for i in range(len(texts))]
-        pieces = self.text_to_pieces(texts, seeds)
+        pieces = self.text_to_pieces(texts, seeds, pace=options.pace)
         # Length-sorted batches keep padding small (pieces read alike batch together: SSML
         # prosody); results are put back in order below.
         order = sorted(

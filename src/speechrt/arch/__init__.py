@@ -20,6 +20,18 @@ from speechrt.errors import SpeechRTError
 
 
 @dataclass(frozen=True)
+class Regulated:
+    """How a length-regulated graph's output length follows from its outputs: item b decodes
+    sum_j floor(durations[b, j] / pace[b] + 0.5) frames, each duration at most max_duration
+    (speechrt.runtime.bounds)."""
+
+    durations: str  # the output of frames per symbol, before pace and rounding
+    pace: str  # the input that divides them
+    max_duration: float
+    max_frames: int | None  # the model's own cap on frames per item (None: none)
+
+
+@dataclass(frozen=True)
 class Graph:
     """A component graph: its contract, the wrapper module computing it, how runners treat it."""
 
@@ -34,6 +46,9 @@ class Graph:
     # the inputs' sizes (HiFi-GAN's samples = frames * hop); None: none do. Plain arithmetic on
     # the dims, so a server on onnxruntime knows them without building the torch wrapper.
     derived_sizes: Callable[[Any, dict[str, int]], dict[str, int]] | None = None
+    # a length-regulated graph (FastPitch): its frames are known once its durations are, so
+    # runners can bound them before the decoder runs; None: not one
+    regulated: Regulated | None = None
 
 
 @dataclass(frozen=True)

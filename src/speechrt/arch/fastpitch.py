@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from speechrt.arch import Architecture, Graph
+from speechrt.arch import Architecture, Graph, Regulated
 from speechrt.contracts import F32, I64, PACE, SHIFT, B, Contract, ids, lengths, tensor
 from speechrt.errors import SpeechRTError
+
+MAX_DURATION = 75.0  # frames per symbol, DLE eager infer's clamp
+MAX_FRAMES = 16384  # cap on mel frames per item (~190 s at 22.05 kHz / hop 256): decoder is O(T^2)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ ARCHITECTURES = (
                     "speechrt.runtime.graphs.fastpitch:",
                     FastPitchDims,
                     channels_last=True,
+                    regulated=Regulated("durations", "pace", MAX_DURATION, MAX_FRAMES),
                 ),
                 "model.onnx",
             ),

@@ -116,8 +116,16 @@ def encode_audio(
 # Decoding limits: what a file may claim before a single sample is decoded.
 MAX_SAMPLE_RATE = 192_000  # Hz; resampling filters grow with the rate (20 x rate taps at worst)
 MAX_CHANNELS = 64
+# Samples (all channels) decoded per second of the duration limit: 48 kHz stereo may be as long
+# as the limit, 192 kHz 8-channel audio an eighth of it (decoding 599 s of that, a 0.95 MB
+# FLAC of silence, took 51 s of CPU)
+DECODE_SAMPLES_PER_SECOND = 96_000
 BLOCK_SAMPLES = 1 << 20  # samples (all channels together) decoded at a time: 4 MiB of float32
 UNKNOWN_FRAMES = 1 << 62  # libsndfile's frame count for a stream of unknown length (SF_COUNT_MAX)
+
+
+class DecodeStopped(Exception):
+    """read_audio's `stop()` said to stop (a deadline passed, the client went away)."""
 
 
 class StreamResampler:
@@ -176,16 +184,19 @@ def read_audio(
     target_sr: int | None = None,
     max_seconds: float | None = None,
     band: Callable[[int], BandFilter | None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, int]:
     """Decode WAV/FLAC/OGG (anything libsndfile reads) to mono float32 (N,), optionally resampled.
 
     Multi-channel audio is averaged to mono. Returns (audio, sample rate). The header is
     checked before any sample is decoded (rate, channels, and with `max_seconds` the
-    duration), then the file is decoded in blocks that are mixed to mono and resampled as
+    duration and the samples to decode: at most max_seconds x DECODE_SAMPLES_PER_SECOND over
+    all channels), then the file is decoded in blocks that are mixed to mono and resampled as
     they come, so memory follows the duration at the output rate, not the file's size or
-    channel count. A file that decodes to more than `max_seconds` (its header said less, or
-    did not say) is refused as soon as decoding passes the limit. `band(file's rate)` may
-    return a filter (speechrt.audio.telephone.BandFilter) for the resampled blocks.
+    channel count. A file that decodes to more than those limits (its header said less, or
+    did not say) is refused as soon as decoding passes them. `band(file's rate)` may
+    return a filter (speechrt.audio.telephone.BandFilter) for the resampled blocks. `stop()`
+    is asked before each block: True raises DecodeStopped.
     """
     import soundfile as sf
 
@@ -197,7 +208,7 @@ def read_audio(
         source = io.BytesIO(source)
     try:
         with _reader_class()(source) as f:
-            return _decode(f, name, target_sr, max_seconds, band)
+            return _decode(f, name, target_sr, max_seconds, band, stop)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         reason = str(e).split(": ", 1)[-1] if str(e) else type(e).__name__
         raise SpeechRTError(f"{name}: not a readable audio file ({reason})") from None
@@ -217,12 +228,25 @@ def _reader_class() -> type:
     return Reader
 
 
+def _costly(name: str, sr: int, channels: int, max_seconds: float, frames: int | None) -> str:
+    """Why a file costs more to decode than max_seconds x DECODE_SAMPLES_PER_SECOND samples
+    (its `frames` per channel, or None: not known, it has decoded past the limit)."""
+    limit = int(max_seconds * DECODE_SAMPLES_PER_SECOND)
+    audio = f"{channels}-channel audio at {sr} Hz"
+    if frames is None:
+        audio += f": more than {limit} samples to decode"
+    else:
+        audio = f"{frames / sr:.1f} s of {audio}: {frames * channels} samples to decode"
+    return f"{name}: {audio}; the limit is {limit} ({max_seconds:g} s of 48 kHz stereo)"
+
+
 def _decode(
     f: Any,
     name: str,
     target_sr: int | None,
     max_seconds: float | None,
     band: Callable[[int], BandFilter | None] | None,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, int]:
     """An open soundfile.SoundFile -> mono float32 (N,) at target_sr (else its own rate)."""
     sr, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
@@ -230,11 +254,16 @@ def _decode(
         raise SpeechRTError(f"{name}: sample rate {sr} Hz is outside 1..{MAX_SAMPLE_RATE} Hz")
     if not 0 < channels <= MAX_CHANNELS:
         raise SpeechRTError(f"{name}: {channels} channels; at most {MAX_CHANNELS} are read")
-    max_frames = None if max_seconds is None else int(max_seconds * sr)
-    if max_frames is not None and max_frames < frames < UNKNOWN_FRAMES:
-        raise SpeechRTError(
-            f"{name}: audio is {frames / sr:.1f} s long; the limit is {max_seconds:g} s"
-        )
+    by_time = by_cost = UNKNOWN_FRAMES  # the most frames the limits allow
+    if max_seconds is not None:
+        by_time = int(max_seconds * sr)
+        by_cost = int(max_seconds * DECODE_SAMPLES_PER_SECOND) // channels  # every channel's
+        if by_time < frames < UNKNOWN_FRAMES:
+            raise SpeechRTError(
+                f"{name}: audio is {frames / sr:.1f} s long; the limit is {max_seconds:g} s"
+            )
+        if by_cost < frames < UNKNOWN_FRAMES:
+            raise SpeechRTError(_costly(name, sr, channels, max_seconds, frames))
     out_sr = target_sr or sr
     resampler = StreamResampler(sr, out_sr) if out_sr != sr else None
     filtered = band(sr) if band is not None else None
@@ -243,12 +272,17 @@ def _decode(
     decoded = 0
     block = max(1, BLOCK_SAMPLES // channels)
     while True:
+        if stop is not None and stop():
+            raise DecodeStopped(name)
         data = f.read(block, dtype="float32", always_2d=True)  # (n, channels); n < block: the end
         if data.shape[0] == 0:
             break
         decoded += data.shape[0]
-        if max_frames is not None and decoded > max_frames:
+        if decoded > by_time:
             raise SpeechRTError(f"{name}: audio is longer than the limit of {max_seconds:g} s")
+        if decoded > by_cost:
+            assert max_seconds is not None
+            raise SpeechRTError(_costly(name, sr, channels, max_seconds, None))
         mono = data.mean(axis=1) if channels > 1 else data[:, 0].copy()  # (n,)
         for stage in stages:
             mono = stage.push(mono)

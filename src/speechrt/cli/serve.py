@@ -112,6 +112,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "after this long without an event while nothing is in flight (default: 60)",
     )
     g.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request's line and headers may take to arrive; a slower client's "
+        "connection is closed (default: 10)",
+    )
+    g.add_argument(
         "--graceful-timeout",
         type=int,
         default=30,
@@ -229,7 +236,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
             f"serving needs the `serve` extra: pip install 'speechrt[serve]' ({e})"
         ) from None
     positive = ("max_text_chars", "max_text_symbols", "max_upload_mb", "max_audio_seconds",
-                "request_timeout", "realtime_idle_seconds")  # fmt: skip
+                "request_timeout", "realtime_idle_seconds", "header_timeout")  # fmt: skip
     for name in (*positive, "max_symbols", "max_component_seconds"):
         if getattr(args, name) <= 0:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
@@ -341,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from speechrt.serving import create_app
+    from speechrt.serving.protocol import guarded_protocol
     from speechrt.serving.realtime import MAX_MESSAGE_BYTES
 
     listeners = []
@@ -357,5 +365,6 @@ def run(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=args.graceful_timeout,
         access_log=args.log_level == "debug",
         ws_max_size=MAX_MESSAGE_BYTES,
+        http=guarded_protocol(args.header_timeout),  # request heads bounded in time and size
     )
     return 0

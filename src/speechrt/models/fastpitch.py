@@ -23,13 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speechrt.arch.fastpitch import FastPitchDims
+from speechrt.arch.fastpitch import MAX_DURATION, MAX_FRAMES, FastPitchDims
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 
 LJ_PITCH_STD = 67.24  # Hz; DLE's fallback when the pitch_std buffer is 0 (mean 218.14 unused here)
-MAX_DURATION = 75.0  # frames per symbol, DLE eager infer's clamp
-MAX_FRAMES = 16384  # cap on mel frames per item (~190 s at 22.05 kHz / hop 256): decoder is O(T^2)
 
 
 def _group(d: FastPitchDims, prefix: str) -> dict[str, Any]:

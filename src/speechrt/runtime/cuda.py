@@ -25,8 +25,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from speechrt.contracts import Contract
 from speechrt.registry import GRAPHS
+from speechrt.runtime.bounds import check_frames
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.eager import check_frames, to_contract
+from speechrt.runtime.eager import to_contract
 from speechrt.runtime.layout import channels_last_convs
 
 RECOMPILE_LIMIT = 256  # one compiled variant per bucket shape

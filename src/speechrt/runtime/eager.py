@@ -6,11 +6,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechrt.contracts import Contract
-from speechrt.errors import SpeechRTError
+from speechrt.runtime.bounds import attention_cells, check_frames, row_groups
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -35,8 +37,9 @@ class EagerRunner:
     contract.
     A length-regulated graph (FastPitch, FastSpeech: `encode`, then `decode` at the frame count
     the encoding decides) refuses an item longer than `max_frames` before decoding, as the cuda
-    runner does (None: the graph's own `max_frames`, if it has one); the decoder's attention
-    grows with the square of the frames.
+    runner does (None: the graph's own `max_frames`, if it has one), and decodes a batch in
+    groups of rows that each cost at most one item at the limit (speechrt.runtime.bounds): the
+    decoder's attention grows with the square of the frames.
     """
 
     backend = "eager"
@@ -59,19 +62,22 @@ class EagerRunner:
         if self.max_frames is None or not hasattr(self.graph, "assemble"):
             return to_contract(self.contract, self.graph(*args))
         e = self.graph.encode(*args)  # the graph's forward, split where the frame count is known
-        longest = int(self.graph.frame_lengths(e.reps).max())
+        frames = self.graph.frame_lengths(e.reps).cpu()  # (B,)
+        longest = int(frames.max())
         check_frames(self.contract.name, longest, self.max_frames)
-        mel, mel_lengths = self.graph.decode(e.enc, e.reps, longest)
+        cells = attention_cells(e.reps.shape[1], frames.numpy())
+        groups = row_groups(cells, self.max_frames * self.max_frames)
+        if len(groups) == 1:
+            mel, mel_lengths = self.graph.decode(e.enc, e.reps, longest)
+        else:  # each group as long as its own longest item, padded to the batch's
+            parts = []
+            for g in groups:
+                rows = torch.from_numpy(g).to(e.reps.device)
+                parts.append(self.graph.decode(e.enc[rows], e.reps[rows], int(frames[g].max())))
+            order = torch.from_numpy(np.argsort(np.concatenate(groups))).to(e.reps.device)
+            mel = torch.cat([F.pad(m, (0, longest - m.shape[-1])) for m, _ in parts])[order]
+            mel_lengths = torch.cat([n for _, n in parts])[order]
         return to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
-
-
-def check_frames(name: str, longest: int, limit: int | None) -> None:
-    """A length-regulated graph refuses an item of more than `limit` mel frames (None: any)."""
-    if limit is not None and longest > limit:
-        raise SpeechRTError(
-            f"{name}: an item would produce {longest} mel frames (limit {limit}); "
-            "send fewer symbols or raise the pace"
-        )
 
 
 def to_contract(contract: Contract, outs: tuple[Tensor, ...] | Tensor) -> dict[str, Tensor]:

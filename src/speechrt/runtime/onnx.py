@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from speechrt.arch import Regulated
 from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
 from speechrt.registry import contract, graphs_of
+from speechrt.runtime.bounds import attention_cells, check_frames, row_groups, stack_rows
 
 PREFERRED = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
@@ -86,6 +88,13 @@ class OnnxRunner:
             )
         self.output_names = outs
         self.on_gpu = self.session.get_providers()[0] != "CPUExecutionProvider"
+        self.run_options = ort.RunOptions()
+        if not self.on_gpu:
+            # The CPU arena keeps what a run allocated (and doubles it on the next long run:
+            # +166 MB after two runs of a 1,899-frame FastPitch item, +246 MB after two of a
+            # 2,048-frame HiFi-GAN call); shrunk after every run, the memory goes back to the
+            # system and RSS returns to where it was.
+            self.run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         self._check_sizes()
 
     def _check_sizes(self) -> None:
@@ -119,7 +128,12 @@ class OnnxRunner:
         self.contract.check_feeds(feeds)
         arrays = {n: np.ascontiguousarray(feeds[n]) for n in self.contract.input_names}
         if not self.on_gpu:
-            values = self.session.run(self.output_names, arrays)
+            # copied out of the arena: an output left there pins the arena region holding it
+            # (+50 MB after four HiFi-GAN runs whose outputs were kept), copied it is freed
+            # as soon as the run returns (the copy costs ~1 ms per 1 M samples)
+            values = [
+                np.array(v) for v in self.session.run(self.output_names, arrays, self.run_options)
+            ]
         else:
             binding = self.session.io_binding()
             for name, value in arrays.items():
@@ -129,6 +143,109 @@ class OnnxRunner:
             self.session.run_with_iobinding(binding)
             values = binding.copy_outputs_to_cpu()
         return dict(zip(self.output_names, values, strict=True))
+
+
+class RegulatedOnnxRunner(OnnxRunner):
+    """A length-regulated graph (FastPitch) whose output frames are bounded before its decoder
+    runs (speechrt.runtime.bounds): an item of more than `max_frames` frames is refused, and a
+    batch runs in groups of rows that each cost at most one item at the limit.
+
+    The frames come from the graph's durations, computed by a second session of the graph cut
+    down to what they depend on (the encoder and the duration predictor: ~15% of the bundled
+    voice's acoustic model), built on first need; a batch whose symbols cannot reach the limit
+    even at the longest duration skips it.
+    """
+
+    def __init__(
+        self, path: str | Path, contract: Contract, regulated: Regulated, device: str = "auto"
+    ) -> None:
+        super().__init__(path, contract, device=device)
+        self.regulated = regulated
+        self.max_frames = regulated.max_frames  # per item; None: no bound (a server sets it)
+        self._durations: Any = None  # the durations session, once built
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        limit = self.max_frames
+        if limit is None:
+            return super().run(feeds)
+        self.contract.check_feeds(feeds)
+        r, budget = self.regulated, limit * limit
+        symbols = feeds["ids"].shape[1]
+        pace = np.asarray(feeds[r.pace], dtype=np.float32)
+        # at most max_duration frames per symbol: no need to ask the encoder below that
+        most = np.asarray(feeds["lengths"]) * np.floor(np.float32(r.max_duration) / pace + 0.5)
+        if len(most) * int(attention_cells(symbols, most).max(initial=0)) <= budget:
+            return super().run(feeds)
+        frames = self.frames(feeds, budget)
+        check_frames(self.contract.name, int(frames.max()), limit)
+        groups = row_groups(attention_cells(symbols, frames), budget)
+        return self._in_groups(feeds, groups)
+
+    def _in_groups(
+        self, feeds: Mapping[str, np.ndarray], groups: list[np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        if len(groups) == 1:
+            return OnnxRunner.run(self, feeds)
+        parts = [OnnxRunner.run(self, {k: v[g] for k, v in feeds.items()}) for g in groups]
+        return stack_rows(parts, groups)
+
+    def durations_session(self) -> Any:
+        """The graph cut down to its durations, in a session of its own (built once)."""
+        import onnxruntime as ort
+
+        if self._durations is None:
+            model = only_outputs(self.path, [self.regulated.durations])
+            self._durations = ort.InferenceSession(model, providers=self.providers)
+        return self._durations
+
+    def frames(self, feeds: Mapping[str, np.ndarray], budget: int) -> np.ndarray:
+        """(B,) int64: the frames each item will decode, from the durations session (in calls
+        of rows whose encoder attention stays within `budget` cells)."""
+        r, session = self.regulated, self.durations_session()
+        names = [i.name for i in session.get_inputs()]
+        symbols = feeds["ids"].shape[1]
+        rows = len(feeds["ids"])
+        step = max(1, budget // max(1, symbols * symbols))
+        parts = []
+        for a in range(0, rows, step):
+            arrays = {n: np.ascontiguousarray(feeds[n][a : a + step]) for n in names}
+            parts.append(np.array(session.run([r.durations], arrays, self.run_options)[0]))
+        d = np.concatenate(parts)  # (B, L)
+        pace = np.asarray(feeds[r.pace], dtype=np.float32)[:, None]
+        # floor(d / pace + 0.5) in float32, as the graph's length regulator rounds
+        reps = np.floor(d.astype(np.float32) / pace + np.float32(0.5))
+        return reps.sum(axis=1).astype(np.int64)
+
+
+def only_outputs(path: Path, names: Sequence[str]) -> bytes:
+    """The serialized model at `path` (weights read in) cut down to the nodes, initializers and
+    inputs that the named outputs depend on."""
+    import onnx
+
+    model = onnx.load(str(path))
+    g = model.graph
+    producer = {out: node for node in g.node for out in node.output}
+    kept: set[int] = set()
+    wanted = list(names)
+    while wanted:
+        node = producer.get(wanted.pop())
+        if node is not None and id(node) not in kept:
+            kept.add(id(node))
+            wanted += list(node.input)
+    nodes = [n for n in g.node if id(n) in kept]
+    used = {i for n in nodes for i in n.input} | set(names)
+    for field, keep in (
+        (g.node, nodes),
+        (g.output, [o for o in g.output if o.name in names]),
+        (g.input, [i for i in g.input if i.name in used]),
+        (g.initializer, [t for t in g.initializer if t.name in used]),
+    ):
+        kept_copies = [type(x)() for x in keep]
+        for copy, x in zip(kept_copies, keep, strict=True):
+            copy.CopyFrom(x)
+        del field[:]
+        field.extend(kept_copies)
+    return model.SerializeToString()
 
 
 def with_extra_outputs(path: Path, names: Sequence[str]) -> bytes:

@@ -20,6 +20,7 @@ import numpy as np
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.registry import contract, graphs_of
+from speechrt.registry import graph as registry_graph
 from speechrt.repo import ComponentInfo
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
@@ -82,7 +83,7 @@ def make_runner(
     else it is adapted to torch tensors on `device`."""
     c = contract(graph, info.dims)
     if backend == "onnx":
-        from speechrt.runtime.onnx import OnnxRunner
+        from speechrt.runtime.onnx import OnnxRunner, RegulatedOnnxRunner
 
         if precision != "fp32":
             raise SpeechRTError("the onnx backend runs the exported float32 graphs: use fp32")
@@ -93,7 +94,12 @@ def make_runner(
         check_weight_dims(model_dir, info)  # the module is never built: no strict load checks
         path = Path(model_dir) / graphs_of(info.kind)[graph]
         kind = device if isinstance(device, str) else device.type
-        runner = OnnxRunner(path, c, device=kind)
+        regulated = registry_graph(graph).regulated
+        runner: OnnxRunner = (
+            RegulatedOnnxRunner(path, c, regulated, device=kind)
+            if regulated is not None
+            else OnnxRunner(path, c, device=kind)
+        )
         if numpy:
             return runner
         import torch

@@ -6,12 +6,13 @@ Every model has the single version "1". Errors are {"error": "..."} as Triton se
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
 from speechrt import __version__
 from speechrt.contracts import TensorSpec
@@ -19,7 +20,7 @@ from speechrt.errors import SpeechRTError
 from speechrt.serving.contracts import KSERVE_DATATYPES, tensor_metadata
 from speechrt.serving.errors import ApiError
 from speechrt.serving.metrics import VERSION
-from speechrt.serving.v2codec import HEADER, encode_response, parse_request
+from speechrt.serving.v2codec import HEADER, encode_response_parts, parse_request
 
 if TYPE_CHECKING:
     from speechrt.serving.engine import BatchConfig
@@ -181,5 +182,9 @@ async def infer(name: str, request: Request, version: str | None = None) -> Resp
         req = parse_request(body, request.headers.get(HEADER))
         inputs = m.check(req.inputs, req.datatypes)
         outputs = await m.infer(inputs, req.parameters)
-        data, headers = encode_response(m.name, VERSION, req, outputs)
-    return Response(data, headers=headers)
+        # off the event loop (5.3 M floats as JSON take seconds), sent part by part
+        parts, headers = await asyncio.to_thread(
+            encode_response_parts, m.name, VERSION, req, outputs
+        )
+    headers["Content-Length"] = str(sum(map(len, parts)))
+    return StreamingResponse(iter(parts), headers=headers)

@@ -13,6 +13,9 @@ batch as a whole request's do, so a stream costs what the whole request costs.
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -23,7 +26,7 @@ import numpy as np
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.pieces import Piece, join_pieces, word_times
-from speechrt.serving.engine import Engine, wait_all
+from speechrt.serving.engine import DeadlineExceeded, Engine, Overloaded, wait_all
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Limits:
     max_pieces: int = 256  # sentence pieces (batch items) per request
     max_upload_bytes: int = 25 * 1024 * 1024  # request bodies (OpenAI's file limit)
     max_audio_seconds: float = 600.0  # decoded audio per item
+    # uploads decoding or waiting for a decoding thread (ASRService.decode); more are a 503
+    max_pending_uploads: int = 32
     request_timeout_s: float = 60.0  # queue + compute, per request
     realtime_idle_s: float = 60.0  # a realtime WebSocket session with no event for this long ends
     # KServe v2 component inputs, per item (speechrt.serving.v2models.axis_limits):
@@ -125,6 +130,7 @@ async def read_texts(
     seeds: Sequence[int],
     limits: Limits,
     words: bool = False,
+    pace: float = 1.0,
 ) -> list[Piece]:
     """Checked texts -> their sentence pieces within the limits, or SpeechRTError: what every
     speech route runs (this server's, and the Ray split pipeline's ingress). `text_to_pieces`:
@@ -134,7 +140,7 @@ async def read_texts(
     check_texts(texts, limits)
     # The text front end is plain Python without torch: run it off the event loop.
     pieces = await asyncio.to_thread(
-        text_to_pieces, list(texts), list(seeds), words, limits.max_text_symbols
+        text_to_pieces, list(texts), list(seeds), words, limits.max_text_symbols, pace
     )
     check_pieces(pieces, len(texts), limits)
     return pieces
@@ -171,17 +177,38 @@ class TTSService:
         missing = getattr(self.tts, "denoiser_missing", None)
         if options.denoise > 0 and missing is not None:
             raise SpeechRTError(f"this server cannot denoise: {missing}")
-        pieces = await read_texts(self.tts.text_to_pieces, texts, seeds, self.limits, words)
+        pieces = await read_texts(
+            self.tts.text_to_pieces, texts, seeds, self.limits, words, pace=options.pace
+        )
         # each piece read with its own SSML prosody (an out-of-range pace is a SpeechRTError)
         items = [
             TTSItem(p, p.options(options), words, on_head if k == 0 else None)
             for k, p in enumerate(pieces)
         ]
+        self._check_pieces(items, len(texts))
         futures = self.engine.submit(items)
         per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
         return pieces, per_text
+
+    def _check_pieces(self, items: Sequence[TTSItem], n_texts: int) -> None:
+        """What the model would read, within the request limits, or SpeechRTError. A symbol read
+        slower than pace 1 decodes 1 / pace times the frames, and counts as much."""
+        what = "input text" if n_texts == 1 else f"the {n_texts} texts"
+        if len(items) > self.limits.max_pieces:
+            raise SpeechRTError(
+                f"{what} split into {len(items)} sentence pieces; the limit is "
+                f"{self.limits.max_pieces} per request"
+            )
+        symbols = sum(len(it.piece.ids) for it in items)
+        weighted = sum(len(it.piece.ids) / min(1.0, it.options.pace) for it in items)
+        if weighted > self.limits.max_text_symbols:
+            slow = f" ({weighted:.0f} at its slow pace)" if weighted > symbols else ""
+            raise SpeechRTError(
+                f"{what} read as {symbols} symbols after normalisation (numbers spelled out)"
+                f"{slow}; the limit is {self.limits.max_text_symbols} per request at pace 1"
+            )
 
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
@@ -303,6 +330,12 @@ class ASRService:
         # One thread, not one per item: the search holds Python's lock, so two threads decode
         # slower than one (386 against 283 ms for 8 items on 2 cores)
         self.decoder = ThreadPoolExecutor(1, thread_name_prefix="speechrt-decode")
+        # Uploads are decoded and resampled on threads of their own, half the cores: never on
+        # the event loop's default threads, which the text front end and the other routes
+        # share (six uploads decoding there once kept a "Hi." waiting 266 s)
+        threads = max(1, (os.cpu_count() or 2) // 2)
+        self.uploads = ThreadPoolExecutor(threads, thread_name_prefix="speechrt-upload")
+        self.pending_uploads = 0  # decoding or waiting for a thread
 
     @property
     def sampling_rate(self) -> int:
@@ -330,17 +363,46 @@ class ASRService:
     async def decode(self, data: bytes) -> np.ndarray:
         """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate.
 
-        The duration limit is checked on the header first and again while decoding (see
-        read_audio), so a small file claiming hours of audio costs nothing to refuse."""
-        from speechrt.audio.io import read_audio
+        The duration limit and the samples decoding may cost (every channel's) are checked on
+        the header first and again while decoding (see read_audio), so a small file claiming
+        hours of audio costs nothing to refuse. Decoding runs on the upload threads; past
+        `max_pending_uploads` a request is refused (Overloaded), and a decode stops at the
+        request's deadline (DeadlineExceeded) or when its client goes away."""
+        from speechrt.audio.io import DecodeStopped, read_audio
 
         if not data:
             raise SpeechRTError("the uploaded file is empty")
-        limit = self.limits.max_audio_seconds
-        audio, _ = await asyncio.to_thread(
-            read_audio, data, self.sampling_rate, limit, self.asr.band_filter
-        )
-        return await asyncio.to_thread(self.check_audio, audio)
+        limit, timeout = self.limits.max_audio_seconds, self.limits.request_timeout_s
+        deadline = time.monotonic() + timeout
+        gone = threading.Event()
+
+        def stop() -> bool:
+            return gone.is_set() or time.monotonic() > deadline
+
+        def decode() -> np.ndarray:
+            audio, _ = read_audio(data, self.sampling_rate, limit, self.asr.band_filter, stop)
+            return self.check_audio(audio)
+
+        try:
+            return await self._on_upload_thread(decode)
+        except DecodeStopped:
+            message = f"decoding the upload did not finish within {timeout:g} s"
+            raise DeadlineExceeded(message) from None
+        finally:
+            gone.set()  # a request cancelled meanwhile: its decode stops at the next block
+
+    async def prepare(self, audio: np.ndarray, sampling_rate: int) -> np.ndarray:
+        """check_audio on the upload threads (a waveform sent at another rate is resampled)."""
+        return await self._on_upload_thread(lambda: self.check_audio(audio, sampling_rate))
+
+    async def _on_upload_thread(self, fn: Callable[[], np.ndarray]) -> np.ndarray:
+        if self.pending_uploads >= self.limits.max_pending_uploads:
+            raise Overloaded(f"asr: {self.pending_uploads} uploads are being decoded; retry later")
+        self.pending_uploads += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.uploads, fn)
+        finally:
+            self.pending_uploads -= 1
 
     async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
         """Waveforms at the model's rate -> one Transcript each. The device thread runs the

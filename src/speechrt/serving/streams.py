@@ -92,10 +92,8 @@ class RecognitionStream:
 
     async def finish(self) -> tuple[str, str]:
         """-> (the last delta, the final text): the offline transcription of the utterance."""
-        import asyncio
-
         assert self.srv.asr is not None
-        audio = await asyncio.to_thread(self.srv.asr.check_audio, self.audio(), self.rate)
+        audio = await self.srv.asr.prepare(self.audio(), self.rate)
         (result,) = await self.srv.asr.transcribe([audio])
         self.transcript = result
         text = str(result.text)

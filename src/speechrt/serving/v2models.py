@@ -30,6 +30,7 @@ from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.registry import derived_sizes, graphs_of
 from speechrt.runtime.base import Runner
+from speechrt.runtime.bounds import stack_rows
 from speechrt.serving.contracts import ASR, KSERVE_DATATYPES, TTS, component_names, model_metadata
 from speechrt.serving.engine import Engine
 from speechrt.serving.pipelines import ASRService, Limits, TTSService
@@ -250,19 +251,41 @@ def run_arrays(runner: Runner, feeds: Arrays) -> Arrays:
     return {k: v.detach().cpu().numpy() for k, v in out.items()}
 
 
+def rows_per_call(contract: Contract, feeds: Arrays, max_sizes: dict[str, int]) -> int:
+    """How many rows of `feeds` (rows of equal shapes) hold at most one item's worth of every
+    limited axis (max_sizes, the batch axis aside): a call's memory and time grow with rows x
+    the length of its symbols, frames or samples."""
+    rows = per_call = len(feeds[contract.input_names[0]])
+    for t in contract.inputs:
+        for dim, axis in t.dynamic_axes().items():
+            if dim > 0 and axis in max_sizes:
+                per_call = min(
+                    per_call, max(1, max_sizes[axis] // max(1, feeds[t.name].shape[dim]))
+                )
+    return max(1, min(rows, per_call))
+
+
+def row_slices(rows: int, per_call: int) -> list[np.ndarray]:
+    return [np.arange(a, min(a + per_call, rows)) for a in range(0, rows, per_call)]
+
+
 class ComponentAdapter:
     """Runs batches of whole requests (each a dict of contract inputs) on the device thread.
 
     Requests are joined along each tensor's batch axis: the first for most, the second for a
     recurrent state (layers, batch, hidden), as parakeet.predict's h and c.
     `derived_sizes`: the graph's sizes -> the output axes it derives from them (default: the
-    runner's torch graph's `derived_sizes`, where it has one).
+    runner's torch graph's `derived_sizes`, where it has one). `max_sizes`: the inputs' axis
+    limits (axis_limits); a batch whose rows hold more than one item at the limit of an axis
+    runs in calls of as many rows as fit (rows_per_call: a HiFi-GAN batch of 8 x 30 s mels
+    runs as 8 calls of one, ~165 MB each, instead of one of 1.3 GB), joined into its outputs.
     """
 
     def __init__(
         self,
         runner: Runner,
         derived_sizes: Callable[[dict[str, int]], dict[str, int]] | None = None,
+        max_sizes: dict[str, int] | None = None,
     ) -> None:
         self.runner = runner
         self.contract = runner.contract
@@ -271,9 +294,13 @@ class ComponentAdapter:
         )
         tensors = self.contract.inputs + self.contract.outputs
         self.batch_dim = {t.name: t.shape.index(B) for t in tensors if B in t.shape}
+        self.max_sizes = {a: n for a, n in (max_sizes or {}).items() if a != "batch"}
 
     def length(self, item: Arrays) -> int:
-        return 0  # only requests of equal shapes share a batch: nothing is padded
+        """What its compute grows with: rows x its longest axis (only items of equal shapes
+        share a batch, so nothing is padded; the batcher bounds a batch's predicted time)."""
+        first = item[self.contract.input_names[0]]
+        return len(first) * max((n for n in first.shape[1:]), default=1)
 
     def key(self, item: Arrays) -> Hashable:
         shapes = []
@@ -290,7 +317,10 @@ class ComponentAdapter:
             return [out for item in items for out in self.run_batch([item])]
         dims = self.batch_dim
         feeds = {n: np.concatenate([it[n] for it in items], dims[n]) for n in c.input_names}
-        outs = run_arrays(self.runner, feeds)
+        if all(d == 0 for d in dims.values()):
+            outs = self._run_rows(feeds)
+        else:  # a batch axis past the first (LSTM states): one call
+            outs = run_arrays(self.runner, feeds)
         first = c.input_names[0]
         results, start = [], 0
         for item in items:
@@ -306,6 +336,16 @@ class ComponentAdapter:
                 mine[name] = np.ascontiguousarray(value)
             results.append(mine)
         return results
+
+    def _run_rows(self, feeds: Arrays) -> Arrays:
+        """The runner's outputs for a batch (rows of equal shapes), in calls of rows_per_call."""
+        rows = len(feeds[self.contract.input_names[0]])
+        per_call = rows_per_call(self.contract, feeds, self.max_sizes)
+        if per_call >= rows:
+            return run_arrays(self.runner, feeds)
+        groups = row_slices(rows, per_call)
+        parts = [run_arrays(self.runner, {k: v[g] for k, v in feeds.items()}) for g in groups]
+        return stack_rows(parts, groups)
 
     def _free_axes(self, item: Arrays) -> dict[str, str | None]:
         """Output axes that neither an input's shape nor the graph fixes (e.g. FastPitch's
@@ -338,8 +378,18 @@ class ComponentModel(ContractModel):
         self.timeout = 60.0
 
     async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
-        (out,) = await self.engine.infer([inputs], self.timeout)
-        return out
+        """One batch item per group of rows holding at most one item's worth of every axis
+        (rows_per_call): a request of 8 x 30 s mels is 8 items, so that other requests take
+        their turns on the device between them."""
+        rows = len(inputs[self.contract.input_names[0]])
+        limits = {a: n for a, n in self.max_sizes.items() if a != "batch"}
+        groups = row_slices(rows, rows_per_call(self.contract, inputs, limits))
+        batch_first = all(t.shape.index(B) == 0 for t in self.contract.inputs if B in t.shape)
+        if len(groups) == 1 or not batch_first:  # LSTM states (batch second): not split
+            (out,) = await self.engine.infer([inputs], self.timeout)
+            return out
+        items = [{k: v[g] for k, v in inputs.items()} for g in groups]
+        return stack_rows(await self.engine.infer(items, self.timeout), groups)
 
 
 # -- pipelines -----------------------------------------------------------------------------------
@@ -416,9 +466,7 @@ class ASRModel(ContractModel):
         rows = split_rows(inputs["AUDIO"], inputs.get("AUDIO_LENGTHS"), 0, self.name)
         if not rows:
             raise SpeechRTError("AUDIO holds no rows")
-        audios = await asyncio.gather(
-            *(asyncio.to_thread(self.service.check_audio, r, sr) for r in rows)
-        )
+        audios = await asyncio.gather(*(self.service.prepare(r, sr) for r in rows))
         transcripts = await self.service.transcribe(audios)
         text = np.array([t.text.encode("utf-8") for t in transcripts], dtype=object)
         return {"TEXT": text}
