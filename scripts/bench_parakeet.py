@@ -170,6 +170,15 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     c = contract("parakeet", d)
     buckets = Buckets({"batch": tuple(sorted(set(batches))), "feature_frames": (FRAMES,)})
     runner = CudaRunner("parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets)
+    sdpa = None
+    if COMPARE_ATTENTION:  # the same runner with the reference's attention (shifted scores, SDPA)
+        import speechrt.models.parakeet as parakeet
+
+        parakeet.FUSED_ATTENTION = False
+        sdpa = CudaRunner(
+            "parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets
+        )
+        parakeet.FUSED_ATTENTION = True
     eager = EncoderGraph(speechrt_model(d, 0).to(torch.bfloat16)).eval()
     loop = scan = None
     if d.transducer:
@@ -182,13 +191,14 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:
-        rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan)
-    del runner, model, eager, hf, loop
+        rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan, sdpa)
+    del runner, model, eager, hf, loop, sdpa
     torch.cuda.empty_cache()
     return rows
 
 
 PROFILE = False
+COMPARE_ATTENTION = False
 
 
 def profile(what: str, variants: dict) -> None:
@@ -218,7 +228,7 @@ def decode(d: ParakeetDims, out: dict, loop: object) -> object:
     return ctc_text(out["log_probs"], out["encoded_lengths"], d.vocab_size)
 
 
-def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan) -> list[dict]:  # noqa: ANN001
+def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan, sdpa) -> list[dict]:  # noqa: ANN001
     from speechrt.models.parakeet import EncoderGraph
 
     c = runner.contract
@@ -237,6 +247,8 @@ def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan) -
     }
     if scan is not None:  # the loop that skips blanks in one pass per token
         variants["cuda-bf16-scan"] = lambda: decode(d, runner.run(feeds), scan)
+    if sdpa is not None:
+        variants["cuda-bf16-sdpa"] = lambda: decode(d, sdpa.run(feeds), loop)
     if hf is not None:
         x = feats.transpose(1, 2).to(torch.bfloat16).contiguous()
         n = torch.full((B,), encoder_frames(d, FRAMES - 1), device="cuda")
@@ -249,6 +261,8 @@ def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan) -
         t0 = time.perf_counter()
         runner.run(feeds)  # compile + capture outside the timing
         t_compile = time.perf_counter() - t0
+        if sdpa is not None:
+            sdpa.run(feeds)
         from torch._dynamo.utils import counters
 
         print("dynamo", dict(counters["stats"]), flush=True)
@@ -298,9 +312,13 @@ def main() -> int:
     p.add_argument("--batches", default="1,32,128")
     p.add_argument("--commit", help="the commit of the tree (default: git's HEAD)")
     p.add_argument("--profile", action="store_true", help="print the costliest CUDA kernels")
+    p.add_argument(
+        "--compare-attention", action="store_true",
+        help="also time the cuda runner with the reference attention (cuda-bf16-sdpa)",
+    )  # fmt: skip
     args = p.parse_args()
-    global PROFILE
-    PROFILE = args.profile
+    global PROFILE, COMPARE_ATTENTION
+    PROFILE, COMPARE_ATTENTION = args.profile, args.compare_attention
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     # the device machine's copy of the tree may carry an older HEAD: --commit names the tree
     stamp = {

@@ -147,8 +147,8 @@ def test_graphs_export_and_onnx_matches_eager(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["parakeet_ctc", "parakeet_transducer"])
 def test_cuda_runner_matches_eager_fp32(kind: str) -> None:
     """The cuda runner (bf16, layers compiled, one CUDA graph) against eager fp32: relative
-    error of the head's output under 2e-2, and on the same fp32 frames the captured device
-    loop equals the NumPy reference."""
+    error of the head's output on each item's frames under 2e-2 (measured 6e-3), and on the
+    same fp32 frames the captured device loop equals the NumPy reference."""
     from speechrt.registry import contract
     from speechrt.runtime.cuda import CudaRunner
 
@@ -163,8 +163,9 @@ def test_cuda_runner_matches_eager_fp32(kind: str) -> None:
         for _ in range(2):  # capture, then replay
             got = runner.run({"features": x.cuda(), "feature_lengths": lengths.cuda()})
     key = "joint_encoded" if d.transducer else "log_probs"
-    rel = (got[key].float().cpu() - want[key]).norm() / want[key].norm()
-    assert rel < 2e-2
+    for b, n in enumerate(want["encoded_lengths"].tolist()):  # padded frames: nobody reads them
+        g, w = got[key][b, :n].float().cpu(), want[key][b, :n]
+        assert (g - w).norm() / w.norm() < 2e-2
     assert got["encoded_lengths"].tolist() == want["encoded_lengths"].tolist()
     if d.transducer:
         assert isinstance(model, ParakeetTransducer)
@@ -202,3 +203,35 @@ def test_strided_taps_equal_the_convolutions() -> None:
         conv.taps = True
         got = conv(x, pad)
     assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+
+
+@requires_cuda
+@pytest.mark.parametrize("att_context", [None, 20])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_attention_equals_the_reference(att_context: int | None, dtype: torch.dtype) -> None:
+    """The cuda runner's rel-pos attention kernel against the reference (shifted scores, SDPA)
+    on the valid frames of a padded batch, over several key blocks: float32 within 1e-4 of the
+    output's scale, bf16 within 2e-2."""
+    from speechrt.models.parakeet import RelPositionAttention, relative_positions, valid_mask
+    from speechrt.runtime.relpos_attention import relpos_attention
+
+    torch.manual_seed(0)
+    d = preset("parakeet_ctc", "tiny", d_model=256, n_heads=4, att_context=att_context)
+    att = RelPositionAttention(d).cuda().to(dtype).eval()
+    with torch.no_grad():
+        att.pos_bias_u.normal_(0, 0.5)
+        att.pos_bias_v.normal_(0, 0.5)
+    T, lengths = 150, torch.tensor([150, 97, 12], device="cuda")
+    x = torch.randn(3, T, 256, device="cuda", dtype=dtype)
+    valid = valid_mask(lengths, T)
+    see = valid[:, None, :] & valid[:, :, None]
+    if att_context is not None:
+        offset = torch.arange(T, device="cuda")
+        see = see & ((offset[None, :] - offset[:, None]).abs() <= att_context)
+    pe, pad = relative_positions(T, 256, x.device), ~valid[:, None, :]
+    with torch.inference_mode():
+        want = att(x, pe, ~see[:, None], pad).float()
+        att.kernel = relpos_attention
+        got = att(x, pe, ~see[:, None], pad).float()
+    err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(lengths))
+    assert err <= (1e-4 if dtype == torch.float32 else 2e-2) * want.abs().max().item()

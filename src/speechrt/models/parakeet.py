@@ -21,6 +21,8 @@ BatchNorm of the conv module is folded into the depthwise conv at conversion.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +37,9 @@ from speechrt.arch.parakeet import (
 )
 
 MASKED = -10000.0  # NeMo's INF_VAL: the score of a key a query may not see
+# the cuda runner's attention: one Triton kernel (speechrt.runtime.relpos_attention), or the
+# reference's shifted scores and SDPA (False; scripts/bench_parakeet.py times both)
+FUSED_ATTENTION = True
 
 
 def valid_mask(lengths: Tensor, T: int) -> Tensor:
@@ -151,20 +156,38 @@ class RelPositionAttention(nn.Module):
         self.linear_pos = nn.Linear(D, D, bias=False)
         self.pos_bias_u = nn.Parameter(torch.zeros(H, self.d_k))
         self.pos_bias_v = nn.Parameter(torch.zeros(H, self.d_k))
+        self.context = -1 if d.att_context is None else d.att_context
+        # the cuda runner's fused attention (speechrt.runtime.relpos_attention): (q, k, v, bd,
+        # keys, pos_bias_u, scale, context) -> (B, T, H, d_k); None: the reference below
+        self.kernel: Callable[..., Tensor] | None = None
 
-    def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor) -> Tensor:
-        """x: (B, T, D), pe: (2T - 1, D), bias_mask: (B, 1, T, T) 0 or MASKED -> (B, T, D)"""
+    def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
+        """x: (B, T, D), pe: (2T - 1, D), bias_mask: (B, 1, T, T) True where a query may not
+        see a key, pad: (B, 1, T) True on padded frames -> (B, T, D)"""
         B, T, D = x.shape
         q = self.linear_q(x).view(B, T, self.h, self.d_k)
-        k = self.linear_k(x).view(B, T, self.h, self.d_k).transpose(1, 2)
-        v = self.linear_v(x).view(B, T, self.h, self.d_k).transpose(1, 2)
-        p = self.linear_pos(pe.to(x.dtype)).view(-1, self.h, self.d_k).permute(1, 2, 0)
-        q_u = (q + self.pos_bias_u).transpose(1, 2)  # (B, H, T, d_k)
-        q_v = (q + self.pos_bias_v).transpose(1, 2)
+        k = self.linear_k(x).view(B, T, self.h, self.d_k)
+        v = self.linear_v(x).view(B, T, self.h, self.d_k)
         scale = 1.0 / math.sqrt(self.d_k)
-        bd = rel_shift(torch.matmul(q_v, p))  # (B, H, T, T): position term
+        if self.kernel is not None:  # shift, scale, mask and attention in one kernel
+            # the position term as one GEMM per head over all frames of the batch (a matmul
+            # broadcasting p over the batch copies it per item), its 2T - 1 positions padded
+            # to a multiple of 64 (cuBLAS's fast kernels want aligned rows): (H, B * T, P)
+            P = pe.shape[0]
+            pe = F.pad(pe, (0, 0, 0, -P % 64)).to(x.dtype)
+            p = self.linear_pos(pe).view(-1, self.h, self.d_k).permute(1, 2, 0)  # (H, d_k, P')
+            q_v = (q + self.pos_bias_v).permute(2, 0, 1, 3).reshape(self.h, B * T, self.d_k)
+            bd = torch.bmm(q_v, p).view(self.h, B, T, -1).transpose(0, 1)[..., :P]
+            keys = (~pad[:, 0]).to(torch.int8)  # (B, T) 1 on valid frames
+            out = self.kernel(q, k, v, bd, keys, self.pos_bias_u, scale, self.context)
+            return self.linear_out(out.reshape(B, T, D))
+        p = self.linear_pos(pe.to(x.dtype)).view(-1, self.h, self.d_k).permute(1, 2, 0)
+        q_v = (q + self.pos_bias_v).transpose(1, 2)  # (B, H, T, d_k)
+        bd = torch.matmul(q_v, p)  # (B, H, T, 2T - 1): position term, before the shift
+        q_u = (q + self.pos_bias_u).transpose(1, 2)
         # masked_fill (not an added -10000) keeps NeMo's exact masked score
-        bias = (bd * scale).masked_fill(bias_mask, MASKED)
+        bias = (rel_shift(bd) * scale).masked_fill(bias_mask, MASKED)  # (B, H, T, T)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
         out = F.scaled_dot_product_attention(q_u, k, v, attn_mask=bias, scale=scale)
         return self.linear_out(out.transpose(1, 2).reshape(B, T, D))
 
@@ -220,7 +243,7 @@ class ConformerLayer(nn.Module):
 
     def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
         x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
-        x = x + self.self_attn(self.norm_self_att(x), pe, bias_mask)
+        x = x + self.self_attn(self.norm_self_att(x), pe, bias_mask, pad)
         x = x + self.conv(self.norm_conv(x), pad)
         x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
         return self.norm_out(x)
@@ -370,14 +393,21 @@ class EncoderGraph(nn.Module):
 
         dynamo_config.inline_inbuilt_nn_modules = True  # weights as inputs: one compilation
         encoder = self.model.encoder
-        encoder.layer_fn = torch.compile(run_layer, dynamic=False)
+        # realize_reads_threshold 2: the conv module's GLU output is written once, not
+        # recomputed in each of its depthwise taps (layer 1.92 -> 1.83 ms at 0.6B, batch 128)
+        options: dict[str, str | int | bool | Callable[..., Any]] = {"realize_reads_threshold": 2}
+        encoder.layer_fn = torch.compile(run_layer, dynamic=False, options=options)
         # its masks and ReLUs fused, its convolutions in the layout Inductor picks (the
         # depthwise 3x3 ran on a slow NCHW kernel uncompiled: 9 of 70 ms at batch 128)
         encoder.subsample_fn = torch.compile(run_subsampling, dynamic=False)
         encoder.pre_encode.taps = True
+        from speechrt.runtime import relpos_attention as fused
+
         for layer in encoder.layers:
             assert isinstance(layer, ConformerLayer)
             layer.conv.taps = True
+            if FUSED_ATTENTION and fused.supported(layer.self_attn.d_k):
+                layer.self_attn.kernel = fused.relpos_attention
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         return derived_sizes(self.model.dims, sizes)

@@ -1,0 +1,160 @@
+"""Parts of a FastConformer layer on the GPU, timed alone at parakeet-0.6b dims (batch 128 x 10 s:
+125 frames, d_model 1024, 8 heads): the choices scripts/bench_parakeet.py then times whole.
+
+    attention   the fused rel-pos kernel at several tile sizes beside the reference (shifted
+                scores + SDPA), compiled, and its error against the reference
+    ff          the feed-forward compiled by Inductor's default and with max-autotune (GEMM
+                templates that can take SiLU as an epilogue)
+    layer       a whole conformer layer as the cuda runner compiles it, with either attention,
+                and with Inductor realising values read by more than two consumers (the conv
+                module's GLU output, which its depthwise taps otherwise recompute per tap)
+
+    python scripts/sweep_parakeet_parts.py --out DIR   # writes DIR/parts.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from speechrt.models import parakeet  # noqa: E402
+from speechrt.registry import preset  # noqa: E402
+
+
+def timed(fn, reps: int = 50) -> float:  # noqa: ANN001
+    """Median milliseconds of fn() (after 5 warm-ups), each call synchronised."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def attention(rows: list[dict], B: int, T: int) -> None:
+    from speechrt.runtime.relpos_attention import launch, relpos_attention
+
+    d = preset("parakeet_ctc", "parakeet-ctc-0.6b")
+    torch.manual_seed(0)
+    att = parakeet.RelPositionAttention(d).cuda().to(torch.bfloat16).eval()
+    with torch.no_grad():
+        att.pos_bias_u.normal_(0, 0.5)
+        att.pos_bias_v.normal_(0, 0.5)
+    x = torch.randn(B, T, d.d_model, device="cuda", dtype=torch.bfloat16)
+    lengths = torch.randint(T // 2, T + 1, (B,), device="cuda")
+    valid = parakeet.valid_mask(lengths, T)
+    mask = ~(valid[:, None, :] & valid[:, :, None])[:, None]
+    pe, pad = parakeet.relative_positions(T, d.d_model, x.device), ~valid[:, None, :]
+    ref = torch.compile(att, dynamic=False)
+    with torch.inference_mode():
+        want = ref(x, pe, mask, pad).float()
+        rows.append(
+            dict(part="attention", variant="reference", ms=timed(lambda: ref(x, pe, mask, pad)))
+        )
+        print(rows[-1], flush=True)
+        att.kernel = relpos_attention
+        fused = torch.compile(att, dynamic=False)
+        got = fused(x, pe, mask, pad).float()
+        err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(lengths))
+        ms = timed(lambda: fused(x, pe, mask, pad))
+        rows.append(dict(part="attention", variant="fused layer", ms=ms, max_err=err,
+                         scale=want.abs().max().item()))  # fmt: skip
+        print(rows[-1], flush=True)
+        H, dk = d.n_heads, d.d_model // d.n_heads
+        q, k, v = (torch.randn(B, T, H, dk, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        bd = torch.randn(H, B, T, 2 * T - 1, device="cuda", dtype=torch.bfloat16).transpose(0, 1)
+        keys = valid.to(torch.int8)
+        base = launch(q, k, v, bd, keys, att.pos_bias_u, dk**-0.5, -1, (64, 64, 8, 2))
+        for tiles in [(64, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2),
+                      (64, 64, 2, 2), (128, 64, 4, 2)]:  # fmt: skip
+            try:
+                out = launch(q, k, v, bd, keys, att.pos_bias_u, dk**-0.5, -1, tiles)
+                ms = timed(
+                    lambda t=tiles: launch(q, k, v, bd, keys, att.pos_bias_u, dk**-0.5, -1, t)
+                )
+                same = (out.float() - base.float()).abs().max().item()
+            except Exception as e:  # a tile size the GPU cannot hold
+                ms, same = float("nan"), repr(e)[:80]
+            rows.append(dict(part="attention kernel", variant=str(tiles), ms=ms, vs_first=same))
+            print(rows[-1], flush=True)
+
+
+def feed_forward(rows: list[dict], B: int, T: int) -> None:
+    d = preset("parakeet_ctc", "parakeet-ctc-0.6b")
+    ff = parakeet.FeedForward(d).cuda().to(torch.bfloat16).eval()
+    x = torch.randn(B, T, d.d_model, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        for mode in ("default", "max-autotune-no-cudagraphs"):
+            t0 = time.perf_counter()
+            fn = torch.compile(ff, dynamic=False, mode=mode)
+            fn(x)
+            compile_s = time.perf_counter() - t0
+            rows.append(
+                dict(part="ff", variant=mode, ms=timed(lambda f=fn: f(x)), compile_s=compile_s)
+            )
+            print(rows[-1], flush=True)
+            torch._dynamo.reset()
+
+
+def layer(rows: list[dict], B: int, T: int) -> None:
+    from speechrt.runtime.relpos_attention import relpos_attention
+
+    d = preset("parakeet_ctc", "parakeet-ctc-0.6b")
+    torch.manual_seed(0)
+    lay = parakeet.ConformerLayer(d).cuda().to(torch.bfloat16).eval()
+    lay.conv.taps = True
+    x = torch.randn(B, T, d.d_model, device="cuda", dtype=torch.bfloat16)
+    lengths = torch.randint(T // 2, T + 1, (B,), device="cuda")
+    valid = parakeet.valid_mask(lengths, T)
+    mask = ~(valid[:, None, :] & valid[:, :, None])[:, None]
+    pe, pad = parakeet.relative_positions(T, d.d_model, x.device), ~valid[:, None, :]
+    variants = [
+        ("reference attention", None, {}),
+        ("fused attention", relpos_attention, {}),
+        ("fused, realize reads > 2", relpos_attention, {"realize_reads_threshold": 2}),
+    ]
+    with torch.inference_mode():
+        for name, kernel, options in variants:
+            lay.self_attn.kernel = kernel
+            fn = torch.compile(parakeet.run_layer, dynamic=False, options=options)
+            t0 = time.perf_counter()
+            fn(lay, x, pe, mask, pad)
+            compile_s = time.perf_counter() - t0
+            ms = timed(lambda f=fn: f(lay, x, pe, mask, pad))
+            rows.append(dict(part="layer", variant=name, ms=ms, compile_s=compile_s))
+            print(rows[-1], flush=True)
+            torch._dynamo.reset()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--parts", default="attention,ff,layer")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--frames", type=int, default=125)
+    args = p.parse_args()
+    rows: list[dict] = []
+    for part in args.parts.split(","):
+        parts = {"attention": attention, "ff": feed_forward, "layer": layer}
+        parts[part](rows, args.batch, args.frames)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    (out / "parts.json").write_text(json.dumps({**stamp, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
