@@ -16,6 +16,13 @@ from speechrt.serving import BatchConfig, Limits, ServeConfig, Server, create_ap
 from speechrt.tts import Piece
 
 
+class Text:
+    """The text front end's one check that SpeechStream makes (Riva's SynthesizeOnline)."""
+
+    def has_speech(self, text: str) -> bool:
+        return bool(text.strip())
+
+
 class SlowTTS:
     """text_to_pieces / ids_to_audio like speechrt.tts.TTS: one piece per '|'-separated part,
     audio = the ids as samples; "boom" anywhere in a batch raises, as a broken kernel would.
@@ -23,6 +30,7 @@ class SlowTTS:
 
     sampling_rate = 1000
     name, n_speakers = "slow", 1
+    text = Text()
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.gate = gate

@@ -117,10 +117,41 @@ def test_synthesize_online_streams_each_sentence(tts):
     chunks = [r.audio for r in tts.synthesize_online(TEXT)]
     assert len(chunks) >= 2  # the first sentence's head, then sentence by sentence
     assert_close(int16(b"".join(chunks)), whole)
-    texts = [SHORT, "And a second."]  # one request each, spoken in turn
-    both = b"".join(r.audio for r in tts.synthesize_online(texts))
-    want = np.concatenate([int16(tts.synthesize(t).audio) for t in texts])
-    assert_close(int16(both), want)
+    # requests carry pieces of one text (an LLM's tokens), joined as they are
+    pieces = ["Speech recog", "nition works on this mach", "ine.", " Please call", " Stella."]
+    joined = b"".join(r.audio for r in tts.synthesize_online(pieces))
+    assert_close(int16(joined), whole)
+
+
+def test_synthesize_online_speaks_each_sentence_once_complete(server, tts):
+    """The first sentence's audio comes back while the requests that end the text are still
+    held back by the client: speech starts when a sentence completes, not when the stream
+    ends."""
+    import queue
+
+    from riva.client.proto import riva_tts_pb2
+
+    tts_stub, _, _ = stubs(server[1])
+    go_on: queue.Queue[None] = queue.Queue()
+    sent: list[str] = []
+
+    def requests():
+        for piece in ("Speech recognition works", " on this machine.", " Please"):
+            sent.append(piece)
+            yield riva_tts_pb2.SynthesizeSpeechRequest(text=piece, encoding=PCM)
+        try:
+            go_on.get(timeout=120)  # until the first sentence's audio came back
+        except queue.Empty:
+            sent.append("(no audio before the end)")
+        sent.append(" call Stella.")
+        yield riva_tts_pb2.SynthesizeSpeechRequest(text=" call Stella.", encoding=PCM)
+
+    responses = tts_stub.SynthesizeOnline(requests(), timeout=300)
+    first = next(responses)
+    assert sent == ["Speech recognition works", " on this machine.", " Please"]
+    go_on.put(None)
+    audio = first.audio + b"".join(r.audio for r in responses)
+    assert_close(int16(audio), int16(tts.synthesize(TEXT).audio))
 
 
 def test_synthesis_config_lists_the_voice_by_riva_names(tts):
@@ -299,6 +330,27 @@ def test_bad_synthesis_requests_are_invalid_argument(server, fields, message):
         request = riva_tts_pb2.SynthesizeSpeechRequest(**{"text": SHORT, "encoding": PCM, **online})
         code, details = refused(tts_stub.SynthesizeOnline, iter([request]))
         assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+
+
+def test_bad_synthesis_streams_are_invalid_argument(server):
+    from riva.client.proto import riva_tts_pb2
+
+    tts_stub, _, _ = stubs(server[1])
+
+    def stream(*requests: dict) -> tuple[grpc.StatusCode, str]:
+        msgs = [riva_tts_pb2.SynthesizeSpeechRequest(encoding=PCM, **r) for r in requests]
+        return refused(tts_stub.SynthesizeOnline, iter(msgs))
+
+    cases = [
+        ((), "no request"),
+        (({"text": " "}, {"text": "**"}), "nothing to speak"),
+        (({"text": "Hello"}, {"text": " there.", "custom_configuration": {"pace": "1.5"}}), "same"),
+        (({"text": "<speak>Hi</speak>"},), "SSML goes to Synthesize"),
+        (({"text": "Hi. " + "a" * MAX_CHARS},), f"the limit is {MAX_CHARS}"),
+    ]
+    for requests, message in cases:
+        code, details = stream(*requests)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details
 
 
 def riff(fmt_tag: int = 1, channels: int = 1, rate: int = RATE, bits: int = 16) -> bytes:

@@ -13,10 +13,11 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from importlib.resources import files
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from speechrt import __version__
@@ -193,6 +194,13 @@ def create_app(server: Server, listeners: Sequence[Listener] = ()) -> FastAPI:
         return PlainTextResponse(
             server.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
+
+    page = (files("speechrt.serving") / "web" / "index.html").read_text("utf-8")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        """The web page (docs/web-page.md): open without a key; its API calls send the key."""
+        return HTMLResponse(page)
 
     @app.get("/health")
     async def health(request: Request) -> Any:

@@ -4,9 +4,12 @@ HTTP routes serve (speechrt.serving.pipelines.TTSService, the same checks, batch
 
 Synthesize: the whole text's audio; with enable_word_time_offsets, each word's start and end
 in milliseconds (meta.words; a voice whose acoustic model gives durations: FastPitch).
-SynthesizeOnline: a stream of requests, each a text, read in turn; the audio comes back as it
-is made: the first sentence's first frames as soon as they are vocoded, then each sentence
-(TTSService.stream). Every request of one call takes the same encoding and rate.
+SynthesizeOnline: a stream of requests whose texts are pieces of one text (an LLM's tokens, or
+whole sentences), joined as they are; each sentence is queued as soon as it is complete and its
+audio comes back as it is made, the first frames as soon as they are vocoded (the incremental
+splitter of the text-streaming WebSocket and Wyoming: speechrt.serving.text_stream). The end of
+the requests ends the last sentence. Every request of one call takes the same voice, encoding,
+rate and options; a stream takes plain text (SSML goes to Synthesize).
 
 Encodings: LINEAR_PCM (or ENCODING_UNSPECIFIED): raw 16-bit little-endian PCM, as Riva sends it;
 FLAC (Synthesize only): a FLAC file; OGGOPUS: an Ogg/Opus file at 48 kHz (sample_rate_hz 0 or
@@ -21,11 +24,9 @@ ALAW output, zero-shot data, custom dictionaries, other languages than English, 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
@@ -40,8 +41,8 @@ from speechrt.options import SynthesisOptions
 from speechrt.serving.errors import ApiError
 from speechrt.serving.grpc_calls import Refused, streaming, unary
 from speechrt.serving.grpc_riva import LANGUAGE, RATES, check_language, request_id
-from speechrt.serving.metrics import failure_reason
 from speechrt.serving.openai_api import speaker_of, voices_of
+from speechrt.serving.text_stream import Segment, SpeechStream
 from speechrt.serving.v2models import options_from_params
 
 if TYPE_CHECKING:
@@ -162,6 +163,41 @@ class StreamEncoder:
         return tail + self.encoder.finish()
 
 
+QUEUED_RESPONSES = 8  # audio chunks made ahead of the client's reading (then the stream waits)
+_END = object()  # SynthesizeOnline's queue: the stream is over
+
+
+class Responses:
+    """A SpeechStream's audio -> SynthesizeSpeechResponses on a queue, each carrying the id of
+    the last request read (Riva's clients send one id for a whole stream). The queue is bounded:
+    a client that does not read holds the stream's sentences queued, where its text limit
+    counts them."""
+
+    def __init__(self, encoder: StreamEncoder, out: asyncio.Queue[Any]) -> None:
+        self.encoder, self.out = encoder, out
+        self.last: Any = None  # the last request's id
+
+    async def _put(self, data: bytes) -> None:
+        if data:
+            await self.out.put(rtts.SynthesizeSpeechResponse(audio=data, id=self.last))
+
+    async def start(self, segment: Segment) -> None:
+        pass
+
+    async def audio(self, segment: Segment, audio: np.ndarray) -> None:
+        await self._put(await asyncio.to_thread(self.encoder.push, audio))
+
+    async def done(self, segment: Segment) -> None:
+        pass
+
+    async def failed(self, segment: Segment, error: Exception) -> None:
+        await self.out.put(error)
+
+    async def finish(self) -> None:
+        """The encoder's tail (an Ogg stream's last page)."""
+        await self._put(await asyncio.to_thread(self.encoder.finish))
+
+
 class RivaTTS(rtts_grpc.RivaSpeechSynthesisServicer):
     def __init__(self, server: Server) -> None:
         assert server.tts is not None
@@ -190,46 +226,66 @@ class RivaTTS(rtts_grpc.RivaSpeechSynthesisServicer):
     async def SynthesizeOnline(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        first: Speaking | None = None
-        encoder: StreamEncoder | None = None
-        last = None  # the id of the last request read
-        async for request in requests:
-            last = request_id(request)
-            s = speaking(request, self.tts, stream=True)
-            if first is None:
-                first, encoder = s, StreamEncoder(self.tts.sampling_rate, s)
-            elif (s.fmt, s.rate) != (first.fmt, first.rate):
-                raise SpeechRTError("every request of a stream takes the same encoding and rate")
-            assert encoder is not None
-            async for data in self._speak(request, s, encoder):
-                yield rtts.SynthesizeSpeechResponse(audio=data, id=request_id(request))
-        if encoder is not None:
-            tail = await asyncio.to_thread(encoder.finish)
-            if tail:
-                yield rtts.SynthesizeSpeechResponse(audio=tail, id=last)
-
-    async def _speak(
-        self, request: Any, s: Speaking, encoder: StreamEncoder
-    ) -> AsyncIterator[bytes]:
-        """One text's audio, encoded, as each piece is made (a request's metrics, as HTTP's)."""
-        t0 = time.perf_counter()
-        failure: str | None = "CANCELED"
+        # a reader task feeds the requests' texts to a SpeechStream while this yields its
+        # audio: speech for a sentence starts once it is complete, whatever comes after
+        out: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUED_RESPONSES)
+        reader = asyncio.create_task(self._read(requests, out))
         try:
-            chunks = cast(
-                AsyncGenerator[np.ndarray, None],
-                await self.tts.stream(request.text, s.options, s.options.seed),
-            )
-            async with aclosing(chunks):  # however this ends, its queued pieces are cancelled
-                async for audio in chunks:
-                    data = await asyncio.to_thread(encoder.push, audio)
-                    if data:
-                        yield data
-            failure = None
-        except Exception as e:
-            failure = failure_reason(e)
-            raise
+            while (item := await out.get()) is not _END:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
         finally:
-            self.srv.metrics.record_request("tts", time.perf_counter() - t0, failure)
+            reader.cancel()
+            await asyncio.wait([reader])
+
+    def _stream(self, s: Speaking, sink: Responses) -> SpeechStream:
+        metrics = self.srv.metrics
+        return SpeechStream(
+            self.tts,
+            s.options,
+            s.options.seed,
+            sink,
+            lambda seconds, failure: metrics.record_request("tts", seconds, failure),
+        )
+
+    async def _read(self, requests: AsyncIterator[Any], out: asyncio.Queue[Any]) -> None:
+        """The requests' texts into one SpeechStream, whose responses go to `out`; then its
+        end (_END), or the error that ended it."""
+        stream: SpeechStream | None = None
+        try:
+            first: Speaking | None = None
+            sink: Responses | None = None
+            async for request in requests:
+                s = speaking(request, self.tts, stream=True)
+                if request.text.lstrip().startswith("<speak"):
+                    raise SpeechRTError(
+                        "SynthesizeOnline takes plain text, spoken sentence by sentence as it "
+                        "arrives; SSML goes to Synthesize"
+                    )
+                if first is None:
+                    first, sink = s, Responses(StreamEncoder(self.tts.sampling_rate, s), out)
+                    stream = self._stream(s, sink)
+                elif s != first:
+                    raise SpeechRTError(
+                        "every request of a stream takes the same voice, encoding, rate and "
+                        "custom_configuration (its texts are one text)"
+                    )
+                assert stream is not None and sink is not None
+                sink.last = request_id(request)
+                await stream.push(request.text)
+            if stream is None or sink is None:
+                raise SpeechRTError("SynthesizeOnline got no request")
+            await stream.finish()
+            if stream.count == 0:
+                raise SpeechRTError("the stream's text is empty: nothing to speak")
+            await sink.finish()
+            await out.put(_END)
+        except Exception as e:  # SynthesizeOnline raises it, ending the call with its status
+            await out.put(e)
+        finally:
+            if stream is not None:
+                await stream.close()
 
     @unary
     async def GetRivaSynthesisConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -1,6 +1,6 @@
 """Speech for text that arrives as it is written (an LLM's tokens): the mechanism shared by the
-text-streaming WebSocket (speechrt.serving.speech_socket) and Wyoming's streaming synthesis
-(speechrt.serving.wyoming_server).
+text-streaming WebSocket (speechrt.serving.speech_socket), Wyoming's streaming synthesis
+(speechrt.serving.wyoming_server) and Riva's SynthesizeOnline (speechrt.serving.grpc_riva_tts).
 
 `SentenceBuffer` cuts the text into sentences with the text front end's own splitter
 (speechrt.text.split_sentences), giving each one out as soon as it is complete: its terminator
