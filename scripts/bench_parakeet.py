@@ -8,6 +8,8 @@ the same process as its anchor:
     eager-bf16       speechrt's module, bf16, eager
     cuda-bf16        speechrt's cuda runner: layers compiled once, whole encoder one CUDA graph;
                      TDT: the greedy loop on the device in blocks of CUDA-graph steps
+    cuda-bf16-scan   TDT: each step first skips blanks over all frames (pointer jumping)
+    cuda-bf16-sdpa   (--compare-attention) the reference's attention: shifted scores + SDPA
 Floors: FLOPs (counted below) over the measured bf16 matmul rate, weight + activation bytes over
 the measured copy bandwidth; the larger is the floor.
 
@@ -180,18 +182,18 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
         )
         parakeet.FUSED_ATTENTION = True
     eager = EncoderGraph(speechrt_model(d, 0).to(torch.bfloat16)).eval()
-    loop = scan = None
+    loop, others = None, {}
     if d.transducer:
         calibrate(model, d)
         with torch.no_grad():
             eager.model.joint.out.bias.copy_(model.joint.out.bias)
             runner.graph.model.joint.out.bias.copy_(model.joint.out.bias)
-        loop = CudaGreedy(model, scan=False, dtype=torch.bfloat16)
-        scan = CudaGreedy(model, scan=True, dtype=torch.bfloat16)
+        loop = CudaGreedy(model, scan=False, dtype=torch.bfloat16)  # one decision per step
+        others = {"cuda-bf16-scan": CudaGreedy(model, scan=True, dtype=torch.bfloat16)}
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:
-        rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan, sdpa)
+        rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, others, sdpa)
     del runner, model, eager, hf, loop, sdpa
     torch.cuda.empty_cache()
     return rows
@@ -228,7 +230,9 @@ def decode(d: ParakeetDims, out: dict, loop: object) -> object:
     return ctc_text(out["log_probs"], out["encoded_lengths"], d.vocab_size)
 
 
-def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan, sdpa) -> list[dict]:  # noqa: ANN001
+def bench_batch(
+    name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, others, sdpa
+) -> list[dict]:  # noqa: ANN001
     from speechrt.models.parakeet import EncoderGraph
 
     c = runner.contract
@@ -245,8 +249,8 @@ def bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, scan, s
         ),
         "cuda-bf16": lambda: decode(d, runner.run(feeds), loop),
     }
-    if scan is not None:  # the loop that skips blanks in one pass per token
-        variants["cuda-bf16-scan"] = lambda: decode(d, runner.run(feeds), scan)
+    for v, other in others.items():
+        variants[v] = lambda o=other: decode(d, runner.run(feeds), o)
     if sdpa is not None:
         variants["cuda-bf16-sdpa"] = lambda: decode(d, sdpa.run(feeds), loop)
     if hf is not None:

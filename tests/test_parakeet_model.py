@@ -235,3 +235,20 @@ def test_fused_attention_equals_the_reference(att_context: int | None, dtype: to
         got = att(x, pe, ~see[:, None], pad).float()
     err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(lengths))
     assert err <= (1e-4 if dtype == torch.float32 else 2e-2) * want.abs().max().item()
+
+
+def test_compiled_loop_keeps_a_variant_per_bucket() -> None:
+    """A compiled device loop raises Dynamo's limit of compiled variants per function (8 by
+    default; past it Dynamo silently runs the step uncompiled, several times slower) to one
+    per bucket shape."""
+    import torch._dynamo.config as dynamo_config
+
+    from speechrt.runtime.cuda import RECOMPILE_LIMIT
+
+    old = dynamo_config.recompile_limit
+    try:
+        dynamo_config.recompile_limit = 8
+        CudaGreedy(talkative("parakeet_transducer"), compile_step=True)
+        assert dynamo_config.recompile_limit >= RECOMPILE_LIMIT
+    finally:
+        dynamo_config.recompile_limit = old

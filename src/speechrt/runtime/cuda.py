@@ -40,14 +40,20 @@ def compile_fn(fn: Callable, mode: str | None, device: torch.device | str = "cud
     input shape (`CapturedGraphs`)."""
     if mode is None:
         return fn
+    allow_recompiles()
+    if mode == "reduce-overhead":
+        return CapturedGraphs(torch.compile(fn, dynamic=False), device)
+    return torch.compile(fn, dynamic=False, mode=None if mode == "default" else mode)
+
+
+def allow_recompiles() -> None:
+    """Let torch.compile keep one compiled variant per bucket shape (RECOMPILE_LIMIT): past
+    Dynamo's default of 8 per function it would run the function uncompiled, silently slow."""
     import torch._dynamo.config as dynamo_config
 
     for name in ("recompile_limit", "cache_size_limit"):
         if getattr(dynamo_config, name, RECOMPILE_LIMIT) < RECOMPILE_LIMIT:
             setattr(dynamo_config, name, RECOMPILE_LIMIT)
-    if mode == "reduce-overhead":
-        return CapturedGraphs(torch.compile(fn, dynamic=False), device)
-    return torch.compile(fn, dynamic=False, mode=None if mode == "default" else mode)
 
 
 class CapturedGraphs:
@@ -153,6 +159,7 @@ class CudaRunner:
         """A copy of the wrapper on the device, in dtype and layout, in eval mode; a wrapper
         with a `fused()` form (the same function, parity-tested, e.g. convs as GEMMs) runs that,
         and one with a `precompile()` method (its own kernels, compiled side by side) runs it."""
+        allow_recompiles()  # precompile()'s own compiled parts, one variant per bucket too
         graph = copy.deepcopy(wrapper)
         fused = getattr(graph, "fused", None)
         if fused is not None:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from speechrt.models.parakeet import ParakeetTransducer
+from speechrt.runtime.cuda import allow_recompiles
 
 SCAN_BATCH = 8  # batches up to this size skip blanks in one pass per token (scan)
 
@@ -53,6 +54,8 @@ class CudaGreedy:
         self.device = next(model.parameters()).device
         if compile_step is None:
             compile_step = self.device.type == "cuda"
+        if compile_step:  # one compiled step per (batch, frames) bucket, all of them kept
+            allow_recompiles()
         self.step_fn = torch.compile(self.step, dynamic=False) if compile_step else self.step
         dev, f32 = self.device, dtype  # the weights in the products' dtype
         lstm = model.predictor.lstm
