@@ -108,8 +108,10 @@ def check_texts(texts: Sequence[str], limits: Limits) -> None:
             raise SpeechRTError(f"input text has {len(text)} characters; the limit is {limit}")
 
 
-def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits) -> None:
-    """What the model would read, within the request limits, or SpeechRTError."""
+def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits, pace: float = 1.0) -> None:
+    """What the model would read, within the request limits, or SpeechRTError. A symbol read
+    slower than pace 1 (`pace`, the request's, times its piece's SSML rate) decodes 1 / pace
+    times the frames, and counts as much."""
     what = "input text" if n_texts == 1 else f"the {n_texts} texts"
     if len(pieces) > limits.max_pieces:
         raise SpeechRTError(
@@ -117,10 +119,12 @@ def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits) -> None:
             f"{limits.max_pieces} per request"
         )
     symbols = sum(len(p.ids) for p in pieces)
-    if symbols > limits.max_text_symbols:
+    weighted = sum(len(p.ids) / min(1.0, pace * p.rate) for p in pieces)
+    if weighted > limits.max_text_symbols:
+        slow = f" ({weighted:.0f} counting slow speech 1 / pace)" if weighted > symbols else ""
         raise SpeechRTError(
-            f"{what} read as {symbols} symbols after normalisation (numbers spelled out); "
-            f"the limit is {limits.max_text_symbols} per request"
+            f"{what} read as {symbols} symbols after normalisation (numbers spelled out)"
+            f"{slow}; the limit is {limits.max_text_symbols} per request"
         )
 
 
@@ -132,17 +136,18 @@ async def read_texts(
     words: bool = False,
     pace: float = 1.0,
 ) -> list[Piece]:
-    """Checked texts -> their sentence pieces within the limits, or SpeechRTError: what every
-    speech route runs (this server's, and the Ray split pipeline's ingress). `text_to_pieces`:
-    speechrt.tts.text_to_pieces' signature less the TextProcessor; it stops as soon as the
-    texts read as more than max_text_symbols, so a text that expands (digits, SSML) costs at
-    most the limit to refuse."""
+    """Checked texts read at `pace` -> their sentence pieces within the limits, or
+    SpeechRTError: what every speech route runs (this server's, and the Ray split pipeline's
+    ingress). `text_to_pieces`: speechrt.tts.text_to_pieces' signature less the
+    TextProcessor; it stops as soon as the texts read as more than max_text_symbols (a symbol
+    read slower than pace 1 counting 1 / pace), so a text that expands (digits, SSML) or is
+    read slowly costs at most the limit to refuse."""
     check_texts(texts, limits)
     # The text front end is plain Python without torch: run it off the event loop.
     pieces = await asyncio.to_thread(
         text_to_pieces, list(texts), list(seeds), words, limits.max_text_symbols, pace
     )
-    check_pieces(pieces, len(texts), limits)
+    check_pieces(pieces, len(texts), limits, pace)
     return pieces
 
 
@@ -185,30 +190,11 @@ class TTSService:
             TTSItem(p, p.options(options), words, on_head if k == 0 else None)
             for k, p in enumerate(pieces)
         ]
-        self._check_pieces(items, len(texts))
         futures = self.engine.submit(items)
         per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
         return pieces, per_text
-
-    def _check_pieces(self, items: Sequence[TTSItem], n_texts: int) -> None:
-        """What the model would read, within the request limits, or SpeechRTError. A symbol read
-        slower than pace 1 decodes 1 / pace times the frames, and counts as much."""
-        what = "input text" if n_texts == 1 else f"the {n_texts} texts"
-        if len(items) > self.limits.max_pieces:
-            raise SpeechRTError(
-                f"{what} split into {len(items)} sentence pieces; the limit is "
-                f"{self.limits.max_pieces} per request"
-            )
-        symbols = sum(len(it.piece.ids) for it in items)
-        weighted = sum(len(it.piece.ids) / min(1.0, it.options.pace) for it in items)
-        if weighted > self.limits.max_text_symbols:
-            slow = f" ({weighted:.0f} at its slow pace)" if weighted > symbols else ""
-            raise SpeechRTError(
-                f"{what} read as {symbols} symbols after normalisation (numbers spelled out)"
-                f"{slow}; the limit is {self.limits.max_text_symbols} per request at pace 1"
-            )
 
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
