@@ -354,7 +354,8 @@ class Connection:
         assert self.srv.asr is not None
         async with self.srv.metrics.track("asr"):
             rate = utterance.format[0]
-            audio = await asyncio.to_thread(self.srv.asr.check_audio, utterance.audio(), rate)
+            # resampled on the upload threads, beside the HTTP routes' uploads
+            audio = await self.srv.asr.prepare(utterance.audio(), rate)
             (result,) = await self.srv.asr.transcribe([audio])
         await self.write(Transcript(text=str(result.text), language=LANGUAGES[0]).event())
 
