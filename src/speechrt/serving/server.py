@@ -330,9 +330,10 @@ class Server:
                 await step(f"tts text {i + 1}, a stream's lead", adapter.run_batch, [lead])
         if self.asr is not None:
             audio = synthetic_speechlike(7.0, self.asr.sampling_rate)
+            (window,) = self.asr.asr.segments(0, audio)  # 7 s: one window
             heard = ASRAdapter(self.asr.asr)
             for b in sizes:
-                await step(f"asr, batch {b}", heard.run_batch, [audio] * b)
+                await step(f"asr, batch {b}", heard.run_batch, [window] * b)
         log.info("warmed up batch sizes %s in %.1f s", sizes, time.perf_counter() - t0)
 
     async def stop(self) -> None:
