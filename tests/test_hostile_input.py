@@ -96,7 +96,7 @@ def flac_bomb(seconds: int, sr: int, channels: int, unknown_length: bool = False
 
 @pytest.fixture(scope="module")
 def served(start_server) -> Served:
-    url, proc = start_server("--device", "cpu", "--header-timeout", "2")
+    url, proc = start_server("--device", "cpu", "--header-timeout", "2", "--body-timeout", "2")
     with httpx.Client(base_url=url, timeout=120) as c:  # warm-up: first use of each pipeline
         assert speak(c, "Hello there.").status_code == 200
         tone = (0.3 * np.sin(np.arange(16000) * 0.1)).astype(np.float32)
@@ -358,6 +358,59 @@ def test_a_228_kb_header_block_is_refused(client):
     except httpx.TransportError:  # the server closed it while the head was still being sent
         status = None
     assert status in (431, None)
+
+
+# -- slow clients: a request's body arrives within --body-timeout of its head ---------------------
+
+
+TRICKLED = {  # a head, and a body within the limits that would take ~2 minutes at 4 bytes/s
+    "speech": (
+        b"POST /v1/audio/speech HTTP/1.1\r\nContent-Type: application/json\r\n",
+        b'{"model": "tts-1", "voice": "0", "input": "' + b"a" * 400 + b'"}',
+    ),
+    "transcriptions": (
+        b"POST /v1/audio/transcriptions HTTP/1.1\r\n"
+        b"Content-Type: multipart/form-data; boundary=b\r\n",
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+        + b"\0" * 400
+        + b"\r\n--b--\r\n",
+    ),
+    "infer": (
+        b"POST /v2/models/tts/infer HTTP/1.1\r\nContent-Type: application/json\r\n",
+        b'{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["'
+        + b"a" * 400
+        + b'"]}]}',
+    ),
+}
+
+
+@pytest.mark.parametrize("route", list(TRICKLED))
+def test_request_bodies_that_trickle_in_are_cut_off(served: Served, route: str):
+    """A body sent a byte every 0.25 s (the server runs with --body-timeout 2) is answered 408,
+    or its connection closed: once, such a body held its connection and its request for ever."""
+    head, body = TRICKLED[route]
+    where = urlsplit(served.url)
+    with socket.create_connection((where.hostname, where.port)) as s:
+        s.sendall(head + b"Host: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        answer, closed = b"", False
+        for k in range(120):  # a hang guard: ~30 s, a quarter of the body
+            try:
+                s.sendall(body[k : k + 1])
+            except OSError:  # closed already
+                closed = True
+                break
+            if select.select([s], [], [], 0.25)[0]:
+                try:
+                    chunk = s.recv(4096)
+                except OSError:  # reset: the server closed it under a byte still coming
+                    chunk = b""
+                if not chunk:
+                    closed = True
+                    break
+                answer += chunk
+    assert closed, f"the trickling body's connection is still open; answer: {answer[:80]!r}"
+    assert answer.startswith(b"HTTP/1.1 408") or answer == b"", answer[:80]
+    assert httpx.get(f"{served.url}/v2/health/ready", timeout=10).status_code == 200
 
 
 # -- keep last: what the whole module cost the server --------------------------------------------
