@@ -11,6 +11,7 @@ in definition order).
 from __future__ import annotations
 
 import io
+import json
 import os
 import select
 import socket
@@ -215,6 +216,29 @@ def test_malformed_infer_bodies_are_400s_on_one_kept_connection(client, served: 
     r = client.post("/v2/models/tts/infer", json={"inputs": [TEXT]})
     assert r.status_code == 200, r.text
     assert "internal error" not in client.get("/metrics").text
+
+
+def test_a_json_infer_body_over_8_mib_is_refused_before_it_is_parsed(client):
+    """25 MB of JSON numbers once took up to 1 GB while parsed (a Python object per number);
+    a request's JSON may hold 8 MiB (~100 MB to parse), and larger tensors travel in binary.
+    30 s of mel written in full fits."""
+    n = 9 * 2**20 // 4  # 9 MiB of "0.5,"
+    head = b'{"inputs": [{"name": "mel", "datatype": "FP32", "shape": [1, 80, %d], "data": ['
+    body = head % (n // 80) + b",".join([b"0.5"] * (n // 80 * 80)) + b"]}]}"
+    r = client.post("/v2/models/hifigan/infer", content=body)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"].endswith("the limit is 8388608: send large tensors in binary "
+                                      "(Triton's binary tensor extension, the "
+                                      "Inference-Header-Content-Length header)")  # fmt: skip
+    x = np.random.default_rng(0).normal(-5.0, 2.0, (1, 80, 2584)).astype(np.float32)
+    inputs = [
+        {"name": "mel", "datatype": "FP32", "shape": [1, 80, 2584], "data": x.tolist()},
+        {"name": "mel_lengths", "datatype": "INT64", "shape": [1], "data": [2584]},
+    ]
+    body = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    assert 4_000_000 < len(body) < 8 * 2**20
+    r = client.post("/v2/models/hifigan/infer", content=body)
+    assert r.status_code == 200, r.text
 
 
 # -- abandoned work: a client that goes away stops costing the device ---------------------------
