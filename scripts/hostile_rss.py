@@ -138,6 +138,31 @@ def hifigan_mel(c: httpx.Client) -> list[int]:
     return [infer(c, "hifigan", feeds).status_code]
 
 
+def json_infer(
+    c: httpx.Client, model: str, name: str, datatype: str, value: str, mb: float = 25
+) -> int:
+    """A v2 infer body of `mb` MiB of JSON: one input holding `value` repeated (the shape is
+    refused by the model's limits only once the body has been parsed)."""
+    n = int(mb * 1024 * 1024 - 200) // (len(value) + 1)
+    head = f'{{"inputs": [{{"name": "{name}", "datatype": "{datatype}", "shape": [{n}], "data": ['
+    body = head.encode() + ",".join([value] * n).encode() + b"]}]}"
+    return c.post(f"/v2/models/{model}/infer", content=body).status_code
+
+
+def json_floats(c: httpx.Client) -> list[int]:
+    return [json_infer(c, "hifigan", "mel", "FP32", "0.5")]
+
+
+def json_ints(c: httpx.Client) -> list[int]:
+    return [json_infer(c, "fastpitch", "ids", "INT64", "1")]
+
+
+def json_at_limit(c: httpx.Client) -> list[int]:
+    """Just within the limit on a request's JSON (8 MiB): what parsing it may cost."""
+    floats = json_infer(c, "hifigan", "mel", "FP32", "0.5", 7.99)
+    return [floats, json_infer(c, "fastpitch", "ids", "INT64", "1", 7.99)]
+
+
 def flac_uploads(c: httpx.Client) -> list[int]:
     bomb = flac_bomb(599, 192_000, 8)
     with ThreadPoolExecutor(6) as pool:
@@ -226,6 +251,9 @@ CASES: dict[str, Callable[[httpx.Client], list[int]]] = {
     "6 x FLAC 37 s 192 kHz 8 ch": flac_uploads_at_limit,
     "WAV 599 s 16 kHz": wav_offline,
     "WAV 599 s 16 kHz stream=true": wav_stream,
+    "v2 infer, 25 MB of JSON floats": json_floats,
+    "v2 infer, 25 MB of JSON ints": json_ints,
+    "v2 infer, 8 MiB of JSON floats, then ints": json_at_limit,
 }
 
 

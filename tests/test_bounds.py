@@ -1,6 +1,9 @@
-"""speechrt.runtime.bounds: FastPitch's frames bounded before its decoder, on onnx and eager."""
+"""speechrt.runtime.bounds: FastPitch's frames bounded before its decoder, on onnx, eager and
+cuda (its runner run on the CPU, uncompiled: the same code path as on a GPU, without one)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -107,6 +110,46 @@ def test_eager_fastpitch_decodes_a_long_batch_in_groups(tiny_voice):
     runner.max_frames = longest - 1
     with pytest.raises(SpeechRTError, match=f"would produce {longest} mel frames"):
         runner.run(t)
+
+
+def test_cuda_fastpitch_takes_the_servers_bound_and_decodes_in_groups(tiny_voice):
+    """The cuda runner kept FastPitch's own 16,384-frame cap: a server now bounds it as it
+    bounds eager and onnx (Server's bound_frames), and a long batch decodes in groups of rows,
+    each padded to a batch bucket, giving the valid frames one call gives."""
+    from speechrt.serving import Limits
+    from speechrt.serving.server import bound_frames
+    from speechrt.serving.v2models import axis_limits
+
+    model, info = load_component(tiny_voice[0], "cpu", torch.float32)
+    runner = make_runner("fastpitch", model, info, "cuda", "cpu", compile_mode=None)
+    assert runner.max_frames == graph("fastpitch").regulated.max_frames == 16384
+    bound_frames(runner, axis_limits(info, Limits(), 1)["frames"])  # as Server does
+    seconds = Limits().max_component_seconds  # of mel frames: 2,584 at 22.05 kHz, hop 256
+    assert runner.max_frames == math.ceil(seconds * info.mel.sampling_rate / info.mel.hop_length)
+
+    f = feeds([120, 20, 118, 7], pace=0.2)
+    t = {k: torch.from_numpy(v) for k, v in f.items()}
+    calls: list[int] = []  # the batch of each decoder call
+    decode = runner.compiled["decode"]
+
+    def counted(enc, reps, n):
+        calls.append(len(enc))
+        return decode(enc, reps, n)
+
+    runner.compiled["decode"] = counted
+    whole = {k: v.numpy() for k, v in runner.run(t).items()}
+    assert calls == [4]
+    longest = int(whole["mel_lengths"].max())
+    runner.max_frames = int(longest * 1.2)  # two of the long rows do not fit in one call
+    calls.clear()
+    grouped = {k: v.numpy() for k, v in runner.run(t).items()}
+    assert calls == [2, 1, 1]  # the short rows together, the long ones alone
+    _same_valid_frames(grouped, whole)
+    runner.max_frames = longest - 1
+    calls.clear()
+    with pytest.raises(SpeechRTError, match=f"would produce {longest} mel frames"):
+        runner.run(t)
+    assert calls == []  # refused before the decoder ran
 
 
 def _info():

@@ -11,6 +11,7 @@ in definition order).
 from __future__ import annotations
 
 import io
+import json
 import os
 import select
 import socket
@@ -96,7 +97,7 @@ def flac_bomb(seconds: int, sr: int, channels: int, unknown_length: bool = False
 
 @pytest.fixture(scope="module")
 def served(start_server) -> Served:
-    url, proc = start_server("--device", "cpu", "--header-timeout", "2")
+    url, proc = start_server("--device", "cpu", "--header-timeout", "2", "--body-timeout", "2")
     with httpx.Client(base_url=url, timeout=120) as c:  # warm-up: first use of each pipeline
         assert speak(c, "Hello there.").status_code == 200
         tone = (0.3 * np.sin(np.arange(16000) * 0.1)).astype(np.float32)
@@ -215,6 +216,29 @@ def test_malformed_infer_bodies_are_400s_on_one_kept_connection(client, served: 
     r = client.post("/v2/models/tts/infer", json={"inputs": [TEXT]})
     assert r.status_code == 200, r.text
     assert "internal error" not in client.get("/metrics").text
+
+
+def test_a_json_infer_body_over_8_mib_is_refused_before_it_is_parsed(client):
+    """25 MB of JSON numbers once took up to 1 GB while parsed (a Python object per number);
+    a request's JSON may hold 8 MiB (~100 MB to parse), and larger tensors travel in binary.
+    30 s of mel written in full fits."""
+    n = 9 * 2**20 // 4  # 9 MiB of "0.5,"
+    head = b'{"inputs": [{"name": "mel", "datatype": "FP32", "shape": [1, 80, %d], "data": ['
+    body = head % (n // 80) + b",".join([b"0.5"] * (n // 80 * 80)) + b"]}]}"
+    r = client.post("/v2/models/hifigan/infer", content=body)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"].endswith("the limit is 8388608: send large tensors in binary "
+                                      "(Triton's binary tensor extension, the "
+                                      "Inference-Header-Content-Length header)")  # fmt: skip
+    x = np.random.default_rng(0).normal(-5.0, 2.0, (1, 80, 2584)).astype(np.float32)
+    inputs = [
+        {"name": "mel", "datatype": "FP32", "shape": [1, 80, 2584], "data": x.tolist()},
+        {"name": "mel_lengths", "datatype": "INT64", "shape": [1], "data": [2584]},
+    ]
+    body = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    assert 4_000_000 < len(body) < 8 * 2**20
+    r = client.post("/v2/models/hifigan/infer", content=body)
+    assert r.status_code == 200, r.text
 
 
 # -- abandoned work: a client that goes away stops costing the device ---------------------------
@@ -358,6 +382,59 @@ def test_a_228_kb_header_block_is_refused(client):
     except httpx.TransportError:  # the server closed it while the head was still being sent
         status = None
     assert status in (431, None)
+
+
+# -- slow clients: a request's body arrives within --body-timeout of its head ---------------------
+
+
+TRICKLED = {  # a head, and a body within the limits that would take ~2 minutes at 4 bytes/s
+    "speech": (
+        b"POST /v1/audio/speech HTTP/1.1\r\nContent-Type: application/json\r\n",
+        b'{"model": "tts-1", "voice": "0", "input": "' + b"a" * 400 + b'"}',
+    ),
+    "transcriptions": (
+        b"POST /v1/audio/transcriptions HTTP/1.1\r\n"
+        b"Content-Type: multipart/form-data; boundary=b\r\n",
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+        + b"\0" * 400
+        + b"\r\n--b--\r\n",
+    ),
+    "infer": (
+        b"POST /v2/models/tts/infer HTTP/1.1\r\nContent-Type: application/json\r\n",
+        b'{"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["'
+        + b"a" * 400
+        + b'"]}]}',
+    ),
+}
+
+
+@pytest.mark.parametrize("route", list(TRICKLED))
+def test_request_bodies_that_trickle_in_are_cut_off(served: Served, route: str):
+    """A body sent a byte every 0.25 s (the server runs with --body-timeout 2) is answered 408,
+    or its connection closed: once, such a body held its connection and its request for ever."""
+    head, body = TRICKLED[route]
+    where = urlsplit(served.url)
+    with socket.create_connection((where.hostname, where.port)) as s:
+        s.sendall(head + b"Host: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        answer, closed = b"", False
+        for k in range(120):  # a hang guard: ~30 s, a quarter of the body
+            try:
+                s.sendall(body[k : k + 1])
+            except OSError:  # closed already
+                closed = True
+                break
+            if select.select([s], [], [], 0.25)[0]:
+                try:
+                    chunk = s.recv(4096)
+                except OSError:  # reset: the server closed it under a byte still coming
+                    chunk = b""
+                if not chunk:
+                    closed = True
+                    break
+                answer += chunk
+    assert closed, f"the trickling body's connection is still open; answer: {answer[:80]!r}"
+    assert answer.startswith(b"HTTP/1.1 408") or answer == b"", answer[:80]
+    assert httpx.get(f"{served.url}/v2/health/ready", timeout=10).status_code == 200
 
 
 # -- keep last: what the whole module cost the server --------------------------------------------

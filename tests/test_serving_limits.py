@@ -20,9 +20,11 @@ from serving_inputs import infer, mel, speechlike, wav
 from speechrt.audio.io import DecodeStopped, read_audio
 from speechrt.client import parse_metrics
 from speechrt.errors import SpeechRTError
+from speechrt.pieces import Piece
 from speechrt.serving.engine import Overloaded
-from speechrt.serving.pipelines import ASRService, Limits
-from speechrt.tts import piece_symbols
+from speechrt.serving.pipelines import ASRService, Limits, check_pieces
+from speechrt.text import TextProcessor
+from speechrt.tts import piece_symbols, text_to_pieces
 
 
 def count(url: str, model: str) -> float:
@@ -61,8 +63,23 @@ def test_slow_speech_counts_against_the_symbol_budget(speech_server: str):
     r = httpx.post(f"{speech_server}/v1/audio/speech", json=body | {"input": ssml}, timeout=60)
     assert r.status_code == 400
     message = r.json()["error"]["message"]
-    assert "at its slow pace" in message and "the limit is 15000 per request at pace 1" in message
+    assert "slow speech counted 1 / pace" in message and "the limit is 15000 per" in message
     assert count(speech_server, "tts") == before
+
+
+def test_slow_speech_is_counted_by_its_pace_wherever_texts_are_read():
+    """The front end's early stop and the pieces' check (every speech route's, the Ray split
+    pipeline's too: pipelines.read_texts) count a symbol read at pace p < 1 as 1 / p."""
+    front = TextProcessor("english_basic", "english_cleaners_v2")
+    text = ["word " * 30]  # 150 symbols
+    assert len(text_to_pieces(front, text, [0], max_symbols=200)) == 1
+    with pytest.raises(SpeechRTError, match="slow speech counted 1 / pace"):
+        text_to_pieces(front, text, [0], max_symbols=200, pace=0.5)
+    piece = Piece(0, 0, [5] * 60, 0)
+    piece.rate = 0.5  # <prosody rate="0.5">
+    check_pieces([piece], 1, Limits(max_text_symbols=130), pace=2.0)  # 60 at pace 1
+    with pytest.raises(SpeechRTError, match=r"60 symbols .* \(120 counting slow speech"):
+        check_pieces([piece], 1, Limits(max_text_symbols=100))
 
 
 # -- KServe v2 components: a request holds at most one item's worth of each axis per batch item --

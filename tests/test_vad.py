@@ -308,14 +308,19 @@ def test_streaming_partials_stay_empty_in_silence_and_noise(recorded) -> None:
 
 
 def test_hear_then_finish_is_transcribe(recorded) -> None:
-    """The server's split: the device half (hear) decodes nothing; finish gives transcribe's
-    words. The server's ASR adapter runs only the device half on its device thread."""
+    """The server's split: the device half (the ASR adapter, on the device thread: windows as
+    batch items) decodes nothing; finish gives transcribe's words."""
+    from speechrt.asr.decoding import Heard
     from speechrt.serving.pipelines import ASRAdapter
 
     asr, first, second = recorded
     joined = np.concatenate([first, silence(2), second])
-    heard = ASRAdapter(asr).run_batch([first, joined])
-    assert [len(h.segments) for h in heard] == [1, 2]
+    windows = [asr.speech_segments(i, a, asr.seed + i) for i, a in enumerate([first, joined])]
+    assert [len(w) for w in windows] == [1, 2]
+    batch = windows[1] + windows[0]  # one batch item per window, of any recordings
+    assert all(a is b for a, b in zip(ASRAdapter(asr).run_batch(batch), batch, strict=True))
+    waves = [first, joined]
+    heard = [Heard(a.size / asr.sample_rate, w) for a, w in zip(waves, windows, strict=True)]
     assert all(s.words == [] and s.log_probs is not None for h in heard for s in h.segments)
     got = [asr.finish(h) for h in heard]
     want = asr.transcribe([first, joined])

@@ -97,8 +97,7 @@ def text_to_pieces(
         mine: list[Piece] = []
         for seg in script.segments:
             first = len(mine)
-            most = piece_symbols(pace * seg.rate)
-            for ids, span in encode_text(text, seg.text, words, budget, most):
+            for ids, span in encode_text(text, seg.text, words, budget, pace * seg.rate):
                 mine.append(Piece(item, len(mine), ids, piece_seed(seed, len(mine)), span))
                 mine[-1].rate, mine[-1].pitch = seg.rate, seg.pitch
             if len(mine) > first and (seg.before or not seg.sentence):
@@ -116,36 +115,36 @@ class _Budget:
     """Symbols a request may still read (text_to_pieces' max_symbols; None: no limit)."""
 
     def __init__(self, limit: int | None, n_texts: int) -> None:
-        self.limit, self.n_texts, self.used = limit, n_texts, 0
+        self.limit, self.n_texts, self.used, self.slow = limit, n_texts, 0.0, False
 
-    def spend(self, n: int) -> None:
-        self.used += n
+    def spend(self, n: int, pace: float = 1.0) -> None:
+        """n symbols read at `pace`: slower than 1, each decodes 1 / pace times the frames and
+        counts as much."""
+        self.used += n / min(1.0, pace)
+        self.slow = self.slow or pace < 1.0
         if self.limit is not None and self.used > self.limit:
             what = "input text" if self.n_texts == 1 else f"the {self.n_texts} texts"
+            slow = ", slow speech counted 1 / pace" if self.slow else ""
             raise SpeechRTError(
                 f"{what} read as more than {self.limit} symbols after normalisation (numbers "
-                f"spelled out, SSML expanded); the limit is {self.limit} per request"
+                f"spelled out, SSML expanded{slow}); the limit is {self.limit} per request"
             )
 
 
 def encode_text(
-    text: TextProcessor,
-    s: str,
-    words: bool,
-    budget: _Budget | None = None,
-    max_symbols: int = MAX_PIECE_SYMBOLS,
+    text: TextProcessor, s: str, words: bool, budget: _Budget | None = None, pace: float = 1.0
 ) -> list[tuple[list[int], list[Span] | None]]:
-    """s -> its sentence pieces' (ids of at most max_symbols, word spans if `words`),
-    sentence by sentence, each sentence's symbols spent from `budget`."""
+    """s read at `pace` -> its sentence pieces' (ids, at most piece_symbols(pace) each; word
+    spans if `words`), sentence by sentence, each sentence's symbols spent from `budget`."""
     from speechrt.text import split_sentences
 
     parts = [p for p in split_sentences(s, MAX_PIECE_CHARS) if text.has_speech(p)]
     encoded: list[list[int]] = []
     spans: list[list[Span]] = []
     for p in parts:
-        cut = text.encode_pieces(p, max_symbols)
+        cut = text.encode_pieces(p, piece_symbols(pace))
         if budget is not None:
-            budget.spend(sum(map(len, cut)))
+            budget.spend(sum(map(len, cut)), pace)
         encoded += cut
         if words:
             spans += piece_words(text.text_to_ids(p), cut, text.word_spans(p))

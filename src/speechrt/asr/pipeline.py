@@ -516,20 +516,7 @@ class ASR:
         segs = [seg for i, w in enumerate(waves) for seg in self.speech_segments(i, w, seeds[i])]
         order = sorted(range(len(segs)), key=lambda k: segs[k].audio.shape[0], reverse=True)
         for start in range(0, len(order), batch_size):
-            batch = [segs[k] for k in order[start : start + batch_size]]
-            t0 = time.perf_counter()
-            log_probs, lengths = self.log_probs(batch)
-            if self.transducer:  # log_probs: the joint-projected encoder frames (B, T', J)
-                for seg, tokens in zip(batch, self.steps.decode(log_probs, lengths), strict=True):
-                    seg.tokens = tokens
-            else:
-                lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V): one copy
-                for seg, row, n in zip(batch, lp, host(lengths).tolist(), strict=True):
-                    seg.log_probs = row[: int(n)]
-            elapsed = time.perf_counter() - t0
-            total = sum(seg.audio.shape[0] for seg in batch)
-            for seg in batch:
-                seg.seconds = elapsed * seg.audio.shape[0] / total
+            self.hear_windows([segs[k] for k in order[start : start + batch_size]])
         per_item: list[list[Segment]] = [[] for _ in waves]
         for seg in segs:  # in time order within each item
             per_item[seg.item].append(seg)
@@ -537,6 +524,26 @@ class ASR:
             Heard(w.shape[0] / self.sample_rate, mine)
             for w, mine in zip(waves, per_item, strict=True)
         ]
+
+    def hear_windows(self, batch: list[Segment]) -> None:
+        """One batch of windows (of any items: each is featurised and run on its own samples)
+        through the acoustic model: their log-probs (or a transducer's tokens) on the host in
+        seg.log_probs (seg.tokens), the batch's compute time shared out by samples in
+        seg.seconds. A server runs each window as a batch item of its own, so that a long
+        recording takes turns with the requests behind it (speechrt.serving.pipelines)."""
+        t0 = time.perf_counter()
+        log_probs, lengths = self.log_probs(batch)
+        if self.transducer:  # log_probs: the joint-projected encoder frames (B, T', J)
+            for seg, tokens in zip(batch, self.steps.decode(log_probs, lengths), strict=True):
+                seg.tokens = tokens
+        else:
+            lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V): one copy
+            for seg, row, n in zip(batch, lp, host(lengths).tolist(), strict=True):
+                seg.log_probs = row[: int(n)]
+        elapsed = time.perf_counter() - t0
+        total = sum(seg.audio.shape[0] for seg in batch)
+        for seg in batch:
+            seg.seconds = elapsed * seg.audio.shape[0] / total
 
     def finish(self, heard: Heard) -> Transcript:
         """The CPU half of `transcribe`: one item's windows decoded (greedy, or the beam search

@@ -4,9 +4,9 @@ A length-regulated graph (FastPitch) knows its output frames per item only once 
 predicted the durations: item b decodes T_b = sum_j floor(durations[b, j] / pace[b] + 0.5)
 frames. Its encoder's self-attention holds B x L^2 scores per head and its decoder's B x T^2
 (the bundled voice took ~27 bytes per cell on onnxruntime: +99 MB for one item of 1,899 frames,
-+201 MB for one of 2,732). So a runner refuses an item longer than its `max_frames` before the
-decoder runs, and runs a batch in groups of rows that each cost at most what one item at the
-limit costs: rows x (L^2 + T^2) <= max_frames^2 (attention_cells, row_groups).
++201 MB for one of 2,732). So every runner (eager, onnx, cuda) refuses an item longer than its
+`max_frames` before the decoder runs, and runs a batch in groups of rows that each cost at most
+what one item at the limit costs: rows x (L^2 + T^2) <= max_frames^2 (decode_groups).
 """
 
 from __future__ import annotations
@@ -25,6 +25,20 @@ def check_frames(name: str, longest: int, limit: int | None) -> None:
             f"{name}: an item would produce {longest} mel frames (limit {limit}); "
             "send fewer symbols or raise the pace"
         )
+
+
+def decode_groups(
+    name: str, symbols: int, frames: np.ndarray, limit: int | None
+) -> list[np.ndarray]:
+    """The rows of a batch of a length-regulated graph in the calls its decoder runs: each
+    row's `frames` (B,) after a (padded) encoding of `symbols`; an item over `limit` frames is
+    refused (SpeechRTError), and the calls keep within limit^2 attention cells each. One
+    group, the whole batch in order, when it fits or there is no limit (None)."""
+    frames = np.asarray(frames, dtype=np.int64)
+    if limit is None:
+        return [np.arange(len(frames))]
+    check_frames(name, int(frames.max(initial=0)), limit)
+    return row_groups(attention_cells(symbols, frames), limit * limit)
 
 
 def attention_cells(symbols: int, frames: np.ndarray) -> np.ndarray:

@@ -19,13 +19,15 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from speechrt.contracts import Contract
 from speechrt.registry import GRAPHS
-from speechrt.runtime.bounds import check_frames
+from speechrt.runtime.bounds import decode_groups
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.eager import to_contract
 from speechrt.runtime.layout import channels_last_convs
@@ -231,7 +233,10 @@ class RegulatedCudaRunner(CudaRunner):
 
     The graph provides encode(*inputs) -> NamedTuple with .enc and .reps, frame_lengths(reps),
     decode(enc, reps, n_frames) -> (mel, mel_lengths), assemble(mel, mel_lengths, encoded) and
-    max_frames (None: no limit).
+    max_frames (None: no limit). As on the eager and onnx runners, an item of more than
+    `max_frames` frames (the graph's own cap until a server sets its bound) is refused before
+    the decoder runs, and a batch decodes in groups of rows that each cost at most one item at
+    the limit (speechrt.runtime.bounds.decode_groups), each group padded to a batch bucket.
     """
 
     # copies of the wrapper above, duck-typed (nn.Module's attributes type as Tensor | Module)
@@ -243,6 +248,7 @@ class RegulatedCudaRunner(CudaRunner):
         self.encoder = self.prepare(wrapper, torch.float32)
         self.plain = {"encode": self.encoder.encode, "decode": self.graph.decode}
         self.compiled = {k: compile_fn(f, self.mode, self.device) for k, f in self.plain.items()}
+        self.max_frames: int | None = self.graph.max_frames  # per item (a server sets its own)
 
     def modules(self) -> list[nn.Module]:
         return [self.encoder, self.graph]
@@ -253,11 +259,39 @@ class RegulatedCudaRunner(CudaRunner):
         padded = self.padded_sizes(sizes)
         fns = self._fns(compiled)
         e = fns["encode"](*self.pad(feeds, padded, compiled))
-        longest = int(self.graph.frame_lengths(e.reps).max())  # the one scalar read back
-        check_frames(self.contract.name, longest, self.graph.max_frames)
-        mel, mel_lengths = fns["decode"](e.enc, e.reps, self.buckets.size("frames", longest))
+        # the items' frames (B,) on the host: the one read back (the batch's padding rows,
+        # copies of item 0, left out)
+        frames = self.graph.frame_lengths(e.reps)[: sizes["batch"]].cpu().numpy()
+        longest = int(frames.max())
+        name, symbols = self.contract.name, e.reps.shape[1]
+        groups = decode_groups(name, symbols, frames, self.max_frames)
+        n_frames = self.buckets.size("frames", longest)
+        if len(groups) == 1:
+            mel, mel_lengths = fns["decode"](e.enc, e.reps, n_frames)
+        else:
+            mel, mel_lengths = self._decode_groups(fns["decode"], e, frames, groups, n_frames)
         outs = to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
         return self.crop(outs, {**sizes, "frames": longest})
+
+    def _decode_groups(
+        self, decode: Callable, e: Any, frames: Any, groups: list[Any], n_frames: int
+    ) -> tuple[Tensor, Tensor]:
+        """Each group decoded at its own (batch, frames) buckets -> mel (B', n_mels, n_frames)
+        and mel_lengths (B',) in the batch's row order, B' the padded batch (its padding rows
+        decoded again as item 0 is)."""
+        mels, lengths = [], []
+        for g in groups:
+            rows = torch.as_tensor(g, device=e.reps.device)
+            rows = pad_axis(rows, 0, self.buckets.size("batch", len(g)), batch=True)
+            n = self.buckets.size("frames", int(frames[g].max()))
+            mel, mel_lengths = decode(e.enc[rows], e.reps[rows], n)
+            mel = mel[: len(g)]  # copied out before the next call (a replayed graph's output)
+            mels.append(F.pad(mel, (0, n_frames - n)) if n < n_frames else mel.clone())
+            lengths.append(mel_lengths[: len(g)].clone())
+        order = np.argsort(np.concatenate(groups), kind="stable")  # batch row -> stacked row
+        order = np.concatenate([order, np.full(len(e.reps) - len(order), order[0])])
+        index = torch.as_tensor(order, device=e.reps.device)
+        return torch.cat(mels)[index], torch.cat(lengths)[index]
 
 
 def cuda_runner(graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> CudaRunner:

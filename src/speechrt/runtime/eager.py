@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speechrt.contracts import Contract
-from speechrt.runtime.bounds import attention_cells, check_frames, row_groups
+from speechrt.runtime.bounds import decode_groups
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -64,9 +64,7 @@ class EagerRunner:
         e = self.graph.encode(*args)  # the graph's forward, split where the frame count is known
         frames = self.graph.frame_lengths(e.reps).cpu()  # (B,)
         longest = int(frames.max())
-        check_frames(self.contract.name, longest, self.max_frames)
-        cells = attention_cells(e.reps.shape[1], frames.numpy())
-        groups = row_groups(cells, self.max_frames * self.max_frames)
+        groups = decode_groups(self.contract.name, e.reps.shape[1], frames.numpy(), self.max_frames)
         if len(groups) == 1:
             mel, mel_lengths = self.graph.decode(e.enc, e.reps, longest)
         else:  # each group as long as its own longest item, padded to the batch's

@@ -19,7 +19,7 @@ from speechrt.arch import Regulated
 from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
 from speechrt.registry import contract, graphs_of
-from speechrt.runtime.bounds import attention_cells, check_frames, row_groups, stack_rows
+from speechrt.runtime.bounds import attention_cells, decode_groups, stack_rows
 
 PREFERRED = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
@@ -177,9 +177,7 @@ class RegulatedOnnxRunner(OnnxRunner):
         if len(most) * int(attention_cells(symbols, most).max(initial=0)) <= budget:
             return super().run(feeds)
         frames = self.frames(feeds, budget)
-        check_frames(self.contract.name, int(frames.max()), limit)
-        groups = row_groups(attention_cells(symbols, frames), budget)
-        return self._in_groups(feeds, groups)
+        return self._in_groups(feeds, decode_groups(self.contract.name, symbols, frames, limit))
 
     def _in_groups(
         self, feeds: Mapping[str, np.ndarray], groups: list[np.ndarray]

@@ -26,7 +26,6 @@ returned.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 import time
 from collections.abc import AsyncIterator
@@ -242,7 +241,7 @@ async def offline_audio(srv: Server, data: bytes, h: Hearing) -> np.ndarray:
         return await srv.asr.decode(data)
     raw = RawAudio(h)
     pcm = np.concatenate((raw.push(data), raw.end()))
-    return await asyncio.to_thread(srv.asr.check_audio, pcm, raw.rate)
+    return await srv.asr.prepare(pcm, raw.rate)  # resampled on the upload threads
 
 
 def result_of(transcript: Any, words: bool) -> Any:

@@ -20,7 +20,7 @@ from speechrt.errors import SpeechRTError
 from speechrt.serving.contracts import KSERVE_DATATYPES, tensor_metadata
 from speechrt.serving.errors import ApiError
 from speechrt.serving.metrics import VERSION
-from speechrt.serving.v2codec import HEADER, encode_response_parts, parse_request
+from speechrt.serving.v2codec import HEADER, JsonTooLarge, encode_response_parts, parse_request
 
 if TYPE_CHECKING:
     from speechrt.serving.engine import BatchConfig
@@ -179,7 +179,10 @@ async def infer(name: str, request: Request, version: str | None = None) -> Resp
         body = _decompress(
             body, request.headers.get("content-encoding"), srv.config.limits.max_upload_bytes
         )
-        req = parse_request(body, request.headers.get(HEADER))
+        try:
+            req = parse_request(body, request.headers.get(HEADER))
+        except JsonTooLarge as e:
+            raise ApiError(413, str(e), "payload_too_large") from None
         inputs = m.check(req.inputs, req.datatypes)
         outputs = await m.infer(inputs, req.parameters)
         # off the event loop (5.3 M floats as JSON take seconds), sent part by part

@@ -238,13 +238,15 @@ class Metrics:
 
 
 def failure_reason(e: BaseException) -> str:
-    """Triton's failure reasons: REJECTED (bad input, full queue), CANCELED, BACKEND."""
+    """Triton's failure reasons: REJECTED (bad input, full queue), CANCELED (also a client that
+    went away while it was answered: whichever of the reading and the writing side notices
+    first), BACKEND."""
     from speechrt.errors import SpeechRTError
     from speechrt.serving.engine import DeadlineExceeded, Overloaded
     from speechrt.serving.errors import ApiError
 
     if isinstance(e, (Overloaded, SpeechRTError)) or (isinstance(e, ApiError) and e.status < 500):
         return "REJECTED"
-    if isinstance(e, (DeadlineExceeded, asyncio.CancelledError)):
+    if isinstance(e, (DeadlineExceeded, asyncio.CancelledError, ConnectionError)):
         return "CANCELED"
     return "BACKEND"

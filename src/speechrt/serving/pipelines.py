@@ -19,14 +19,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from speechrt.asr.decoding import Heard, Segment
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.pieces import Piece, join_pieces, word_times
 from speechrt.serving.engine import DeadlineExceeded, Engine, Overloaded, wait_all
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,10 @@ def check_texts(texts: Sequence[str], limits: Limits) -> None:
             raise SpeechRTError(f"input text has {len(text)} characters; the limit is {limit}")
 
 
-def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits) -> None:
-    """What the model would read, within the request limits, or SpeechRTError."""
+def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits, pace: float = 1.0) -> None:
+    """What the model would read, within the request limits, or SpeechRTError. A symbol read
+    slower than pace 1 (`pace`, the request's, times its piece's SSML rate) decodes 1 / pace
+    times the frames, and counts as much."""
     what = "input text" if n_texts == 1 else f"the {n_texts} texts"
     if len(pieces) > limits.max_pieces:
         raise SpeechRTError(
@@ -117,10 +122,12 @@ def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits) -> None:
             f"{limits.max_pieces} per request"
         )
     symbols = sum(len(p.ids) for p in pieces)
-    if symbols > limits.max_text_symbols:
+    weighted = sum(len(p.ids) / min(1.0, pace * p.rate) for p in pieces)
+    if weighted > limits.max_text_symbols:
+        slow = f" ({weighted:.0f} counting slow speech 1 / pace)" if weighted > symbols else ""
         raise SpeechRTError(
-            f"{what} read as {symbols} symbols after normalisation (numbers spelled out); "
-            f"the limit is {limits.max_text_symbols} per request"
+            f"{what} read as {symbols} symbols after normalisation (numbers spelled out)"
+            f"{slow}; the limit is {limits.max_text_symbols} per request"
         )
 
 
@@ -132,17 +139,18 @@ async def read_texts(
     words: bool = False,
     pace: float = 1.0,
 ) -> list[Piece]:
-    """Checked texts -> their sentence pieces within the limits, or SpeechRTError: what every
-    speech route runs (this server's, and the Ray split pipeline's ingress). `text_to_pieces`:
-    speechrt.tts.text_to_pieces' signature less the TextProcessor; it stops as soon as the
-    texts read as more than max_text_symbols, so a text that expands (digits, SSML) costs at
-    most the limit to refuse."""
+    """Checked texts read at `pace` -> their sentence pieces within the limits, or
+    SpeechRTError: what every speech route runs (this server's, and the Ray split pipeline's
+    ingress). `text_to_pieces`: speechrt.tts.text_to_pieces' signature less the
+    TextProcessor; it stops as soon as the texts read as more than max_text_symbols (a symbol
+    read slower than pace 1 counting 1 / pace), so a text that expands (digits, SSML) or is
+    read slowly costs at most the limit to refuse."""
     check_texts(texts, limits)
     # The text front end is plain Python without torch: run it off the event loop.
     pieces = await asyncio.to_thread(
         text_to_pieces, list(texts), list(seeds), words, limits.max_text_symbols, pace
     )
-    check_pieces(pieces, len(texts), limits)
+    check_pieces(pieces, len(texts), limits, pace)
     return pieces
 
 
@@ -185,30 +193,11 @@ class TTSService:
             TTSItem(p, p.options(options), words, on_head if k == 0 else None)
             for k, p in enumerate(pieces)
         ]
-        self._check_pieces(items, len(texts))
         futures = self.engine.submit(items)
         per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
         return pieces, per_text
-
-    def _check_pieces(self, items: Sequence[TTSItem], n_texts: int) -> None:
-        """What the model would read, within the request limits, or SpeechRTError. A symbol read
-        slower than pace 1 decodes 1 / pace times the frames, and counts as much."""
-        what = "input text" if n_texts == 1 else f"the {n_texts} texts"
-        if len(items) > self.limits.max_pieces:
-            raise SpeechRTError(
-                f"{what} split into {len(items)} sentence pieces; the limit is "
-                f"{self.limits.max_pieces} per request"
-            )
-        symbols = sum(len(it.piece.ids) for it in items)
-        weighted = sum(len(it.piece.ids) / min(1.0, it.options.pace) for it in items)
-        if weighted > self.limits.max_text_symbols:
-            slow = f" ({weighted:.0f} at its slow pace)" if weighted > symbols else ""
-            raise SpeechRTError(
-                f"{what} read as {symbols} symbols after normalisation (numbers spelled out)"
-                f"{slow}; the limit is {self.limits.max_text_symbols} per request at pace 1"
-            )
 
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
@@ -301,19 +290,22 @@ def _settle_once(future: asyncio.Future[np.ndarray], value: np.ndarray) -> None:
 
 
 class ASRAdapter:
-    """Batches waveforms of similar length through the acoustic model (`asr.hear`: features,
-    log-probs); their decoding (`asr.finish`, the beam search) runs off the device thread."""
+    """Batches windows of recordings (speechrt.asr.decoding.Segment: one window is one item)
+    through the acoustic model (`asr.hear_windows`: features, log-probs); their decoding
+    (`asr.finish`, the beam search) runs off the device thread. A long recording is many
+    items, so the requests behind it take turns with its windows (the engine's fair queue)."""
 
     def __init__(self, asr: Any) -> None:
         self.asr = asr  # speechrt.asr.ASR
 
-    def run_batch(self, items: list[np.ndarray]) -> list[Any]:
-        return list(self.asr.hear(items, batch_size=len(items)))
+    def run_batch(self, items: list[Segment]) -> list[Segment]:
+        self.asr.hear_windows(items)
+        return items
 
-    def length(self, item: np.ndarray) -> int:
-        return int(item.shape[0])
+    def length(self, item: Segment) -> int:
+        return item.samples
 
-    def key(self, item: np.ndarray) -> Hashable:
+    def key(self, item: Segment) -> Hashable:
         return None
 
 
@@ -321,7 +313,7 @@ class ASRService:
     """Encoded audio or waveforms in, transcripts out, through the `asr` engine."""
 
     def __init__(
-        self, asr: Any, engine: Engine[np.ndarray, Any], limits: Limits, pool: Any = None
+        self, asr: Any, engine: Engine[Segment, Segment], limits: Limits, pool: Any = None
     ) -> None:
         self.asr = asr
         self.engine = engine
@@ -395,7 +387,7 @@ class ASRService:
         """check_audio on the upload threads (a waveform sent at another rate is resampled)."""
         return await self._on_upload_thread(lambda: self.check_audio(audio, sampling_rate))
 
-    async def _on_upload_thread(self, fn: Callable[[], np.ndarray]) -> np.ndarray:
+    async def _on_upload_thread(self, fn: Callable[[], T]) -> T:
         if self.pending_uploads >= self.limits.max_pending_uploads:
             raise Overloaded(f"asr: {self.pending_uploads} uploads are being decoded; retry later")
         self.pending_uploads += 1
@@ -405,14 +397,25 @@ class ASRService:
             self.pending_uploads -= 1
 
     async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
-        """Waveforms at the model's rate -> one Transcript each. The device thread runs the
-        acoustic model only; each item's decoding (the beam search with the LM: ~1 % of real
-        time on a core, tens of times the GPU's share) runs in the decoding thread, or in the
-        decode pool's processes, meanwhile, so the device goes on with the next batch."""
-        heard = await self.engine.infer(list(audios), self.limits.request_timeout_s)
+        """Waveforms at the model's rate -> one Transcript each. Each is cut into its windows
+        (voice activity detection, on the upload threads), and every window is a batch item
+        of its own: 600 s of audio is ~37 windows, and a request behind it waits for one
+        batch of them, not for all. The device thread runs the acoustic model only; each
+        item's decoding (the beam search with the LM: ~1 % of real time on a core, tens of
+        times the GPU's share) runs in the decoding thread, or in the decode pool's
+        processes, meanwhile, so the device goes on with the next batch."""
+        asr = self.asr
+
+        def cut() -> list[list[Segment]]:  # item i's dither noise from the seed asr.hear gives
+            return [asr.speech_segments(i, a, asr.seed + i) for i, a in enumerate(audios)]
+
+        windows = await self._on_upload_thread(cut)
+        await self.engine.infer([w for ws in windows for w in ws], self.limits.request_timeout_s)
+        sr = self.sampling_rate
+        heard = [Heard(a.shape[0] / sr, ws) for a, ws in zip(audios, windows, strict=True)]
         if self.pool is not None:  # in the pool's processes: the search scales over cores
             return await asyncio.gather(*(asyncio.wrap_future(self.pool.submit(h)) for h in heard))
         loop = asyncio.get_running_loop()
         return await asyncio.gather(
-            *(loop.run_in_executor(self.decoder, self.asr.finish, h) for h in heard)
+            *(loop.run_in_executor(self.decoder, asr.finish, h) for h in heard)
         )

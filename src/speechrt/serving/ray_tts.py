@@ -165,7 +165,7 @@ class SplitTTS:
         Texts are checked against the limits as the server's speech routes check them
         (pipelines.read_texts: characters, symbols after normalisation and SSML, pieces)."""
         front_end = functools.partial(text_to_pieces, self.text)
-        pieces = await read_texts(front_end, texts, seeds, self.limits)
+        pieces = await read_texts(front_end, texts, seeds, self.limits, pace=options.pace)
         base = replace(options, seed=0)  # the seed travels with each piece
         keys = [p.options(base) for p in pieces]  # SSML prosody applied per piece
         calls = [

@@ -64,14 +64,13 @@ class ServeConfig:
 
 def bound_frames(runner: Any, limit: int) -> None:
     """Bound a length-regulated runner's frames per item (and so per batch: see
-    speechrt.runtime.bounds) on the eager and onnx backends; FastPitch's and FastSpeech's
-    frames are known only once they are encoded. Other runners, and the cuda runner (its
-    frame buckets), are left as they are."""
+    speechrt.runtime.bounds) on every backend; FastPitch's and FastSpeech's frames are known
+    only once they are encoded. Other runners are left as they are."""
     inner = getattr(runner, "runner", runner)  # an OnnxRunner seen from torch (TorchOnnx)
     regulated = getattr(inner, "regulated", None) is not None or hasattr(
         getattr(inner, "graph", None), "assemble"
     )
-    if regulated and inner.backend in ("eager", "onnx"):
+    if regulated and inner.backend in ("eager", "onnx", "cuda"):
         inner.max_frames = limit
         if hasattr(inner, "durations_session"):  # built now, not by the first long request
             inner.durations_session()
@@ -330,9 +329,10 @@ class Server:
                 await step(f"tts text {i + 1}, a stream's lead", adapter.run_batch, [lead])
         if self.asr is not None:
             audio = synthetic_speechlike(7.0, self.asr.sampling_rate)
+            (window,) = self.asr.asr.segments(0, audio)  # 7 s: one window
             heard = ASRAdapter(self.asr.asr)
             for b in sizes:
-                await step(f"asr, batch {b}", heard.run_batch, [audio] * b)
+                await step(f"asr, batch {b}", heard.run_batch, [window] * b)
         log.info("warmed up batch sizes %s in %.1f s", sizes, time.perf_counter() - t0)
 
     async def stop(self) -> None:

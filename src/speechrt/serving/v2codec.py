@@ -22,6 +22,15 @@ from speechrt.serving.contracts import NUMPY_DTYPES, datatype_of
 HEADER = "Inference-Header-Content-Length"
 MAX_RANK = 8  # dimensions of a request tensor (no contract has more than 3, plus [B, 1] TEXT)
 MAX_ELEMENTS = 2**40  # product of a shape's dimensions, zeros counted as 1 (bodies are far smaller)
+# The JSON of a request (all of the body, or its JSON header with the binary extension): its
+# numbers become Python objects while parsed, ~32 bytes per float and ~16 per small int, so 25 MB
+# of them once took up to 1 GB. 8 MiB holds 30 s of mel ([1, 80, 2584] floats written in full,
+# ~4 MB) and costs at most ~100 MB to parse; bigger tensors travel in binary.
+MAX_JSON_BYTES = 8 * 1024 * 1024
+
+
+class JsonTooLarge(SpeechRTError):
+    """A request's JSON over MAX_JSON_BYTES (HTTP 413)."""
 
 
 @dataclass
@@ -53,17 +62,27 @@ def check_shape(value: Any, name: str) -> tuple[int, ...]:
 
 
 def _flatten(data: Any, rank: int, name: str) -> list[Any]:
-    """JSON tensor data, flat or nested at most `rank` lists deep -> its elements in order."""
+    """JSON tensor data, flat or nested at most `rank` lists deep -> its elements in order (a
+    flat list as it is: no copy)."""
+    if not isinstance(data, list):
+        return [data]
+    if not any(isinstance(x, list) for x in data):
+        return data
     out: list[Any] = []
-    stack = [(data, 0)]  # iterative: data from a client may be nested deep enough to overflow
+    # iterative, one iterator per level (data from a client may be nested deep enough to
+    # overflow a recursion), and nothing held per element but the element itself
+    stack = [iter(data)]
     while stack:
-        item, depth = stack.pop()
-        if not isinstance(item, list):
-            out.append(item)
-        elif depth >= max(rank, 1):
-            raise SpeechRTError(f"input {name!r}: data is nested deeper than its shape")
+        for item in stack[-1]:
+            if not isinstance(item, list):
+                out.append(item)
+            elif len(stack) >= max(rank, 1):
+                raise SpeechRTError(f"input {name!r}: data is nested deeper than its shape")
+            else:
+                stack.append(iter(item))
+                break
         else:
-            stack.extend((x, depth + 1) for x in reversed(item))
+            stack.pop()
     return out
 
 
@@ -127,6 +146,11 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         head, raw = body[:n], body[n:]
     else:
         head, raw = body, b""
+    if len(head) > MAX_JSON_BYTES:
+        raise JsonTooLarge(
+            f"the request's JSON is {len(head)} bytes; the limit is {MAX_JSON_BYTES}: send large "
+            f"tensors in binary (Triton's binary tensor extension, the {HEADER} header)"
+        )
     try:
         req = json.loads(head)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

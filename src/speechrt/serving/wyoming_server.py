@@ -20,7 +20,9 @@ request while one is being answered) gets an `error` event {text, code} and the 
 on; a frame it cannot read (not JSON, data or payload over their limits) gets an `error` event
 and the connection is closed. A connection that goes away (or sends nothing for
 --realtime-idle-seconds while nothing is being answered) is closed and its queued work
-cancelled. Other event types are dropped, as Wyoming asks of servers.
+cancelled. The server closes its side first, and the socket once the client has closed its own
+(or after LINGER_S): what the client sent meanwhile is read and dropped, so that no reset
+overtakes the last event. Other event types are dropped, as Wyoming asks of servers.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ log = logging.getLogger("speechrt.serving")
 PROGRAM = "speechrt"  # the asr and tts programs' name (select-program)
 LANGUAGES = ["en"]  # the models read and hear English
 MAX_PAYLOAD_BYTES = MAX_MESSAGE_BYTES  # one event's binary payload (an audio chunk)
+LINGER_S = 2.0  # at most this long, a closing connection's input is read and dropped (close)
 ATTRIBUTION = Attribution(name="speechrt", url="")
 ARTIFACT: dict[str, Any] = {"attribution": ATTRIBUTION, "installed": True, "version": __version__}
 
@@ -197,6 +200,7 @@ class Connection:
     async def run(self) -> None:
         idle = self.srv.config.limits.realtime_idle_s
         reading: asyncio.Future[Event | None] | None = None
+        cancelled = False
         try:
             while True:
                 reading = asyncio.ensure_future(read_event(self.reader, self.max_data))
@@ -211,6 +215,9 @@ class Connection:
                     await self.handle(event)
                 except RequestError as e:
                     await self.error(e.text, e.code)
+        except asyncio.CancelledError:
+            cancelled = True  # the server is stopping: it waits for no client
+            raise
         except FrameError as e:
             await self.error(str(e), "bad_frame")
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -219,23 +226,41 @@ class Connection:
             log.exception("wyoming: internal error")
             await self.error(f"internal error: {type(e).__name__}: {e}", "internal")
         finally:
-            if reading is not None:
-                reading.cancel()
-            await self.close()
+            await self.close(reading, linger=not cancelled)
 
     @property
     def busy(self) -> bool:
         streaming = self.stream is not None and not self.stream.idle
         return streaming or (self.answer is not None and not self.answer.done())
 
-    async def close(self) -> None:
-        """Cancel whatever is queued or being answered, and close the socket."""
+    async def close(self, reading: asyncio.Future[Any] | None, linger: bool) -> None:
+        """Cancel whatever is queued or being answered (first, before the answer runs on) and
+        the event being read, and close the socket: with `linger`, first our side (after the
+        last event), then the socket once the client has closed its side or LINGER_S have
+        passed. A socket closed with input unread answers with a reset, which can overtake the
+        last event on its way: a client that sent a 400 KB header line could read `connection
+        reset`, not the error event."""
         if self.answer is not None:
             self.answer.cancel()
+        if reading is not None:  # (its read ends before the rest is read below)
+            reading.cancel()
+            await asyncio.wait([reading])
+        if self.answer is not None:
             await asyncio.wait([self.answer])
         if self.stream is not None:
             await self.stream.close()
+        if linger:
+            with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError):
+                await self.writer.drain()
+                if self.writer.can_write_eof():
+                    self.writer.write_eof()
+                await asyncio.wait_for(self._drop_input(), LINGER_S)
         self.writer.close()
+
+    async def _drop_input(self) -> None:
+        """Read until the client closes its side, dropping what it sends, 64 KB at a time."""
+        while await self.reader.read(64 * 1024):
+            pass
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -354,7 +379,8 @@ class Connection:
         assert self.srv.asr is not None
         async with self.srv.metrics.track("asr"):
             rate = utterance.format[0]
-            audio = await asyncio.to_thread(self.srv.asr.check_audio, utterance.audio(), rate)
+            # resampled on the upload threads, beside the HTTP routes' uploads
+            audio = await self.srv.asr.prepare(utterance.audio(), rate)
             (result,) = await self.srv.asr.transcribe([audio])
         await self.write(Transcript(text=str(result.text), language=LANGUAGES[0]).event())
 
