@@ -241,7 +241,7 @@ def failure_reason(e: BaseException) -> str:
     """Triton's failure reasons: REJECTED (bad input, full queue), CANCELED, BACKEND."""
     from speechrt.errors import SpeechRTError
     from speechrt.serving.engine import DeadlineExceeded, Overloaded
-    from speechrt.serving.errors import ApiError
+    from speechrt.serving.http_errors import ApiError
 
     if isinstance(e, (Overloaded, SpeechRTError)) or (isinstance(e, ApiError) and e.status < 500):
         return "REJECTED"
