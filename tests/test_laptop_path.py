@@ -328,16 +328,21 @@ def test_output_frames_equal_the_modules() -> None:
 
 
 def test_own_stages_are_known_without_importing_the_graph_modules() -> None:
-    """OWN_STAGES names exactly the main graphs whose module defines `stage`."""
-    import importlib
+    """A graph's entry says `own_stage` exactly where its code has a stage (only main graphs:
+    Tacotron 2's encoder, WaveGlow), and its code cannot say otherwise."""
+    import dataclasses
 
-    from speechrt.registry import ARCHITECTURES, graph
-    from speechrt.runtime.graphs import OWN_STAGES
+    from speechrt.arch import GraphCode
+    from speechrt.errors import SpeechRTError
+    from speechrt.registry import ARCHITECTURES, GRAPHS, graph_code, load
+    from speechrt.runtime.graphs import stage_builder
 
-    mains = {a.graphs[0][0].name for a in ARCHITECTURES.values()}
-    with_stage = {
-        g
-        for g in mains
-        if hasattr(importlib.import_module(graph(g).wrapper.partition(":")[0]), "stage")
-    }
-    assert with_stage == set(OWN_STAGES)
+    with_stage = {name for name, g in GRAPHS.items() if load(g.code, GraphCode).stage is not None}
+    assert with_stage == {name for name, g in GRAPHS.items() if g.own_stage}
+    assert with_stage == {"tacotron2.encoder", "waveglow"}
+    assert with_stage <= {a.graphs[0][0].name for a in ARCHITECTURES.values()}
+    assert stage_builder("waveglow") is not None and stage_builder("hifigan") is None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(GRAPHS, "hifigan", dataclasses.replace(GRAPHS["hifigan"], own_stage=True))
+        with pytest.raises(SpeechRTError, match="hifigan: its code has no stage"):
+            graph_code("hifigan")

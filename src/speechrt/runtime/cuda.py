@@ -28,6 +28,7 @@ from speechrt.registry import GRAPHS
 from speechrt.runtime.bounds import check_frames
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.eager import to_contract
+from speechrt.runtime.graphs.regulated import RegulatedGraph
 from speechrt.runtime.layout import channels_last_convs
 
 RECOMPILE_LIMIT = 256  # one compiled variant per bucket shape
@@ -222,9 +223,7 @@ class RegulatedCudaRunner(CudaRunner):
     """FastPitch / FastSpeech: float32 `encode` at (batch, symbols) buckets, then `decode`
     (length regulator + decoder) in half precision at a frame bucket picked from the lengths.
 
-    The graph provides encode(*inputs) -> NamedTuple with .enc and .reps, frame_lengths(reps),
-    decode(enc, reps, n_frames) -> (mel, mel_lengths), assemble(mel, mel_lengths, encoded) and
-    max_frames (None: no limit).
+    The graph is a speechrt.runtime.graphs.regulated.RegulatedGraph.
     """
 
     # copies of the wrapper above, duck-typed (nn.Module's attributes type as Tensor | Module)
@@ -255,5 +254,5 @@ class RegulatedCudaRunner(CudaRunner):
 
 def cuda_runner(graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> CudaRunner:
     # a length-regulated wrapper (encode, decode, assemble) runs in two parts, as in eager
-    regulated = hasattr(wrapper, "assemble")
+    regulated = isinstance(wrapper, RegulatedGraph)
     return (RegulatedCudaRunner if regulated else CudaRunner)(graph_name, wrapper, contract, **kw)
