@@ -284,13 +284,10 @@ def test_onnx_and_eager_recognisers_agree(voices) -> None:
 
 
 def test_numpy_features_equal_torch_features() -> None:
-    """log_mel_numpy against DLE's torch computation: within 2e-4 on unit-scale features
-    (torch's float32 STFT), over lengths on and off the hop grid."""
-    from speechrt.audio.features import (
-        FeatureConfig,
-        batch_features,
-        batch_features_numpy,
-    )
+    """log_mel_numpy against the torch computation (BatchLogMel): within 2e-4 on unit-scale
+    features (torch's float32 STFT), over lengths on and off the hop grid."""
+    from speechrt.audio.features import FeatureConfig, batch_features_numpy
+    from speechrt.runtime.featurizer import batch_features
 
     cfg = FeatureConfig()
     rng = np.random.default_rng(0)
