@@ -315,7 +315,7 @@ def test_numpy_resampler_equals_scipy(orig: int, target: int) -> None:
 
 
 def test_output_frames_equal_the_modules() -> None:
-    from speechrt.asr.pipeline import output_frames
+    from speechrt.asr.head import output_frames
     from speechrt.repo import load_component
 
     model, info = load_component(default_model(ASR_MODEL))
