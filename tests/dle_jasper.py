@@ -151,7 +151,8 @@ DECODER_GAIN = 3.0  # the talkative model's logits are this much sharper (and so
 def talkative_model(kind: str) -> DLEModel:
     """A tiny model that emits varied words: BatchNorm statistics measured on speech-like
     features (so activations are normalised, not constant), decoder sharpened, spaces favoured."""
-    from speechrt.audio.features import FeatureConfig, batch_features
+    from speechrt.audio.features import FeatureConfig
+    from speechrt.runtime.featurizer import batch_features
 
     ref = dle_model(kind)
     waves = [torch.from_numpy(speechlike(s, 100 + i)) for i, s in enumerate((3.0, 2.0, 4.0))]

@@ -1,5 +1,6 @@
 """Tiny random Parakeet model directories whose heads emit a variety of tokens, and a sound to
-recognise, for the streaming and serving tests (no NeMo, no downloads).
+recognise, for the streaming and serving tests (no NeMo, no downloads); tiny talkative models
+and their decoding steps on numpy arrays, for the model and chunked-recognition tests.
 
 A random FastConformer's output barely changes over time (its per-channel constant part is ~20x
 the rest), so every head would emit one token forever. Each head's input projection is
@@ -16,6 +17,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     import torch
+
+    from speechrt.models.parakeet import ParakeetCTC, ParakeetTransducer
 
 # SentencePiece surfaces: a leading space starts a word
 PIECES = [" the", " a", " speech", " is", " on", " this", " machine", " call", " her", " to",
@@ -83,3 +86,44 @@ def build(out: Path, head: str, seed: int = 0) -> Path:
     meta = {"labels": PIECES, "features": features.to_dict()}
     save_component(out, ComponentInfo(model.kind, d, meta=meta), model.state_dict())
     return out
+
+
+def talkative(kind: str, seed: int = 0, **dims: object) -> ParakeetCTC:
+    """A tiny random model whose joint emits tokens (its output layer scaled up)."""
+    import torch
+
+    from speechrt.models.parakeet import ParakeetCTC, ParakeetTransducer
+    from speechrt.registry import preset
+
+    torch.manual_seed(seed)
+    d = preset(kind, "tiny", **dims)
+    model = (ParakeetTransducer if d.transducer else ParakeetCTC)(d).eval()
+    with torch.no_grad():
+        for p in model.encoder.parameters():  # no all-zero position biases
+            if p.dim() == 2 and p.shape[0] == d.n_heads:
+                p.normal_(0, 0.5)
+        if d.transducer:
+            assert isinstance(model, ParakeetTransducer)
+            model.joint.out.weight.mul_(8.0)
+    return model
+
+
+def steps_of(model: ParakeetTransducer) -> tuple:
+    """(predict, joint, TransducerSpec): the model's decoding steps on numpy arrays."""
+    import torch
+
+    from speechrt.asr.transducer import TransducerSpec
+
+    d = model.dims
+    spec = TransducerSpec(d.vocab_size, d.durations, d.max_symbols, (d.pred_layers, d.pred_hidden))
+
+    def predict(tokens: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple:
+        with torch.inference_mode():
+            out = model.predict(*(torch.from_numpy(x) for x in (tokens, h, c)))
+        return tuple(x.numpy() for x in out)
+
+    def joint(f: np.ndarray, g: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return model.joint(torch.from_numpy(f), torch.from_numpy(g)).numpy()
+
+    return predict, joint, spec

@@ -35,7 +35,7 @@ def stream(rec: ChunkedRecognizer, audio: np.ndarray, piece: int = 1600) -> list
 def test_resume_in_pieces_takes_the_decisions_of_one_pass(head: str) -> None:
     """Frames decoded in pieces, each from the cursor the last one left, give greedy's tokens
     over all of them at once (two items of different lengths; TDT skips cross the cuts)."""
-    from test_parakeet_model import steps_of, talkative
+    from parakeet_models import steps_of, talkative
 
     durations = (0, 1, 2, 3, 4) if head == "tdt" else ()
     model = talkative("parakeet_transducer", head=head, durations=durations)

@@ -13,7 +13,7 @@ import pytest
 import speechrt.arch
 from speechrt.errors import SpeechRTError
 from speechrt.registry import ARCHITECTURES, GRAPHS, contract, graphs_of, preset
-from speechrt.serving.contracts import model_metadata
+from speechrt.serving.v2metadata import model_metadata
 
 
 def test_fastpitch_contract_follows_dims() -> None:

@@ -284,13 +284,10 @@ def test_onnx_and_eager_recognisers_agree(voices) -> None:
 
 
 def test_numpy_features_equal_torch_features() -> None:
-    """log_mel_numpy against DLE's torch computation: within 2e-4 on unit-scale features
-    (torch's float32 STFT), over lengths on and off the hop grid."""
-    from speechrt.audio.features import (
-        FeatureConfig,
-        batch_features,
-        batch_features_numpy,
-    )
+    """log_mel_numpy against the torch computation (BatchLogMel): within 2e-4 on unit-scale
+    features (torch's float32 STFT), over lengths on and off the hop grid."""
+    from speechrt.audio.features import FeatureConfig, batch_features_numpy
+    from speechrt.runtime.featurizer import batch_features
 
     cfg = FeatureConfig()
     rng = np.random.default_rng(0)
@@ -318,7 +315,7 @@ def test_numpy_resampler_equals_scipy(orig: int, target: int) -> None:
 
 
 def test_output_frames_equal_the_modules() -> None:
-    from speechrt.asr.pipeline import output_frames
+    from speechrt.asr.head import output_frames
     from speechrt.repo import load_component
 
     model, info = load_component(default_model(ASR_MODEL))
@@ -328,16 +325,21 @@ def test_output_frames_equal_the_modules() -> None:
 
 
 def test_own_stages_are_known_without_importing_the_graph_modules() -> None:
-    """OWN_STAGES names exactly the main graphs whose module defines `stage`."""
-    import importlib
+    """A graph's entry says `own_stage` exactly where its code has a stage (only main graphs:
+    Tacotron 2's encoder, WaveGlow), and its code cannot say otherwise."""
+    import dataclasses
 
-    from speechrt.registry import ARCHITECTURES, graph
-    from speechrt.runtime.graphs import OWN_STAGES
+    from speechrt.arch import GraphCode
+    from speechrt.errors import SpeechRTError
+    from speechrt.registry import ARCHITECTURES, GRAPHS, graph_code, load
+    from speechrt.runtime.graphs import stage_builder
 
-    mains = {a.graphs[0][0].name for a in ARCHITECTURES.values()}
-    with_stage = {
-        g
-        for g in mains
-        if hasattr(importlib.import_module(graph(g).wrapper.partition(":")[0]), "stage")
-    }
-    assert with_stage == set(OWN_STAGES)
+    with_stage = {name for name, g in GRAPHS.items() if load(g.code, GraphCode).stage is not None}
+    assert with_stage == {name for name, g in GRAPHS.items() if g.own_stage}
+    assert with_stage == {"tacotron2.encoder", "waveglow"}
+    assert with_stage <= {a.graphs[0][0].name for a in ARCHITECTURES.values()}
+    assert stage_builder("waveglow") is not None and stage_builder("hifigan") is None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(GRAPHS, "hifigan", dataclasses.replace(GRAPHS["hifigan"], own_stage=True))
+        with pytest.raises(SpeechRTError, match="hifigan: its code has no stage"):
+            graph_code("hifigan")

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from parakeet_models import steps_of, talkative
 from speechrt.asr.transducer import TransducerSpec, greedy
 from speechrt.models.parakeet import (
     EncoderGraph,
-    ParakeetCTC,
     ParakeetTransducer,
     depthwise_taps,
 )
@@ -23,37 +23,6 @@ from speechrt.registry import preset
 from speechrt.runtime.transducer_cuda import CudaGreedy
 
 requires_cuda = pytest.mark.requires_cuda
-
-
-def talkative(kind: str, seed: int = 0, **dims: object) -> ParakeetCTC:
-    """A tiny random model whose joint emits tokens (its output layer scaled up)."""
-    torch.manual_seed(seed)
-    d = preset(kind, "tiny", **dims)
-    model = (ParakeetTransducer if d.transducer else ParakeetCTC)(d).eval()
-    with torch.no_grad():
-        for p in model.encoder.parameters():  # no all-zero position biases
-            if p.dim() == 2 and p.shape[0] == d.n_heads:
-                p.normal_(0, 0.5)
-        if d.transducer:
-            assert isinstance(model, ParakeetTransducer)
-            model.joint.out.weight.mul_(8.0)
-    return model
-
-
-def steps_of(model: ParakeetTransducer) -> tuple:
-    d = model.dims
-    spec = TransducerSpec(d.vocab_size, d.durations, d.max_symbols, (d.pred_layers, d.pred_hidden))
-
-    def predict(tokens: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple:
-        with torch.inference_mode():
-            out = model.predict(*(torch.from_numpy(x) for x in (tokens, h, c)))
-        return tuple(x.numpy() for x in out)
-
-    def joint(f: np.ndarray, g: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return model.joint(torch.from_numpy(f), torch.from_numpy(g)).numpy()
-
-    return predict, joint, spec
 
 
 @pytest.mark.parametrize("att_context", [None, 3])

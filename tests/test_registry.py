@@ -1,10 +1,12 @@
 """The registry finds every module of speechrt.arch: an architecture written as
 docs/adding-a-model.md says (an arch file and a model file, tests/toy_arch/toy.py and
 tests/toy_model.py here) is discovered, built from a preset, saved, loaded, run by its graph
-wrapper and exported, with no other edit; a conversion file is optional."""
+wrapper and exported, with no other edit; a conversion file is optional. No other source file
+names an architecture or a graph (test_an_architecture_is_named_only_in_its_own_files)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import torch
 
 import speechrt.arch
 from speechrt import registry
+from speechrt.arch import GraphCode
 from speechrt.convert.checkpoints import convert_checkpoint, detect_kind
 from speechrt.errors import SpeechRTError
 from speechrt.models import build_model
@@ -23,6 +26,24 @@ from speechrt.runtime.graphs import build_graph, example_feeds
 KINDS = {"fastpitch", "fastspeech", "tacotron2", "hifigan", "waveglow", "jasper", "quartznet"}
 KINDS |= {"parakeet_ctc", "parakeet_transducer"}
 TOY_ARCH = Path(__file__).parent / "toy_arch"
+ROOT = Path(__file__).resolve().parents[1]
+# The files of an architecture family <f>, as docs/adding-a-model.md lists them (the last two
+# optional), besides any other module its entries name (convert/nemo.py reads Parakeet's files)
+OWN_FILES = (
+    "src/speechrt/arch/<f>.py",
+    "src/speechrt/models/<f>.py",
+    "src/speechrt/runtime/graphs/<f>.py",
+    "src/speechrt/convert/<f>.py",
+)
+# The names other source files may use, and why: the stages add the shared denoiser graph to
+# every vocoder; the transducer decoder drives the Parakeet transducer's two step graphs; the
+# text front ends are named after DLE's recipes, not after the models.
+NAMED_ELSEWHERE = {
+    "src/speechrt/runtime/stages.py": {"denoiser"},
+    "src/speechrt/bench/inprocess.py": {"denoiser"},
+    "src/speechrt/asr/transducer.py": {"parakeet.predict", "parakeet.joint"},
+    "src/speechrt/text/processor.py": {"fastpitch", "tacotron2"},
+}
 
 
 @pytest.fixture
@@ -47,13 +68,78 @@ def test_every_entry_resolves() -> None:
         assert cls.kind == kind and entry.kind == kind and cls.Dims is entry.dims
         assert {"default", "tiny"} <= set(entry.presets)
         assert registry.preset(kind) == entry.dims() and registry.preset(kind, "tiny").n_mels > 0
-        if entry.reader is None:  # else whole files of another project (.nemo)
+        if entry.reads is None:  # else whole files of another project (.nemo)
             assert callable(registry.converter(kind))
         for graph, file in entry.graphs:
             assert GRAPHS[graph.name] is graph and file.endswith(".onnx")
-    readers = {k for k, a in ARCHITECTURES.items() if a.reader is not None}
+            code = registry.graph_code(graph.name)  # a GraphCode, its stage as the entry says
+            assert isinstance(code, GraphCode) and callable(code.build) and callable(code.example)
+    readers = {k for k, a in ARCHITECTURES.items() if a.reads is not None}
+    assert registry.file_reader(".nemo") is not None and registry.file_reader(".pt") is None
     assert readers == {"parakeet_ctc", "parakeet_transducer"}
     assert set(registry.detectors()) == set(ARCHITECTURES) - readers
+
+
+def test_names_that_are_not_what_they_say_are_clear_errors() -> None:
+    with pytest.raises(SpeechRTError, match="speechrt.arch.hifigan:PRESETS is not a GraphCode"):
+        registry.load("speechrt.arch.hifigan:PRESETS", GraphCode)
+    with pytest.raises(SpeechRTError, match="speechrt.arch:nonesuch is not a type: NoneType"):
+        registry.load("speechrt.arch:nonesuch", type)
+
+
+def _files(family: str) -> set[str]:
+    return {f.replace("<f>", family) for f in OWN_FILES}
+
+
+def _module_file(path: str) -> str:
+    return "src/" + path.partition(":")[0].replace(".", "/") + ".py"
+
+
+def _string_names(path: Path, names: set[str]) -> set[str]:
+    """The strings of `names` that the code of `path` holds (docstrings left out)."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in docs
+    }
+
+
+def test_an_architecture_is_named_only_in_its_own_files() -> None:
+    """Adding an architecture edits no list elsewhere: every source file that names a kind or a
+    graph (a string in its code) is one of that family's files (OWN_FILES, as
+    docs/adding-a-model.md lists them, or a module its entry names), or NAMED_ELSEWHERE says
+    why. Every module an entry names is one of its family's files too (or a reader of whole
+    model files of another project)."""
+    doc = (ROOT / "docs" / "adding-a-model.md").read_text()
+    assert all(f.replace("<f>", "<kind>") in doc for f in OWN_FILES)
+    allowed: dict[str, set[str]] = {}  # name -> the files that may hold it
+    for kind, a in ARCHITECTURES.items():
+        family = a.dims.__module__.rpartition(".")[2]  # arch/<family>.py
+        named = {_module_file(a.model)} | {_module_file(g.code) for g, _ in a.graphs}
+        assert _module_file(a.model) in _files(family), kind
+        if a.convert is not None:
+            assert _module_file(a.convert) in _files(family) or a.reads is not None, kind
+            named.add(_module_file(a.convert))
+        allowed[kind] = _files(family) | named
+        for g, _ in a.graphs:  # a shared graph (the denoiser) is its own arch file's
+            g_family = g.contract.__module__.rpartition(".")[2]
+            assert _module_file(g.code) in _files(g_family), g.name
+            allowed.setdefault(g.name, set()).update(_files(g_family) | named)
+    found = {}
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        for name in _string_names(path, set(allowed)):
+            if rel not in allowed[name] and name not in NAMED_ELSEWHERE.get(rel, set()):
+                found.setdefault(rel, set()).add(name)
+    assert not found, found
 
 
 def test_every_preset_builds_and_tiny_is_tiny() -> None:
@@ -142,8 +228,9 @@ def test_an_added_architecture_exports(toy: Architecture, tmp_path: Path) -> Non
 def test_a_conversion_file_makes_checkpoints_readable(
     toy: Architecture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The optional step: convert/<kind>.py (tests/toy_convert.py), named by the entry."""
-    entry = dataclasses.replace(toy, detect="toy_convert:detect", convert="toy_convert:from_dle")
+    """The optional step: convert/<kind>.py (tests/toy_convert.py), reached by the entry."""
+
+    entry = dataclasses.replace(toy, convert="toy_convert:CONVERSION")
     monkeypatch.setitem(ARCHITECTURES, "toy", entry)
     ckpt = {"state_dict": {"module.toy_gain": torch.tensor([1.0, 2.0, -1.0, 0.5])}}
     torch.save(ckpt, tmp_path / "toy.pt")

@@ -235,7 +235,7 @@ def test_triton_components(trt, local_tts, local_asr, binary):
         ["audio", "audio_lengths"], binary,
     )  # fmt: skip
     assert list(audio_lengths) == [256 * int(m) for m in mel_lengths]
-    from speechrt.audio.features import batch_features
+    from speechrt.runtime.featurizer import batch_features
 
     feats, flen = batch_features([torch.from_numpy(speechlike(1.0, 3))], local_asr.features)
     inputs = [("features", "FP32", feats.numpy()), ("feature_lengths", "INT64", flen.numpy())]

@@ -1,4 +1,4 @@
-"""The gRPC services in-process with the stand-in voice of test_serving_app: a call the client
+"""The gRPC services in-process with the stand-in voice of app_harness: a call the client
 cancels drops its queued work, a full queue is UNAVAILABLE, a slow call DEADLINE_EXCEEDED. No
 models, no subprocess."""
 
@@ -10,8 +10,8 @@ import threading
 import numpy as np
 import pytest
 
+from app_harness import SlowTTS, until
 from speechrt.serving import BatchConfig, Limits, ServeConfig, Server
-from test_serving_app import SlowTTS, until
 
 grpc = pytest.importorskip("grpc")
 rtts = pytest.importorskip("riva.client.proto.riva_tts_pb2")

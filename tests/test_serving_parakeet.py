@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from parakeet_models import sound
 from speechrt.asr import ASR
-from speechrt.serving.contracts import component_names
+from speechrt.serving.v2metadata import component_names
 
 RATE = 24000  # the realtime session's pcm16
 DELTA = "conversation.item.input_audio_transcription.delta"

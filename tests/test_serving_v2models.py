@@ -19,7 +19,7 @@ from speechrt.asr import ASR
 from speechrt.registry import contract
 from speechrt.runtime.stages import make_runner
 from speechrt.serving import Server, create_app
-from speechrt.serving.contracts import component_names, model_metadata
+from speechrt.serving.v2metadata import component_names, model_metadata
 from speechrt.serving.v2models import ComponentAdapter
 from speechrt.tts import TTS
 

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from speechrt.serving.errors import ApiError
+from speechrt.serving.http_errors import ApiError
 from speechrt.serving.openai_api import OPENAI_VOICES, speaker_of, voices_of
 
 TEXT = "Voices have names."

@@ -289,7 +289,8 @@ def test_batched_noise_has_the_drawn_snr_on_the_noisy_items():
 
 
 def test_batched_features_equal_speechrt_batch_features():
-    from speechrt.audio.features import FeatureConfig, batch_features
+    from speechrt.audio.features import FeatureConfig
+    from speechrt.runtime.featurizer import batch_features
     from speechrt_train.asr_data import batched_features, padded_audio
 
     data = _speech()

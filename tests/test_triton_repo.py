@@ -28,7 +28,7 @@ from speechrt.registry import contract
 from speechrt.repo import read_info
 from speechrt.runtime.buckets import Buckets
 from speechrt.text import TextProcessor
-from speechrt.triton.repo import RepoOptions, write_repository
+from speechrt.triton.writer import RepoOptions, write_repository
 
 OPTIONS = RepoOptions(max_batch_size=4, queue_delay_us=2500)
 FEATURES = FeatureConfig(n_mels=12)  # the tiny QuartzNet's inputs
@@ -453,7 +453,7 @@ def test_repository_and_python_models_import_no_torch(
     sources = [str(dirs[k]) for k in ("fastpitch", "hifigan", "quartznet")]
     code = (
         "import sys\n"
-        "from speechrt.triton.repo import write_repository\n"
+        "from speechrt.triton.writer import write_repository\n"
         "import speechrt.triton.backend\n"
         f"write_repository({str(tmp_path / 'r')!r}, {sources!r})\n"
         "assert not [m for m in sys.modules if m.split('.')[0] == 'torch'], 'torch imported'\n"
@@ -473,7 +473,7 @@ def test_float16_weights_and_external_data(
 
     from runtime_models import MEL, hifigan
     from speechrt.repo import ComponentInfo, save_component
-    from speechrt.triton import repo as triton_repo
+    from speechrt.triton import writer as triton_repo
 
     model = hifigan()
     src = tmp_path / "hifigan16"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from speechrt.arch.toy import ToyDims
 
+from speechrt.arch import Conversion
 from speechrt.convert import Converted
 from speechrt.convert.checkpoints import tensors_of
 
@@ -16,3 +17,6 @@ def detect(keys: set[str]) -> bool:
 def from_dle(ckpt: dict) -> Converted:
     gain = tensors_of(ckpt, "state_dict")["toy_gain"]
     return Converted("toy", ToyDims(n_channels=gain.shape[0]), {"gain": gain})
+
+
+CONVERSION = Conversion(detect, from_dle)  # named by the entry, as tests/test_registry.py does

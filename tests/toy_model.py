@@ -7,6 +7,8 @@ import torch
 from speechrt.arch.toy import ToyDims
 from torch import Tensor, nn
 
+from speechrt.arch import GraphCode
+
 
 class Toy(nn.Module):
     """x (B, C, T) -> per-channel gain applied, zero past each item's length."""
@@ -33,3 +35,6 @@ def example(graph: Toy, batch: int, length: int, seed: int = 0) -> dict[str, Ten
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, graph.dims.n_channels, length, generator=g)
     return {"x": x, "lengths": torch.tensor([max(1, length - i) for i in range(batch)])}
+
+
+CODE = GraphCode(build, example)  # named by the entry in tests/toy_arch/toy.py

@@ -1,10 +1,11 @@
 """The architecture registry: every module of speechrt.arch, found at import, by kind and graph.
 
 Each `speechrt.arch.<module>` lists its entries in `ARCHITECTURES`; this module collects them, so
-adding an architecture never edits it. An `Architecture` names its Dims, presets, model class,
-graphs (contract, ONNX file name, wrapper) and checkpoint conversion; code is named by import
-path and imported on first use, so neither this module nor speechrt.arch imports torch: the ONNX
-runtime and the server's metadata read them.
+adding an architecture never edits it. An `Architecture` gives its Dims, presets, model class,
+graphs (contract, ONNX file name, wrapper code) and checkpoint conversion; code that needs torch is
+named by import path and imported on first use (`load`, which checks the type of what it finds),
+so neither this module nor speechrt.arch imports torch: the ONNX runtime and the server's
+metadata read them.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import speechrt.arch
-from speechrt.arch import Architecture, Graph, as_dims
+from speechrt.arch import Architecture, Conversion, Graph, GraphCode, as_dims
 from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    from speechrt.convert import Converted
+
+T = TypeVar("T")
 
 
 def discover(package: str = "speechrt.arch") -> dict[str, Architecture]:
@@ -110,33 +117,52 @@ def component_names(kind: str) -> dict[str, str]:
     return names
 
 
-def load(path: str) -> Any:
-    """Import "module:attribute" (or a bare module path) and return it."""
-    module, _, attribute = path.partition(":")
-    loaded = importlib.import_module(module)
-    return getattr(loaded, attribute) if attribute else loaded
+def load(path: str, cls: type[T]) -> T:
+    """Import "module:NAME" and return it: an instance of `cls`, or SpeechRTError."""
+    module, _, name = path.partition(":")
+    found = getattr(importlib.import_module(module), name, None)
+    if not isinstance(found, cls):
+        raise SpeechRTError(f"{path} is not a {cls.__name__}: {type(found).__name__}")
+    return found
 
 
 def model_class(kind: str) -> type[Any]:
-    return load(architecture(kind).model)
+    return load(architecture(kind).model, type)
+
+
+def graph_code(name: str) -> GraphCode:
+    """The wrapper functions of graph `name`, imported now. Its entry's `own_stage` must say
+    whether they include a stage: the onnx backend reads it without importing them."""
+    g = graph(name)
+    code = load(g.code, GraphCode)
+    if (code.stage is not None) != g.own_stage:
+        has = "has" if code.stage is not None else "has no"
+        raise SpeechRTError(f"{name}: its code {has} stage, but own_stage is {g.own_stage}")
+    return code
+
+
+def _conversion(a: Architecture) -> Conversion:
+    return load(a.convert, Conversion) if a.convert is not None else Conversion()
 
 
 def detectors() -> dict[str, Callable[[set[str]], bool]]:
-    """kind -> predicate over a checkpoint's state-dict keys, for every convertible kind."""
-    return {a.kind: load(a.detect) for a in ARCHITECTURES.values() if a.detect}
+    """kind -> predicate over a checkpoint's state-dict keys, for every kind detected by them."""
+    found = {a.kind: _conversion(a).detect for a in ARCHITECTURES.values()}
+    return {kind: detect for kind, detect in found.items() if detect is not None}
 
 
-def file_reader(suffix: str) -> Callable[[Any], Any] | None:
+def file_reader(suffix: str) -> Callable[[str | Path], Converted] | None:
     """The reader of another project's model files with this suffix (".nemo"), or None."""
     for a in ARCHITECTURES.values():
-        if a.reader is not None and a.reader[0] == suffix:
-            return load(a.reader[1])
+        read = _conversion(a).read if a.reads == suffix else None
+        if read is not None:
+            return read
     return None
 
 
-def converter(kind: str) -> Callable[[dict], Any]:
+def converter(kind: str) -> Callable[[dict], Converted]:
     """kind -> from_dle(ckpt) -> speechrt.convert.Converted."""
-    path = architecture(kind).convert
-    if path is None:
+    from_dle = _conversion(architecture(kind)).from_dle
+    if from_dle is None:
         raise SpeechRTError(f"{kind}: no checkpoint conversion")
-    return load(path)
+    return from_dle

@@ -37,6 +37,6 @@ ARCHITECTURES = (
         ToyDims,
         PRESETS,
         "toy_model:Toy",
-        ((Graph("toy", contract, "toy_model:", ToyDims), "model.onnx"),),
+        ((Graph("toy", contract, "toy_model:CODE", ToyDims), "model.onnx"),),
     ),
 )

@@ -10,6 +10,7 @@ vocal tract length warp of the spectrum; then SpecAugment masks on the features
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -21,8 +22,9 @@ from torch import Tensor
 
 from speechrt.asr.wer import QUOTE_MARK
 from speechrt.audio import telephone
-from speechrt.audio.features import FeatureConfig, _mel_basis, _window
+from speechrt.audio.features import FeatureConfig
 from speechrt.models.jasper import LABELS
+from speechrt.runtime.featurizer import BatchLogMel
 
 _NOT_LABEL = re.compile(r"[^a-z' ]+")
 
@@ -413,6 +415,12 @@ def padded_audio(data: SpeechData, index: list[int]) -> tuple[Tensor, list[int]]
     return torch.nn.utils.rnn.pad_sequence(audios, batch_first=True), [len(a) for a in audios]
 
 
+@functools.lru_cache(maxsize=8)
+def _log_mel(cfg: FeatureConfig, device: torch.device) -> BatchLogMel:
+    """speechrt's log-mel on `device`, for its window and mel basis (never written to)."""
+    return BatchLogMel(cfg).to(device)
+
+
 def batched_features(
     audio: Tensor,
     sizes: list[int],
@@ -451,7 +459,7 @@ def batched_features(
         n_fft=cfg.n_fft,
         hop_length=cfg.hop_length,
         win_length=cfg.win_length,
-        window=_window(cfg.win_length, dev),
+        window=_log_mel(cfg, dev).window,
         center=False,
         return_complex=True,
     )  # (B, n_fft // 2 + 1, 1 + N_max // hop)
@@ -463,7 +471,7 @@ def batched_features(
         lo = torch.gather(power, 1, i0[:, :, None].expand_as(power))
         hi = torch.gather(power, 1, (i0 + 1)[:, :, None].expand_as(power))
         power = lo * (1 - frac) + hi * frac
-    mel = torch.log(_mel_basis(cfg, dev) @ power + cfg.log_guard)  # (B, n_mels, frames)
+    mel = torch.log(_log_mel(cfg, dev).mel_basis @ power + cfg.log_guard)  # (B, n_mels, frames)
     t = torch.arange(mel.shape[2], device=dev)[None, None]
     inside = t < valid[:, :, None]  # (B, 1, frames)
     n = valid[:, :, None].to(mel.dtype)

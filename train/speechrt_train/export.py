@@ -127,7 +127,7 @@ def _probe(name: str, model: torch.nn.Module) -> list[torch.Tensor]:
             from speechrt.audio.mel import mel_spectrogram
 
             return [model(mel_spectrogram(wave[None], MelConfig()))]
-        from speechrt.audio.features import batch_features
+        from speechrt.runtime.featurizer import batch_features
 
         feats, lengths = batch_features([wave[:16000]], FeatureConfig())
         return [model(feats, lengths)[0]]

@@ -24,8 +24,9 @@ from torch.profiler import record_function
 from speechrt.arch.jasper import PRESETS as JASPER_PRESETS
 from speechrt.arch.jasper import QuartzNetDims, _preset
 from speechrt.asr.wer import wer
-from speechrt.audio.features import FeatureConfig, batch_features
+from speechrt.audio.features import FeatureConfig
 from speechrt.models.jasper import BN_EPS, LABELS, QuartzNet, conv_lengths
+from speechrt.runtime.featurizer import batch_features
 from speechrt_train.asr_data import (
     AUGMENTS,
     Augment,

@@ -44,5 +44,5 @@ def contract(d: object = None) -> Contract:
 
 
 # float32: its DFT sums n_fft products per bin
-DENOISER = Graph("denoiser", contract, "speechrt.runtime.graphs.denoiser:", float32=True)
+DENOISER = Graph("denoiser", contract, "speechrt.runtime.graphs.denoiser:CODE", float32=True)
 ARCHITECTURES: tuple[Architecture, ...] = ()

@@ -120,7 +120,7 @@ ARCHITECTURES = (
                 Graph(
                     "fastpitch",
                     contract,
-                    "speechrt.runtime.graphs.fastpitch:",
+                    "speechrt.runtime.graphs.fastpitch:CODE",
                     FastPitchDims,
                     channels_last=True,
                     regulated=Regulated("durations", "pace", MAX_DURATION, MAX_FRAMES),
@@ -128,8 +128,7 @@ ARCHITECTURES = (
                 "model.onnx",
             ),
         ),
-        "speechrt.convert.fastpitch:detect",
-        "speechrt.convert.fastpitch:from_dle",
+        "speechrt.convert.fastpitch:CONVERSION",
         {
             "n_symbols": ("encoder.word_emb.weight", 0),
             "symbols_embedding_dim": ("encoder.word_emb.weight", 1),

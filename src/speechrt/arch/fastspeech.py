@@ -75,15 +75,14 @@ ARCHITECTURES = (
                 Graph(
                     "fastspeech",
                     contract,
-                    "speechrt.runtime.graphs.fastspeech:",
+                    "speechrt.runtime.graphs.fastspeech:CODE",
                     FastSpeechDims,
                     channels_last=True,
                 ),
                 "model.onnx",
             ),
         ),
-        "speechrt.convert.fastspeech:detect",
-        "speechrt.convert.fastspeech:from_dle",
+        "speechrt.convert.fastspeech:CONVERSION",
         {
             "n_symbols": ("word_emb.weight", 0),
             "d_model": ("word_emb.weight", 1),

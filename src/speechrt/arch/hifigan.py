@@ -120,7 +120,7 @@ def derived_sizes(d: HiFiGANDims, sizes: dict[str, int]) -> dict[str, int]:
 HIFIGAN = Graph(
     "hifigan",
     contract,
-    "speechrt.runtime.graphs.hifigan:",
+    "speechrt.runtime.graphs.hifigan:CODE",
     HiFiGANDims,
     channels_last=True,
     derived_sizes=derived_sizes,
@@ -132,8 +132,7 @@ ARCHITECTURES = (
         PRESETS,
         "speechrt.models.hifigan:HiFiGAN",
         ((HIFIGAN, "model.onnx"), (DENOISER, "denoiser.onnx")),
-        "speechrt.convert.hifigan:detect",
-        "speechrt.convert.hifigan:from_dle",
+        "speechrt.convert.hifigan:CONVERSION",
         {"n_mels": ("conv_pre.weight", 1), "upsample_initial_channel": ("conv_pre.weight", 0)},
     ),
 )

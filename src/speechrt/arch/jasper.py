@@ -129,7 +129,7 @@ def derived_sizes(d: JasperDims, sizes: dict[str, int]) -> dict[str, int]:
 JASPER = Graph(
     "jasper",
     contract,
-    "speechrt.runtime.graphs.jasper:",
+    "speechrt.runtime.graphs.jasper:CODE",
     JasperDims,
     channels_last=True,
     derived_sizes=derived_sizes,
@@ -141,8 +141,7 @@ ARCHITECTURES = (
         JASPER_PRESETS,
         "speechrt.models.jasper:Jasper",
         ((JASPER, "model.onnx"),),
-        "speechrt.convert.jasper:detect",
-        "speechrt.convert.jasper:from_dle",
+        "speechrt.convert.jasper:CONVERSION",
         {"n_feats": ("blocks.0.subs.0.conv.weight", 1), "n_classes": ("decoder.weight", 0)},
     ),
     Architecture(
@@ -151,8 +150,7 @@ ARCHITECTURES = (
         QUARTZNET_PRESETS,
         "speechrt.models.jasper:QuartzNet",
         ((JASPER, "model.onnx"),),
-        "speechrt.convert.jasper:detect_quartznet",
-        "speechrt.convert.jasper:from_dle_quartznet",
+        "speechrt.convert.jasper:QUARTZNET_CONVERSION",
         {"n_feats": ("blocks.0.subs.0.depthwise.weight", 0), "n_classes": ("decoder.weight", 0)},
     ),
 )

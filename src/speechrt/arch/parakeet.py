@@ -202,17 +202,22 @@ _TRANSDUCER_WEIGHT_DIMS = {
 }
 
 # the CTC kind has the main graph only; the transducer kinds add the two decoding steps
+# (their wrappers are in the model file)
 ENCODER = Graph(
-    "parakeet", contract, "speechrt.models.parakeet:", ParakeetDims, derived_sizes=derived_sizes
+    "parakeet",
+    contract,
+    "speechrt.models.parakeet:ENCODER_CODE",
+    ParakeetDims,
+    derived_sizes=derived_sizes,
 )
 PREDICT = Graph(
-    "parakeet.predict", predict_contract, "speechrt.models.parakeet:_predict", ParakeetDims
+    "parakeet.predict", predict_contract, "speechrt.models.parakeet:PREDICT_CODE", ParakeetDims
 )
-JOINT = Graph("parakeet.joint", joint_contract, "speechrt.models.parakeet:_joint", ParakeetDims)
+JOINT = Graph("parakeet.joint", joint_contract, "speechrt.models.parakeet:JOINT_CODE", ParakeetDims)
 
 # .nemo files are read whole by speechrt.convert.nemo (`speechrt convert X.nemo DIR`), which
 # tells the kind from the file's config; there is no state-dict key detection
-NEMO = (".nemo", "speechrt.convert.nemo:convert")
+NEMO = "speechrt.convert.nemo:CONVERSION"
 ARCHITECTURES = (
     Architecture(
         "parakeet_ctc",
@@ -220,8 +225,9 @@ ARCHITECTURES = (
         CTC_PRESETS,
         "speechrt.models.parakeet:ParakeetCTC",
         ((ENCODER, "model.onnx"),),
-        reader=NEMO,
-        weight_dims=_WEIGHT_DIMS,
+        NEMO,
+        _WEIGHT_DIMS,
+        reads=".nemo",
     ),
     Architecture(
         "parakeet_transducer",
@@ -229,7 +235,8 @@ ARCHITECTURES = (
         TRANSDUCER_PRESETS,
         "speechrt.models.parakeet:ParakeetTransducer",
         ((ENCODER, "model.onnx"), (PREDICT, "predict.onnx"), (JOINT, "joint.onnx")),
-        reader=NEMO,
-        weight_dims=_TRANSDUCER_WEIGHT_DIMS,
+        NEMO,
+        _TRANSDUCER_WEIGHT_DIMS,
+        reads=".nemo",
     ),
 )

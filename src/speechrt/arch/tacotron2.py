@@ -109,9 +109,14 @@ def postnet(d: Tacotron2Dims) -> Contract:
     )
 
 
-def _graph(part: str, contract: Callable[[Tacotron2Dims], Contract], float32: bool) -> Graph:
-    wrapper = f"speechrt.runtime.graphs.tacotron2:_{part}"
-    return Graph(f"tacotron2.{part}", contract, wrapper, Tacotron2Dims, float32=float32)
+def _graph(
+    part: str, contract: Callable[[Tacotron2Dims], Contract], code: str, float32: bool
+) -> Graph:
+    own_stage = part == "encoder"  # the encoder's stage runs all three graphs
+    code = f"speechrt.runtime.graphs.tacotron2:{code}"
+    return Graph(
+        f"tacotron2.{part}", contract, code, Tacotron2Dims, float32=float32, own_stage=own_stage
+    )
 
 
 # The encoder and the decoder step stay float32 on the cuda runner: they feed an autoregressive
@@ -123,12 +128,11 @@ ARCHITECTURES = (
         PRESETS,
         "speechrt.models.tacotron2:Tacotron2",
         (
-            (_graph("encoder", encoder, float32=True), "encoder.onnx"),
-            (_graph("decoder_step", decoder_step, float32=True), "decoder_step.onnx"),
-            (_graph("postnet", postnet, float32=False), "postnet.onnx"),
+            (_graph("encoder", encoder, "ENCODER_CODE", True), "encoder.onnx"),
+            (_graph("decoder_step", decoder_step, "DECODER_STEP_CODE", True), "decoder_step.onnx"),
+            (_graph("postnet", postnet, "POSTNET_CODE", False), "postnet.onnx"),
         ),
-        "speechrt.convert.tacotron2:detect",
-        "speechrt.convert.tacotron2:from_dle",
+        "speechrt.convert.tacotron2:CONVERSION",
         {
             "n_symbols": ("encoder.embedding.weight", 0),
             "symbols_embedding_dim": ("encoder.embedding.weight", 1),

@@ -71,9 +71,10 @@ def derived_sizes(d: WaveGlowDims, sizes: dict[str, int]) -> dict[str, int]:
 WAVEGLOW = Graph(
     "waveglow",
     contract,
-    "speechrt.runtime.graphs.waveglow:",
+    "speechrt.runtime.graphs.waveglow:CODE",
     WaveGlowDims,
     derived_sizes=derived_sizes,
+    own_stage=True,  # noise is drawn per item (speechrt.runtime.graphs.waveglow.stage)
 )
 ARCHITECTURES = (
     Architecture(
@@ -82,8 +83,7 @@ ARCHITECTURES = (
         PRESETS,
         "speechrt.models.waveglow:WaveGlow",
         ((WAVEGLOW, "model.onnx"), (DENOISER, "denoiser.onnx")),
-        "speechrt.convert.waveglow:detect",
-        "speechrt.convert.waveglow:from_dle",
+        "speechrt.convert.waveglow:CONVERSION",
         {"n_mel_channels": ("upsample.weight", 0), "upsample_kernel": ("upsample.weight", 2)},
     ),
 )

@@ -86,7 +86,7 @@ class ChunkedRecognizer:
             raise SpeechRTError(f"left and right context must be >= 0 s, got {left}, {right}")
         if asr.pad_leading:
             raise SpeechRTError("chunked streaming takes features without leading padding")
-        from speechrt.asr.pipeline import time_stride
+        from speechrt.asr.head import time_stride
 
         self.asr = asr
         sr = asr.sample_rate

@@ -18,7 +18,6 @@ imported; on eager and cuda they are torch tensors on the pipeline's device.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 from speechrt.asr.beam import BeamOptions
 from speechrt.asr.ctc import host
 from speechrt.asr.decoding import Decoder, Heard, Segment, Transcript  # noqa: F401 (re-exported)
+from speechrt.asr.head import Head, time_stride
 from speechrt.asr.lm import NGramLM
 from speechrt.asr.vad import VadOptions, cut, model_vad, speech_windows
 from speechrt.audio.features import FeatureConfig, batch_features_numpy
@@ -61,22 +61,6 @@ def as_waveform(audio: np.ndarray, name: str = "audio") -> np.ndarray:
     if not np.isfinite(a).all():
         raise SpeechRTError(f"{name}: samples contain NaN or infinity")
     return a
-
-
-def output_frames(dims: dict[str, Any], n: int) -> int:
-    """Output frames of a Jasper/QuartzNet (model.json dims) for n input frames."""
-    from speechrt.arch import as_dims
-    from speechrt.arch.jasper import JasperDims
-    from speechrt.arch.jasper import output_frames as frames_of
-
-    return frames_of(as_dims(JasperDims, dims), n)
-
-
-def time_stride(dims: dict[str, Any]) -> int:
-    """Feature frames per output frame (model.json dims of Jasper/QuartzNet or Parakeet)."""
-    if "strides" in dims:
-        return math.prod(dims["strides"])
-    return 2 ** int(dims["subsampling_layers"])
 
 
 def _window_seed(seed: int, window: int) -> int:
@@ -162,18 +146,6 @@ class ASR:
                 raise SpeechRTError(
                     f"{model_dir}: a {self.info.kind} model is not a speech recogniser"
                 )
-        main_contract = contract(next(iter(graphs_of(self.info.kind))), self.info.dims)
-        specs = {t.name: t for t in main_contract.outputs}
-        # a transducer decodes its joint's scores unless asked for its (hybrid) CTC head
-        self.transducer = "joint_encoded" in specs and decoder != "ctc"
-        if decoder == "ctc" and "log_probs" not in specs:
-            raise SpeechRTError(f"{model_dir}: a {self.info.kind} model has no CTC head")
-        self.head_output = "joint_encoded" if self.transducer else "log_probs"
-        self.n_classes = (
-            int(self.info.dims["vocab_size"]) + 1
-            if self.transducer
-            else int(specs["log_probs"].shape[-1])
-        )
         meta = self.info.meta
         try:
             self.labels: list[str] = [str(s) for s in meta["labels"]]
@@ -183,9 +155,16 @@ class ASR:
             raise SpeechRTError(f"{model_dir}: model.json lacks labels/features ({e})") from None
         if dither is not None:
             self.features = FeatureConfig.from_dict({**self.features.to_dict(), "dither": dither})
-        if len(self.labels) + 1 != self.n_classes:
+        self.head = Head.of(
+            contract(next(iter(graphs_of(self.info.kind))), self.info.dims),
+            self.info.dims, decoder, self.features, self.pad_leading, decode_padding,
+            self.numpy, f"{model_dir}: a {self.info.kind} model",
+        )  # fmt: skip
+        self.transducer = self.head.transducer
+        if len(self.labels) + 1 != self.head.n_classes:
             raise SpeechRTError(
-                f"{model_dir}: {len(self.labels)} labels + blank for {self.n_classes} model outputs"
+                f"{model_dir}: {len(self.labels)} labels + blank for {self.head.n_classes} "
+                "model outputs"
             )
         if self.transducer and (decoder == "beam" or lm is not None):
             raise SpeechRTError(f"{model_dir}: a transducer decodes greedily (no beam search/LM)")
@@ -213,9 +192,6 @@ class ASR:
             raise SpeechRTError(f"overlap must be within [0, window / 2), got {overlap}")
         self.window, self.overlap, self.seed = window, overlap, seed
         self.vad: VadOptions | None = model_vad(meta, vad, str(model_dir))
-        # NeMo decodes an item's valid frames only; DLE's inference.py its padded tail too
-        self.decode_padding = decode_padding and "strides" in self.info.dims
-        self._frames_cache: dict[int, int] = {}  # input frames -> output frames
         from speechrt.runtime.stages import make_runner
 
         # every backend runs the model's main graph (eager calls the wrapper as-is)
@@ -431,34 +407,7 @@ class ASR:
         from speechrt.runtime.stages import as_float32
 
         out = self.runner.run({"features": as_float32(feats), "feature_lengths": lengths})
-        return self._head(out, samples)
-
-    def _head(self, out: dict[str, Any], samples: list[int]) -> tuple[Any, Any]:
-        """The acoustic graph's outputs -> what decoding reads (CTC log-probs, or a
-        transducer's joint-projected frames) and the frames to decode per window."""
-        if "encoded_lengths" in out:  # Parakeet
-            return out[self.head_output], self._decode_lengths(out["encoded_lengths"], samples)
-        return out["log_probs"], self._decode_lengths(out["log_prob_lengths"], samples)
-
-    def _decode_lengths(self, out_lengths: Any, samples: list[int]) -> Any:
-        """Frames to decode per window: the valid ones (out_lengths), or with decode_padding
-        every frame of its padded features, known on the host (a numpy array on onnx, else a
-        torch tensor on the host: decoding reads it there)."""
-        if not self.decode_padding:
-            return out_lengths
-        padded = [self.features.padded_frames(n) + self.pad_leading for n in samples]
-        frames = np.array([self._output_frames(n) for n in padded], dtype=np.int64)
-        if self.numpy:
-            return frames
-        import torch
-
-        return torch.from_numpy(frames)
-
-    def _output_frames(self, n: int) -> int:
-        """Output frames for n input frames (output_frames), cached."""
-        if n not in self._frames_cache:
-            self._frames_cache[n] = output_frames(self.info.dims, n)
-        return self._frames_cache[n]
+        return self.head(out, samples)
 
     def log_probs(self, batch: list[Segment]) -> tuple[Any, Any]:
         """Windows -> log-probs (B, T', V) float32 and frames to decode per window (B,):
@@ -466,7 +415,7 @@ class ASR:
         if self.front is None:
             return self.acoustic(*self.featurize(batch))
         out = self.front([seg.audio for seg in batch], self._generators(batch))
-        return self._head(out, [seg.audio.shape[0] for seg in batch])
+        return self.head(out, [seg.audio.shape[0] for seg in batch])
 
     def tokens(self, log_probs: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""

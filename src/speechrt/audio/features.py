@@ -8,11 +8,12 @@
 Every item is computed on its own samples only (its STFT reflects at its own end), so an item's
 features never depend on its batch-mates; at batch size 1 this is exactly DLE's computation.
 
-`log_mel` is DLE's computation in torch, one item at a time, and the reference;
-`log_mel_numpy` the same in numpy (float64 inside), for the onnx backend, which imports no torch:
-they agree to float32 rounding (tested). The dither noise is drawn by each one's own generator.
-`speechrt.runtime.featurizer.BatchLogMel` computes a padded batch in one pass (tested against
-`log_mel`). This module imports no torch at import time.
+Two implementations, tested against each other and against DLE's and NeMo's features:
+`log_mel_numpy` here, one item at a time in numpy (float64 inside), for the onnx backend, which
+imports no torch, and the streaming front end (speechrt.audio.stream_features); and
+`speechrt.runtime.featurizer.BatchLogMel`, a padded batch in one pass in torch, for the eager and
+cuda backends and training. The dither noise is drawn by each one's own generator. This module
+imports no torch.
 """
 
 from __future__ import annotations
@@ -20,15 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from speechrt.audio.mel import mel_filterbank
 from speechrt.errors import SpeechRTError
-
-if TYPE_CHECKING:
-    import torch
 
 
 @dataclass(frozen=True)
@@ -125,21 +123,6 @@ class FeatureConfig:
         return -(-n // align) * align
 
 
-@lru_cache(maxsize=8)
-def _mel_basis(cfg: FeatureConfig, device: torch.device) -> torch.Tensor:
-    import torch
-
-    fb = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
-    return torch.from_numpy(fb).to(device)  # (n_mels, n_fft // 2 + 1), never written to
-
-
-@lru_cache(maxsize=8)
-def _window(win_length: int, device: torch.device) -> torch.Tensor:
-    import torch
-
-    return torch.hann_window(win_length, periodic=False, device=device)  # symmetric, as DLE
-
-
 def check_length(n: int, cfg: FeatureConfig) -> None:
     if n < cfg.min_samples:
         raise SpeechRTError(
@@ -148,10 +131,39 @@ def check_length(n: int, cfg: FeatureConfig) -> None:
         )
 
 
+@lru_cache(maxsize=8)
+def _analysis(cfg: FeatureConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The STFT window (n_fft,): a symmetric Hann of win_length centred in n_fft, as
+    torch.stft places it; and the mel basis (n_mels, n_fft // 2 + 1) float64. Never written to."""
+    window = np.zeros(cfg.n_fft)
+    left = (cfg.n_fft - cfg.win_length) // 2
+    window[left : left + cfg.win_length] = np.hanning(cfg.win_length)
+    basis = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
+    window.flags.writeable = False
+    basis = basis.astype(np.float64)
+    basis.flags.writeable = False
+    return window, basis
+
+
+def frames_log_mel(padded: np.ndarray, frames: int, cfg: FeatureConfig) -> np.ndarray:
+    """The log-mel before normalisation of the first `frames` frames of a pre-emphasised signal
+    padded by n_fft // 2 before its start: frame t reads padded[t * hop : t * hop + n_fft].
+    -> (n_mels, frames) float64. The streaming front end (speechrt.audio.stream_features) calls
+    it on the frames whose window is complete."""
+    window, basis = _analysis(cfg)
+    starts = np.arange(frames)[:, None] * cfg.hop_length
+    spec = np.fft.rfft(padded[starts + np.arange(cfg.n_fft)[None, :]] * window, axis=1)
+    power = (spec.real**2 + spec.imag**2).T  # (n_fft // 2 + 1, frames)
+    return np.log(basis @ power + cfg.log_guard)
+
+
 def log_mel_numpy(
     audio: np.ndarray, cfg: FeatureConfig, rng: np.random.Generator | None = None
 ) -> np.ndarray:
-    """log_mel in numpy: audio (N,) -> normalised log-mel (n_mels, 1 + N // hop) float32."""
+    """audio (N,) float at cfg.sample_rate -> normalised log-mel (n_mels, 1 + N // hop) float32.
+
+    Frames from valid_frames(N) on are zero (with DLE's rule, only the last one, when N is a
+    multiple of hop)."""
     n = audio.shape[-1]
     check_length(n, cfg)
     x = audio.astype(np.float64)
@@ -160,19 +172,9 @@ def log_mel_numpy(
         x = x + cfg.dither * rng.standard_normal(n)
     if cfg.preemph:
         x = np.concatenate((x[:1], x[1:] - cfg.preemph * x[:-1]))
-    # torch.stft(center=True): n_fft // 2 reflected (or zero) samples each side; the window
-    # (symmetric Hann of win_length) sits centred in n_fft
-    half = cfg.n_fft // 2
-    x = np.pad(x, half, mode="reflect" if cfg.center_pad == "reflect" else "constant")
-    frames = 1 + n // cfg.hop_length
-    starts = np.arange(frames)[:, None] * cfg.hop_length
-    window = np.zeros(cfg.n_fft)
-    left = (cfg.n_fft - cfg.win_length) // 2
-    window[left : left + cfg.win_length] = np.hanning(cfg.win_length)
-    spec = np.fft.rfft(x[starts + np.arange(cfg.n_fft)[None, :]] * window, axis=1)
-    power = (spec.real**2 + spec.imag**2).T  # (n_fft // 2 + 1, frames)
-    basis = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
-    mel = np.log(basis.astype(np.float64) @ power + cfg.log_guard)
+    # torch.stft(center=True): n_fft // 2 reflected (or zero) samples each side
+    x = np.pad(x, cfg.n_fft // 2, mode="reflect" if cfg.center_pad == "reflect" else "constant")
+    mel = frames_log_mel(x, 1 + n // cfg.hop_length, cfg)
     valid = cfg.valid_frames(n)
     mean = mel[:, :valid].mean(axis=1, keepdims=True)
     std = mel[:, :valid].std(axis=1, ddof=1, keepdims=True)  # unbiased, as DLE
@@ -186,7 +188,8 @@ def batch_features_numpy(
     cfg: FeatureConfig,
     rngs: Sequence[np.random.Generator | None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """batch_features in numpy: (N_i,) waveforms -> (B, n_mels, T) float32, (B,) int64."""
+    """(N_i,) waveforms -> features (B, n_mels, T) float32 and valid frame counts (B,) int64;
+    T = the largest padded_frames(N_i), frames past an item's own padded length zero too."""
     if not audios:
         raise SpeechRTError("no audio to featurise")
     gens = list(rngs) if rngs is not None else [None] * len(audios)
@@ -197,64 +200,3 @@ def batch_features_numpy(
         feats[i, :, : m.shape[1]] = m
     lengths = np.array([cfg.valid_frames(a.shape[-1]) for a in audios], dtype=np.int64)
     return feats, lengths
-
-
-def log_mel(
-    audio: torch.Tensor, cfg: FeatureConfig, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """audio: (N,) float at cfg.sample_rate -> normalised log-mel (n_mels, 1 + N // hop).
-
-    Frames from ceil(N / hop) on are zero (only the last one, when N is a multiple of hop).
-    """
-    import torch
-
-    n = audio.shape[-1]
-    check_length(n, cfg)
-    x = audio.float()
-    if cfg.dither > 0:
-        noise = torch.randn(n, generator=generator, device=x.device)
-        x = x + cfg.dither * noise
-    if cfg.preemph:
-        x = torch.cat((x[:1], x[1:] - cfg.preemph * x[:-1]))
-    spec = torch.stft(
-        x,
-        n_fft=cfg.n_fft,
-        hop_length=cfg.hop_length,
-        win_length=cfg.win_length,
-        window=_window(cfg.win_length, x.device),
-        center=True,
-        pad_mode="reflect" if cfg.center_pad == "reflect" else "constant",
-        return_complex=True,
-    )
-    power = spec.real.square() + spec.imag.square()  # (n_fft // 2 + 1, frames)
-    mel = torch.log(_mel_basis(cfg, x.device) @ power + cfg.log_guard)
-    valid = cfg.valid_frames(n)
-    mean = mel[:, :valid].mean(dim=1, keepdim=True)
-    std = mel[:, :valid].std(dim=1, keepdim=True)  # unbiased, as DLE
-    mel = (mel - mean) / (std + cfg.std_eps)
-    mel[:, valid:] = 0.0
-    return mel
-
-
-def batch_features(
-    audios: Sequence[torch.Tensor],
-    cfg: FeatureConfig,
-    generators: Sequence[torch.Generator | None] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A list of (N_i,) waveforms -> features (B, n_mels, T) and valid frame counts (B,) int64.
-
-    The per-item reference for `BatchLogMel`: one `log_mel` per item.
-    T = the largest padded_frames(N_i); frames past an item's own padded length are zero too.
-    """
-    import torch
-
-    if not audios:
-        raise SpeechRTError("no audio to featurise")
-    gens = list(generators) if generators is not None else [None] * len(audios)
-    mels = [log_mel(a, cfg, g) for a, g in zip(audios, gens, strict=True)]
-    t_max = max(cfg.padded_frames(a.shape[-1]) for a in audios)
-    feats = mels[0].new_zeros(len(mels), cfg.n_mels, t_max)
-    for i, m in enumerate(mels):
-        feats[i, :, : m.shape[1]] = m
-    lengths = torch.tensor([cfg.valid_frames(a.shape[-1]) for a in audios], dtype=torch.long)
-    return feats, lengths.to(feats.device)

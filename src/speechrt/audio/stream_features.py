@@ -2,15 +2,16 @@
 `speechrt.audio.features.log_mel_numpy`, each as soon as its STFT window is complete, normalised
 with the running per-feature mean and std of the frames so far (speechrt.asr.streaming says why
 and what that means for the text). Once finished, its statistics are the whole utterance's and
-its features equal `log_mel_numpy`'s (tested). numpy only.
+its features equal `log_mel_numpy`'s (tested). It keeps the state (the pre-emphasis across
+chunks, the padded samples not yet framed, the running sums); the frames themselves are
+`features.frames_log_mel`'s. numpy only.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from speechrt.audio.features import FeatureConfig
-from speechrt.audio.mel import mel_filterbank
+from speechrt.audio.features import FeatureConfig, frames_log_mel
 from speechrt.errors import SpeechRTError
 
 
@@ -25,18 +26,13 @@ class StreamingFrontEnd:
     def __init__(self, cfg: FeatureConfig, seed: int = 0) -> None:
         self.cfg = cfg
         self.half = cfg.n_fft // 2
-        window = np.zeros(cfg.n_fft)
-        left = (cfg.n_fft - cfg.win_length) // 2
-        window[left : left + cfg.win_length] = np.hanning(cfg.win_length)
-        self.window = window
-        basis = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, cfg.fmin, cfg.fmax)
-        self.basis = basis.astype(np.float64)  # (n_mels, n_fft // 2 + 1)
         self.rng = np.random.default_rng(seed)
         self.samples = 0  # samples pushed
         self.last = 0.0  # the last (dithered) sample, for the pre-emphasis of the next chunk
         self.head = np.zeros(0)  # pre-emphasised samples until there are enough to reflect
-        self.padded: np.ndarray | None = None  # the padded signal from padded index p0 on
-        self.p0 = 0
+        # the padded signal from the window of the next frame to compute on (padded index
+        # next * hop)
+        self.padded: np.ndarray | None = None
         self.frames = np.zeros((cfg.n_mels, 0))  # raw log-mel (n_mels, T) from frame f0 on
         self.f0 = 0
         self.next = 0  # the next frame to compute
@@ -96,25 +92,21 @@ class StreamingFrontEnd:
     def _frames(self, final: bool) -> None:
         assert self.padded is not None
         cfg, hop = self.cfg, self.cfg.hop_length
-        end = self.p0 + self.padded.size  # padded samples available (absolute)
+        end = self.next * hop + self.padded.size  # padded samples available (absolute)
         last = (end - cfg.n_fft) // hop  # the last frame whose window is complete
         if final:
             last = min(last, self.samples // hop)  # 1 + N // hop frames in all
         if last < self.next:
             return
-        idx = np.arange(self.next, last + 1)[:, None] * hop - self.p0 + np.arange(cfg.n_fft)
-        spec = np.fft.rfft(self.padded[idx] * self.window, axis=1)
-        power = (spec.real**2 + spec.imag**2).T  # (n_fft // 2 + 1, frames)
-        mel = np.log(self.basis @ power + cfg.log_guard)  # (n_mels, frames)
+        mel = frames_log_mel(self.padded, last + 1 - self.next, cfg)  # (n_mels, frames)
         valid = cfg.valid_frames(self.samples) if final else last + 1
         n_valid = max(0, min(valid, last + 1) - self.next)
         self.sum += mel[:, :n_valid].sum(axis=1)
         self.sumsq += np.square(mel[:, :n_valid]).sum(axis=1)
         self.count += n_valid
         self.frames = np.concatenate((self.frames, mel), axis=1)
+        self.padded = self.padded[(last + 1 - self.next) * hop :]  # from the next frame's window
         self.next = last + 1
-        keep = self.next * hop - self.p0  # samples the next frame's window starts at
-        self.padded, self.p0 = self.padded[keep:], self.p0 + keep
 
     def drop(self, before: int) -> None:
         """Forget the frames before `before` (absolute)."""

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from speechrt.cli.options import add_device_option
+from speechrt.cli.flags import add_device_option
 from speechrt.errors import SpeechRTError
 
 

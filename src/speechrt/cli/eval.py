@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from speechrt.cli.options import add_runtime_options
+from speechrt.cli.flags import add_runtime_options
 from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
 

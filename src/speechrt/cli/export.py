@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 def triton_repo(args: argparse.Namespace) -> int:
     from speechrt.errors import SpeechRTError
     from speechrt.runtime.buckets import Buckets
-    from speechrt.triton.repo import RepoOptions, write_repository
+    from speechrt.triton.writer import RepoOptions, write_repository
 
     if args.graphs:
         raise SpeechRTError("--graph and --triton-repo do not go together")

@@ -13,7 +13,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from speechrt.cli import serve_access
-from speechrt.cli.options import add_runtime_options
+from speechrt.cli.flags import add_runtime_options
 from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from speechrt.cli.options import add_runtime_options
+from speechrt.cli.flags import add_runtime_options
 from speechrt.defaults import voice_dirs
 from speechrt.errors import SpeechRTError
 

@@ -22,7 +22,7 @@ import json
 import sys
 from typing import Any
 
-from speechrt.cli.options import add_runtime_options
+from speechrt.cli.flags import add_runtime_options
 
 FILES_PER_CHUNK = 32
 

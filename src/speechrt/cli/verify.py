@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from speechrt.cli.options import add_device_option, add_precision_option
+from speechrt.cli.flags import add_device_option, add_precision_option
 
 BACKENDS = ("eager", "onnx", "cuda")
 DEFAULT_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-2, "bf16": 1e-1}

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
+from speechrt.arch import Conversion
 from speechrt.arch.fastpitch import FastPitchDims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
@@ -91,3 +92,6 @@ def _dims_from(config: dict[str, Any], sd: dict[str, Tensor]) -> FastPitchDims:
     cast = {"int": int, "float": float, "bool": bool}
     values = {k: cast[fields[k]](v) for k, v in values.items()}
     return FastPitchDims(**values)
+
+
+CONVERSION = Conversion(detect, from_dle)  # named by its registry entry (speechrt.arch)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from speechrt.arch import Conversion
 from speechrt.arch.fastspeech import FastSpeechDims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
@@ -78,3 +79,6 @@ def _dims_from_shapes(sd: dict[str, Tensor]) -> FastSpeechDims:
         )
     except KeyError as e:
         raise SpeechRTError(f"fastspeech: checkpoint lacks {e}") from None
+
+
+CONVERSION = Conversion(detect, from_dle)  # named by its registry entry (speechrt.arch)

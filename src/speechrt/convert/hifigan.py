@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from speechrt.arch import Conversion
 from speechrt.arch.hifigan import PRESETS, HiFiGANDims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
@@ -164,3 +165,6 @@ def _mel_from(train_setup: dict[str, Any], dims: HiFiGANDims) -> MelConfig:
             f"to {dims.hop_length}"
         )
     return mel
+
+
+CONVERSION = Conversion(detect, from_dle)  # named by its registry entry (speechrt.arch)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from speechrt.arch import Conversion
 from speechrt.audio.features import FeatureConfig
 from speechrt.convert import Converted
 from speechrt.errors import SpeechRTError
@@ -190,3 +191,8 @@ def _dims_and_state(
 
 def _first(v: Any) -> int:
     return int(v[0] if isinstance(v, (list, tuple)) else v)
+
+
+# named by the registry entries (speechrt.arch.jasper)
+CONVERSION = Conversion(detect, from_dle)
+QUARTZNET_CONVERSION = Conversion(detect_quartznet, from_dle_quartznet)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from speechrt.arch import Conversion
 from speechrt.arch.parakeet import ParakeetCTCDims, ParakeetDims, ParakeetTransducerDims
 from speechrt.audio.features import FeatureConfig
 from speechrt.convert import Converted
@@ -355,3 +356,6 @@ def from_nemo(path: str | Path) -> tuple[Converted, dict[str, torch.Tensor]]:
     }
     kind = "parakeet_ctc" if dims.head == "ctc" else "parakeet_transducer"
     return Converted(kind=kind, dims=dims, state_dict=state_dict(ckpt, dims), meta=meta), ckpt
+
+
+CONVERSION = Conversion(read=convert)  # named by its registry entries (speechrt.arch.parakeet)

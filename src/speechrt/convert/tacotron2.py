@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from speechrt.arch import Conversion
 from speechrt.arch.tacotron2 import Tacotron2Dims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
@@ -117,3 +118,6 @@ def _inference_state(sd: dict[str, Tensor], dims: Tacotron2Dims) -> dict[str, Te
     except KeyError as e:
         raise SpeechRTError(f"tacotron2: checkpoint lacks {e}") from None
     return out
+
+
+CONVERSION = Conversion(detect, from_dle)  # named by its registry entry (speechrt.arch)

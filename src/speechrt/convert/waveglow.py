@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from speechrt.arch import Conversion
 from speechrt.arch.waveglow import WaveGlowDims
 from speechrt.audio.mel import MelConfig
 from speechrt.convert import Converted
@@ -79,3 +80,6 @@ def _dims_from_shapes(sd: dict[str, Tensor]) -> WaveGlowDims:
 def _count(sd: dict[str, Tensor], prefix: str) -> int:
     rx = re.compile(re.escape(prefix) + r"\.(\d+)\.")
     return len({m.group(1) for k in sd if (m := rx.match(k))})
+
+
+CONVERSION = Conversion(detect, from_dle)  # named by its registry entry (speechrt.arch)

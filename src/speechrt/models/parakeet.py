@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechrt.arch import GraphCode
 from speechrt.arch.parakeet import (
     ParakeetCTCDims,
     ParakeetDims,
@@ -483,3 +484,9 @@ def example_joint(graph: JointGraph, batch: int, length: int, seed: int = 0) -> 
         "joint_encoded": torch.randn(batch, J, generator=g),
         "joint_predicted": torch.randn(batch, J, generator=g),
     }
+
+
+# named by the registry entries (speechrt.arch.parakeet)
+ENCODER_CODE = GraphCode(build, example)
+PREDICT_CODE = GraphCode(build_predict, example_predict)
+JOINT_CODE = GraphCode(build_joint, example_joint)

@@ -30,6 +30,7 @@ from speechrt.registry import GRAPHS
 from speechrt.runtime.bounds import decode_groups
 from speechrt.runtime.buckets import Buckets
 from speechrt.runtime.eager import to_contract
+from speechrt.runtime.graphs.regulated import RegulatedGraph
 from speechrt.runtime.layout import channels_last_convs
 
 RECOMPILE_LIMIT = 256  # one compiled variant per bucket shape
@@ -231,12 +232,11 @@ class RegulatedCudaRunner(CudaRunner):
     """FastPitch / FastSpeech: float32 `encode` at (batch, symbols) buckets, then `decode`
     (length regulator + decoder) in half precision at a frame bucket picked from the lengths.
 
-    The graph provides encode(*inputs) -> NamedTuple with .enc and .reps, frame_lengths(reps),
-    decode(enc, reps, n_frames) -> (mel, mel_lengths), assemble(mel, mel_lengths, encoded) and
-    max_frames (None: no limit). As on the eager and onnx runners, an item of more than
-    `max_frames` frames (the graph's own cap until a server sets its bound) is refused before
-    the decoder runs, and a batch decodes in groups of rows that each cost at most one item at
-    the limit (speechrt.runtime.bounds.decode_groups), each group padded to a batch bucket.
+    The graph is a speechrt.runtime.graphs.regulated.RegulatedGraph. As on the eager and onnx
+    runners, an item of more than `max_frames` frames (the graph's own cap until a server sets
+    its bound) is refused before the decoder runs, and a batch decodes in groups of rows that
+    each cost at most one item at the limit (speechrt.runtime.bounds.decode_groups), each group
+    padded to a batch bucket.
     """
 
     # copies of the wrapper above, duck-typed (nn.Module's attributes type as Tensor | Module)
@@ -296,5 +296,5 @@ class RegulatedCudaRunner(CudaRunner):
 
 def cuda_runner(graph_name: str, wrapper: nn.Module, contract: Contract, **kw: Any) -> CudaRunner:
     # a length-regulated wrapper (encode, decode, assemble) runs in two parts, as in eager
-    regulated = hasattr(wrapper, "assemble")
+    regulated = isinstance(wrapper, RegulatedGraph)
     return (RegulatedCudaRunner if regulated else CudaRunner)(graph_name, wrapper, contract, **kw)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import torch
@@ -13,6 +12,7 @@ from torch import Tensor, nn
 
 from speechrt.contracts import Contract
 from speechrt.runtime.bounds import decode_groups
+from speechrt.runtime.graphs.regulated import RegulatedGraph
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -43,14 +43,14 @@ class EagerRunner:
     """
 
     backend = "eager"
-    graph: Any  # a wrapper, duck-typed: the length-regulated ones have encode/decode/assemble
 
     def __init__(self, graph: nn.Module, contract: Contract, max_frames: int | None = None) -> None:
         self.graph = graph.eval()
         self.contract = contract
         self.device = module_device(graph)
         self.dtype = module_dtype(graph)
-        self.max_frames = max_frames or getattr(graph, "max_frames", None)
+        own = graph.max_frames if isinstance(graph, RegulatedGraph) else None
+        self.max_frames: int | None = max_frames or own
 
     @torch.inference_mode()
     def run(self, feeds: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -59,23 +59,24 @@ class EagerRunner:
             x.to(self.device, self.dtype) if x.is_floating_point() else x.to(self.device)
             for x in (feeds[n] for n in self.contract.input_names)
         ]
-        if self.max_frames is None or not hasattr(self.graph, "assemble"):
-            return to_contract(self.contract, self.graph(*args))
-        e = self.graph.encode(*args)  # the graph's forward, split where the frame count is known
-        frames = self.graph.frame_lengths(e.reps).cpu()  # (B,)
+        graph = self.graph
+        if self.max_frames is None or not isinstance(graph, RegulatedGraph):
+            return to_contract(self.contract, graph(*args))
+        e = graph.encode(*args)  # the graph's forward, split where the frame count is known
+        frames = graph.frame_lengths(e.reps).cpu()  # (B,)
         longest = int(frames.max())
         groups = decode_groups(self.contract.name, e.reps.shape[1], frames.numpy(), self.max_frames)
         if len(groups) == 1:
-            mel, mel_lengths = self.graph.decode(e.enc, e.reps, longest)
+            mel, mel_lengths = graph.decode(e.enc, e.reps, longest)
         else:  # each group as long as its own longest item, padded to the batch's
             parts = []
             for g in groups:
                 rows = torch.from_numpy(g).to(e.reps.device)
-                parts.append(self.graph.decode(e.enc[rows], e.reps[rows], int(frames[g].max())))
+                parts.append(graph.decode(e.enc[rows], e.reps[rows], int(frames[g].max())))
             order = torch.from_numpy(np.argsort(np.concatenate(groups))).to(e.reps.device)
             mel = torch.cat([F.pad(m, (0, longest - m.shape[-1])) for m, _ in parts])[order]
             mel_lengths = torch.cat([n for _, n in parts])[order]
-        return to_contract(self.contract, self.graph.assemble(mel, mel_lengths, e))
+        return to_contract(self.contract, graph.assemble(mel, mel_lengths, e))
 
 
 def to_contract(contract: Contract, outs: tuple[Tensor, ...] | Tensor) -> dict[str, Tensor]:

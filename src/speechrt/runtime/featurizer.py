@@ -1,6 +1,7 @@
 """The ASR featurizer on a device: host windows -> one padded batch -> `BatchLogMel` -> features.
 
-Every backend computes features in torch with the batched log-mel (speechrt.audio.features). The
+The eager and cuda backends compute features in torch with the batched log-mel (the onnx
+backend with speechrt.audio.features.log_mel_numpy, which it is tested against). The
 windows are packed into one host array (pinned on a GPU) and copied to the device once. On the
 cuda backend the log-mel is compiled and replayed as one CUDA graph per bucket shape: the batch
 goes to its "batch" bucket and the samples to the "feature_frames" bucket times the hop, so the
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from speechrt.audio.features import FeatureConfig
+from speechrt.audio.features import FeatureConfig, check_length
 from speechrt.audio.mel import mel_filterbank
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
@@ -26,14 +27,15 @@ from speechrt.runtime.eager import to_contract
 
 
 class BatchLogMel(nn.Module):
-    """`log_mel` of a padded batch: every item on its own samples, all items in one pass.
+    """`log_mel_numpy` of a padded batch in torch: every item on its own samples, all items in
+    one pass.
 
     forward(audio (B, N) float, lengths (B,) int64 >= cfg.min_samples, noise (B, N) | None)
         -> features (B, n_mels, padded_frames(N)), valid frames (B,) int64
 
     Samples of an item past its length are ignored (any finite values); its frames from
     valid_frames(length) on are zero. `noise`: the item's dither noise (standard normal, as
-    `log_mel` draws it from the item's generator) in its first `length` samples; required when
+    `Featurizer` draws it from the item's generator) in its first `length` samples; required when
     cfg.dither > 0, ignored otherwise. The window and mel basis are buffers, so the module moves
     to a device with `.to` and compiles as a whole.
     """
@@ -101,7 +103,7 @@ class BatchLogMel(nn.Module):
 class Featurizer:
     """Windows (N_i,) float32 -> features (B, n_mels, T) and valid frames (B,) on `device`.
 
-    T = cfg.padded_frames(max N_i), as `batch_features`. buckets None: every call at its own
+    T = cfg.padded_frames(max N_i), as `batch_features_numpy`. buckets None: every call at its own
     shape; compile_mode: `compile_fn`'s mode (None = run the module as it is).
     """
 
@@ -136,8 +138,7 @@ class Featurizer:
         lengths = [a.shape[0] for a in audios]
         if not lengths:
             raise SpeechRTError("no audio to featurise")
-        if min(lengths) < self.cfg.min_samples:
-            raise SpeechRTError(f"audio too short: {min(lengths)} samples")
+        check_length(min(lengths), self.cfg)
         B, N = len(lengths), max(lengths)
         b, n = self.padded_shape(B, N)
         pin = self.device.type == "cuda"
@@ -224,6 +225,20 @@ class FeaturesToLogProbs:
         }
         frames = self.runner.buckets.size("feature_frames", true["feature_frames"])
         return self.runner.crop(self.graph(frames, *args), self.runner.with_derived(true))
+
+
+def batch_features(
+    audios: Sequence[Tensor],
+    cfg: FeatureConfig,
+    generators: Sequence[torch.Generator | None] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(N_i,) waveforms -> features (B, n_mels, T) and valid frame counts (B,) int64 on the
+    waveforms' device, T = the largest padded_frames(N_i): `Featurizer` on tensors (training
+    and tests). generators: one per waveform, each draws its dither noise (cfg.dither > 0)."""
+    device = audios[0].device if audios else torch.device("cpu")
+    windows = [a.detach().float().cpu().numpy() for a in audios]
+    feats, valid = Featurizer(cfg, device)(windows, generators)
+    return feats.clone(), valid.clone()  # ordinary tensors, not inference-mode ones
 
 
 def make_featurizer(cfg: FeatureConfig, backend: str, device: torch.device) -> Featurizer:

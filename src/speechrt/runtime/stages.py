@@ -4,7 +4,7 @@ A stage turns what a pipeline has (padded arrays, lengths, SynthesisOptions, per
 a graph's named inputs, runs its runner and returns what the runner returns. The plain stages
 (acoustic, vocoder, denoiser) work on torch tensors for the eager and cuda runners and on numpy
 arrays for the onnx runner, so a voice on onnxruntime never imports torch. An architecture's own
-stage (a decoder loop, noise per item; speechrt.runtime.graphs.OWN_STAGES) works on torch
+stage (a decoder loop, noise per item; speechrt.arch.Graph.own_stage) works on torch
 tensors: on the onnx backend `TorchOnnx` adapts its runners (one host copy in, one out).
 """
 
@@ -304,10 +304,8 @@ class StageParts:
 def numpy_stages(backend: str, kinds: list[str]) -> bool:
     """Whether a voice of these component kinds runs on numpy arrays: on the onnx backend when
     the plain stages serve every component (no architecture's own stage, which works in torch)."""
-    from speechrt.runtime.graphs import OWN_STAGES
-
-    mains = [next(iter(graphs_of(kind))) for kind in kinds]
-    return backend == "onnx" and not any(g in OWN_STAGES for g in mains)
+    mains = [registry_graph(next(iter(graphs_of(kind)))) for kind in kinds]
+    return backend == "onnx" and not any(g.own_stage for g in mains)
 
 
 class TTSStages:

@@ -2,7 +2,7 @@
 
     engine.py       the batcher (knows no models) and the device thread
     pipelines.py    TTS / ASR adapters and services       v2models.py  KServe v2 models
-    contracts.py    named-tensor I/O of every v2 model     v2codec.py   JSON + binary tensors
+    v2metadata.py   named-tensor I/O of every v2 model     v2codec.py   JSON + binary tensors
     openai_api.py   /v1 routes     kserve.py  /v2 routes   metrics.py   Prometheus /metrics
     server.py       what a running server holds            app.py       the FastAPI app
     auth.py         API keys, rate limits                  grpc_app.py  gRPC beside HTTP:

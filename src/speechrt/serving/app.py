@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from speechrt import __version__
 from speechrt.serving import kserve, openai_api, openapi, realtime, speech_socket
 from speechrt.serving.auth import Access, RequireKey
-from speechrt.serving.errors import HANDLERS, PayloadTooLarge, error_body
+from speechrt.serving.http_errors import HANDLERS, PayloadTooLarge, error_body
 from speechrt.serving.server import Server
 
 log = logging.getLogger("speechrt.serving")

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from speechrt.errors import SpeechRTError
-from speechrt.serving.errors import error_body
+from speechrt.serving.http_errors import error_body
 
 OPEN_PATHS = frozenset({"/", "/health", "/v2/health/live", "/v2/health/ready"})
 SUBPROTOCOL = "openai-insecure-api-key."  # a browser's WebSocket key, as OpenAI's realtime API

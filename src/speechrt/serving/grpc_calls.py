@@ -20,7 +20,7 @@ import grpc
 from speechrt.errors import SpeechRTError
 from speechrt.serving.auth import Access, bearer, retry_after
 from speechrt.serving.engine import DeadlineExceeded, InferenceError, Overloaded
-from speechrt.serving.errors import ApiError
+from speechrt.serving.http_errors import ApiError
 
 log = logging.getLogger("speechrt.serving")
 

@@ -38,9 +38,9 @@ from speechrt.audio import codecs
 from speechrt.audio.io import StreamResampler, resample
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
-from speechrt.serving.errors import ApiError
 from speechrt.serving.grpc_calls import Refused, streaming, unary
 from speechrt.serving.grpc_riva import LANGUAGE, RATES, check_language, request_id
+from speechrt.serving.http_errors import ApiError
 from speechrt.serving.openai_api import speaker_of, voices_of
 from speechrt.serving.text_stream import Segment, SpeechStream
 from speechrt.serving.v2models import options_from_params

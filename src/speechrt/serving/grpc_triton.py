@@ -26,10 +26,10 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from speechrt.errors import SpeechRTError
 from speechrt.serving import kserve
-from speechrt.serving.contracts import NUMPY_DTYPES, datatype_of
 from speechrt.serving.grpc_calls import unary
 from speechrt.serving.metrics import VERSION
 from speechrt.serving.v2codec import check_shape, encode_bytes, from_raw
+from speechrt.serving.v2metadata import NUMPY_DTYPES, datatype_of
 
 if TYPE_CHECKING:
     from speechrt.serving.server import Server

@@ -17,10 +17,10 @@ from fastapi.responses import Response, StreamingResponse
 from speechrt import __version__
 from speechrt.contracts import TensorSpec
 from speechrt.errors import SpeechRTError
-from speechrt.serving.contracts import KSERVE_DATATYPES, tensor_metadata
-from speechrt.serving.errors import ApiError
+from speechrt.serving.http_errors import ApiError
 from speechrt.serving.metrics import VERSION
 from speechrt.serving.v2codec import HEADER, JsonTooLarge, encode_response_parts, parse_request
+from speechrt.serving.v2metadata import KSERVE_DATATYPES, tensor_metadata
 
 if TYPE_CHECKING:
     from speechrt.serving.engine import BatchConfig

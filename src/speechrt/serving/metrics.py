@@ -243,7 +243,7 @@ def failure_reason(e: BaseException) -> str:
     first), BACKEND."""
     from speechrt.errors import SpeechRTError
     from speechrt.serving.engine import DeadlineExceeded, Overloaded
-    from speechrt.serving.errors import ApiError
+    from speechrt.serving.http_errors import ApiError
 
     if isinstance(e, (Overloaded, SpeechRTError)) or (isinstance(e, ApiError) and e.status < 500):
         return "REJECTED"

@@ -40,7 +40,7 @@ from starlette.datastructures import UploadFile
 from speechrt.audio import codecs
 from speechrt.options import SynthesisOptions
 from speechrt.serving import transcripts
-from speechrt.serving.errors import ApiError
+from speechrt.serving.http_errors import ApiError
 from speechrt.serving.metrics import failure_reason
 
 if TYPE_CHECKING:

@@ -20,9 +20,9 @@ from pydantic import BaseModel, Field
 
 from speechrt.audio import codecs
 from speechrt.serving import transcripts
-from speechrt.serving.contracts import NUMPY_DTYPES
 from speechrt.serving.metrics import VERSION
 from speechrt.serving.v2codec import HEADER, MAX_RANK
+from speechrt.serving.v2metadata import NUMPY_DTYPES
 
 if TYPE_CHECKING:
     from speechrt.serving.server import Server

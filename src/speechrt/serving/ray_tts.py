@@ -35,7 +35,7 @@ from speechrt.audio import codecs
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.repo import read_info
-from speechrt.serving.errors import HANDLERS, ApiError
+from speechrt.serving.http_errors import HANDLERS, ApiError
 from speechrt.serving.openai_api import SpeechRequest, check_model, speech_options
 from speechrt.serving.pipelines import Limits, read_texts
 from speechrt.serving.ray_app import replica_env

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from speechrt.audio import codecs
 from speechrt.errors import SpeechRTError
 from speechrt.serving.engine import DeadlineExceeded, InferenceError, Overloaded
-from speechrt.serving.errors import ApiError
+from speechrt.serving.http_errors import ApiError
 from speechrt.serving.openai_api import SpeechRequest, _checked, voices_of
 from speechrt.serving.text_stream import Segment, SpeechStream
 

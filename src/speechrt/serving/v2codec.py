@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from speechrt.errors import SpeechRTError
-from speechrt.serving.contracts import NUMPY_DTYPES, datatype_of
+from speechrt.serving.v2metadata import NUMPY_DTYPES, datatype_of
 
 HEADER = "Inference-Header-Content-Length"
 MAX_RANK = 8  # dimensions of a request tensor (no contract has more than 3, plus [B, 1] TEXT)

@@ -31,9 +31,9 @@ from speechrt.options import SynthesisOptions
 from speechrt.registry import derived_sizes, graphs_of
 from speechrt.runtime.base import Runner
 from speechrt.runtime.bounds import stack_rows
-from speechrt.serving.contracts import ASR, KSERVE_DATATYPES, TTS, component_names, model_metadata
 from speechrt.serving.engine import Engine
 from speechrt.serving.pipelines import ASRService, Limits, TTSService
+from speechrt.serving.v2metadata import ASR, KSERVE_DATATYPES, TTS, component_names, model_metadata
 
 Arrays = dict[str, np.ndarray]
 

@@ -62,7 +62,7 @@ from speechrt import __version__
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.serving.engine import DeadlineExceeded, InferenceError, Overloaded
-from speechrt.serving.errors import ApiError
+from speechrt.serving.http_errors import ApiError
 from speechrt.serving.openai_api import speaker_of, voices_of
 from speechrt.serving.realtime import MAX_MESSAGE_BYTES
 from speechrt.serving.speech_socket import error_code

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechrt.arch import GraphCode
 from speechrt.errors import SpeechRTError
 from speechrt.models.denoiser import Denoiser, Vocoder
 from speechrt.repo import ComponentInfo
@@ -102,10 +103,11 @@ class DenoiserGraph(nn.Module):
         return ola[:, 0, pad : pad + N] * keep
 
 
-def build(vocoder: nn.Module, info: ComponentInfo) -> DenoiserGraph:
+def build(vocoder: nn.Module, info: ComponentInfo | None) -> DenoiserGraph:
     """The denoiser of a vocoder: its bias spectrum is estimated from the vocoder (in float32)."""
-    if info.mel is None:
-        raise SpeechRTError(f"{info.kind}: model.json has no mel config for the denoiser")
+    if info is None or info.mel is None:
+        kind = "the vocoder" if info is None else info.kind
+        raise SpeechRTError(f"{kind}: model.json has no mel config for the denoiser")
     # built only for the vocoder kinds (speechrt.registry), whose modules have mel_to_audio
     return DenoiserGraph(Denoiser.from_vocoder(cast(Vocoder, vocoder), info.mel))
 
@@ -117,3 +119,6 @@ def example(graph: DenoiserGraph, batch: int, length: int, seed: int = 0) -> dic
     audio = torch.randn(batch, n, generator=g).mul(0.3).clamp(-1, 1)
     lengths = torch.tensor([max(1, n - 97 * i) for i in range(batch)])
     return {"audio": audio, "audio_lengths": lengths, "strength": torch.full((batch,), 0.1)}
+
+
+CODE = GraphCode(build, example)  # named by its registry entry (speechrt.arch)

@@ -19,8 +19,9 @@ import math
 from typing import NamedTuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from speechrt.arch import GraphCode
 from speechrt.device import batch_invariant
 from speechrt.models.fastpitch import (
     LJ_PITCH_STD,
@@ -30,6 +31,7 @@ from speechrt.models.fastpitch import (
     FFTransformer,
     lengths_mask,
 )
+from speechrt.runtime.graphs.regulated import RegulatedGraph
 
 
 class Encoded(NamedTuple):
@@ -52,7 +54,7 @@ def positions(length: int | Tensor, inv_freq: Tensor, dtype: torch.dtype) -> Ten
     return torch.cat([angles.sin(), angles.cos()], dim=1).to(dtype)
 
 
-class FastPitchGraph(nn.Module):
+class FastPitchGraph(RegulatedGraph):
     """forward(ids, lengths, pace, pitch_shift, pitch_scale[, speaker]) -> contract outputs."""
 
     max_frames = MAX_FRAMES  # the cuda runner refuses longer outputs, as FastPitch.infer does
@@ -200,3 +202,6 @@ def example(graph: FastPitchGraph, batch: int, length: int, seed: int = 0) -> di
     if d.n_speakers > 1:
         feeds["speaker"] = torch.randint(0, d.n_speakers, (batch,), generator=g)
     return feeds
+
+
+CODE = GraphCode(build, example)  # named by its registry entry (speechrt.arch)

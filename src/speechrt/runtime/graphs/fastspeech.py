@@ -14,9 +14,11 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from speechrt.arch import GraphCode
 from speechrt.models.fastspeech import FastSpeech
+from speechrt.runtime.graphs.regulated import RegulatedGraph
 
 
 class Encoded(NamedTuple):
@@ -24,7 +26,7 @@ class Encoded(NamedTuple):
     reps: Tensor  # (B, L) long: frames per symbol
 
 
-class FastSpeechGraph(nn.Module):
+class FastSpeechGraph(RegulatedGraph):
     """forward(ids (B, L), lengths (B,), pace (B,)) -> (mel (B, n_mels, T), mel_lengths (B,))."""
 
     max_frames = None  # DLE crops at max_seq_len instead (see frame_lengths)
@@ -90,3 +92,6 @@ def example(graph: FastSpeechGraph, batch: int, length: int, seed: int = 0) -> d
     ids = torch.randint(1, d.n_symbols, (batch, length), generator=g)
     ids = ids * (torch.arange(length)[None, :] < lengths[:, None])
     return {"ids": ids, "lengths": lengths, "pace": torch.ones(batch)}
+
+
+CODE = GraphCode(build, example)  # named by its registry entry (speechrt.arch)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechrt.arch import GraphCode
 from speechrt.arch.hifigan import derived_sizes
 from speechrt.errors import SpeechRTError
 from speechrt.models.hifigan import LRELU_SLOPE, HiFiGAN, ResBlock1, ResBlock2
@@ -145,3 +146,6 @@ def example(graph: HiFiGANGraph, batch: int, length: int, seed: int = 0) -> dict
     mel = torch.randn(batch, graph.model.dims.n_mels, length, generator=g) - 5.0
     lengths = torch.tensor([max(1, length - 3 * i) for i in range(batch)])
     return {"mel": mel, "mel_lengths": lengths}
+
+
+CODE = GraphCode(build, example)  # named by its registry entry (speechrt.arch)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from speechrt.arch import GraphCode
 from speechrt.arch.jasper import derived_sizes
 from speechrt.models.jasper import Jasper
 
@@ -43,3 +44,6 @@ def example(graph: JasperGraph, batch: int, length: int, seed: int = 0) -> dict[
     feats = torch.randn(batch, n, length, generator=g)
     feats = feats * (torch.arange(length)[None, None, :] < lengths[:, None, None])
     return {"features": feats, "feature_lengths": lengths}
+
+
+CODE = GraphCode(build, example)  # named by its registry entry (speechrt.arch)

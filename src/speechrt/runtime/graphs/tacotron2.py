@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speechrt.arch import GraphCode
 from speechrt.models.tacotron2 import Tacotron2
 
 if TYPE_CHECKING:
@@ -165,3 +166,9 @@ def example_postnet(graph: PostnetGraph, batch: int, length: int, seed: int = 0)
         "mel_outputs": torch.randn(batch, n_mels, length, generator=g) - 4.0,
         "mel_lengths": _lengths(batch, length),
     }
+
+
+# named by the registry entries (speechrt.arch.tacotron2); the encoder's stage runs all three
+ENCODER_CODE = GraphCode(build_encoder, example_encoder, stage)
+DECODER_STEP_CODE = GraphCode(build_decoder_step, example_decoder_step)
+POSTNET_CODE = GraphCode(build_postnet, example_postnet)

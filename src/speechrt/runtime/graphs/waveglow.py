@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from speechrt.arch import GraphCode
 from speechrt.arch.waveglow import derived_sizes
 from speechrt.models.waveglow import WaveGlow
 from speechrt.options import SynthesisOptions
@@ -215,3 +216,6 @@ def example(graph: WaveGlowGraph, batch: int, length: int, seed: int = 0) -> dic
     lengths = torch.tensor([max(1, length - 3 * i) for i in range(batch)])
     z = noise(m, lengths, length, [seed + i for i in range(batch)], 0.9)
     return {"mel": mel, "mel_lengths": lengths, "z": z, "sigma": torch.full((batch,), 0.9)}
+
+
+CODE = GraphCode(build, example, stage)  # named by its registry entry (speechrt.arch)

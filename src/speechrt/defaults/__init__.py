@@ -1,5 +1,5 @@
-"""The trained default models shipped as package data (src/speechrt/defaults/<name>/), used by
-the CLI, the Python API (`TTS()`, `ASR()`) and `speechrt serve` when they are given no model.
+"""The trained default models shipped as package data (a directory each, beside this file), used
+by the CLI, the Python API (`TTS()`, `ASR()`) and `speechrt serve` when they are given no model.
 A name counts only if its model.json is present; docs/models/ has their cards and recipe."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from speechrt.errors import SpeechRTError
 
-DEFAULTS = Path(__file__).parent / "defaults"
+DEFAULTS = Path(__file__).parent
 VOICE_ACOUSTIC, VOICE_VOCODER, ASR_MODEL = "voice-acoustic", "voice-vocoder", "asr"
 BUNDLED_VOICE = "default"  # the bundled voice's name, wherever a voice is named (`voice`, ...)
 
