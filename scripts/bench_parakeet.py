@@ -160,9 +160,9 @@ def calibrate(model: torch.nn.Module, d: ParakeetDims) -> None:
 
 
 def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[dict]:
-    from speechrt.models.parakeet import EncoderGraph
     from speechrt.runtime.buckets import Buckets
     from speechrt.runtime.cuda import CudaRunner
+    from speechrt.runtime.graphs.parakeet import EncoderGraph
     from speechrt.runtime.transducer_cuda import CudaGreedy
 
     d = preset(kind_of(name), name)
@@ -174,7 +174,7 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     runner = CudaRunner("parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets)
     sdpa = None
     if COMPARE_ATTENTION:  # the same runner with the reference's attention (shifted scores, SDPA)
-        import speechrt.models.parakeet as parakeet
+        import speechrt.runtime.graphs.parakeet as parakeet
 
         parakeet.FUSED_ATTENTION = False
         sdpa = CudaRunner(
@@ -233,7 +233,7 @@ def decode(d: ParakeetDims, out: dict, loop: object) -> object:
 def bench_batch(
     name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, others, sdpa
 ) -> list[dict]:  # noqa: ANN001
-    from speechrt.models.parakeet import EncoderGraph
+    from speechrt.runtime.graphs.parakeet import EncoderGraph
 
     c = runner.contract
     g = torch.Generator(device="cuda").manual_seed(B)

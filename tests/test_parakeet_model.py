@@ -14,12 +14,9 @@ import torch
 
 from parakeet_models import steps_of, talkative
 from speechrt.asr.transducer import TransducerSpec, greedy
-from speechrt.models.parakeet import (
-    EncoderGraph,
-    ParakeetTransducer,
-    depthwise_taps,
-)
+from speechrt.models.parakeet import ParakeetTransducer, depthwise_taps
 from speechrt.registry import preset
+from speechrt.runtime.graphs.parakeet import EncoderGraph
 from speechrt.runtime.transducer_cuda import CudaGreedy
 
 requires_cuda = pytest.mark.requires_cuda

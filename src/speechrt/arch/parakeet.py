@@ -206,14 +206,19 @@ _TRANSDUCER_WEIGHT_DIMS = {
 ENCODER = Graph(
     "parakeet",
     contract,
-    "speechrt.models.parakeet:ENCODER_CODE",
+    "speechrt.runtime.graphs.parakeet:ENCODER_CODE",
     ParakeetDims,
     derived_sizes=derived_sizes,
 )
 PREDICT = Graph(
-    "parakeet.predict", predict_contract, "speechrt.models.parakeet:PREDICT_CODE", ParakeetDims
+    "parakeet.predict",
+    predict_contract,
+    "speechrt.runtime.graphs.parakeet:PREDICT_CODE",
+    ParakeetDims,
 )
-JOINT = Graph("parakeet.joint", joint_contract, "speechrt.models.parakeet:JOINT_CODE", ParakeetDims)
+JOINT = Graph(
+    "parakeet.joint", joint_contract, "speechrt.runtime.graphs.parakeet:JOINT_CODE", ParakeetDims
+)
 
 # .nemo files are read whole by speechrt.convert.nemo (`speechrt convert X.nemo DIR`), which
 # tells the kind from the file's config; there is no state-dict key detection
