@@ -1,6 +1,6 @@
 """Every speech format through a real server and the openai client, whole and streamed: each
-decodes to the wav response's samples (whole lossless formats exactly; streamed wav and pcm
-exactly where this CPU's kernels are batch-invariant, else within 2 int16 steps; MP3 and Opus
+decodes to the wav response's samples (lossless formats exactly where this CPU's kernels are
+batch-invariant, else within 1 int16 step whole and 2 streamed; MP3 and Opus
 within a stated log-spectral distance after aligning for the encoder's delay)."""
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from speechrt.device import batch_invariance_holds
 
 THREE = "The first sentence is here. Then a second, longer one follows it! Is this the third?"
 STREAM_LSB = 2  # streamed vs whole samples (the first sentence is vocoded in two spans)
+# whole vs whole: a server's first request and later ones differed by 1 step in 2 of 50,804
+# samples on a 2-core AMD EPYC (family 25 model 17), where the kernels are not batch-invariant
+WHOLE_LSB = 1
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +45,10 @@ def test_every_format_decodes_to_the_wav_samples(oai, reference, fmt):
         assert abs(len(got) - len(want)) <= 1  # whole files carry their length (gapless)
         delay, lsd = aligned_lsd(got, want, sr)
         assert delay == 0 and lsd <= MAX_LSD_DB, (delay, lsd)
-    else:
-        assert np.array_equal(np.round(got * 32768), np.round(want * 32768))
+    else:  # one request against another: bitwise only where batch-invariant kernels prove it
+        lsb = 0 if batch_invariance_holds() else WHOLE_LSB
+        assert got.shape == want.shape
+        assert np.abs(np.round(got * 32768) - np.round(want * 32768)).max() <= lsb
 
 
 def test_mp3_is_the_default_as_openai_s(speech_server, reference):
