@@ -61,7 +61,7 @@ def build(name: str, out: Path) -> Path:
 @torch.inference_mode()
 def calibrate(model: ParakeetTransducer, features: object) -> None:
     """Shift the blank's score until 3.5 tokens per second come out on random audio."""
-    from speechrt.audio.features import batch_features
+    from speechrt.runtime.featurizer import batch_features
 
     d = model.dims
     audio = torch.from_numpy(wave(1))
