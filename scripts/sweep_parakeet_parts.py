@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,22 +24,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import bench_parakeet  # noqa: E402  (this directory is on the path of a script)
+
 from speechrt.models import parakeet  # noqa: E402
 from speechrt.registry import preset  # noqa: E402
 
 
 def timed(fn, reps: int = 50) -> float:  # noqa: ANN001
-    """Median milliseconds of fn() (after 5 warm-ups), each call synchronised."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    """Median milliseconds of fn(), synchronised (bench_parakeet.timed)."""
+    return bench_parakeet.timed(fn, reps) * 1e3
 
 
 def attention(rows: list[dict], B: int, T: int) -> None:
