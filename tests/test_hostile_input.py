@@ -369,7 +369,7 @@ def test_request_heads_that_trickle_in_are_cut_off(served: Served):
     for s in socks:
         s.close()
     assert not waiting, f"{len(waiting)} of 50 trickling connections still open"
-    assert all(a.startswith(b"HTTP/1.1 408") or a == b"" for a in answers)
+    assert answers and all(a.startswith(b"HTTP/1.1 408") for a in answers), answers[:3]
     assert httpx.get(f"{served.url}/v2/health/ready", timeout=10).status_code == 200
 
 
@@ -377,11 +377,8 @@ def test_a_228_kb_header_block_is_refused(client):
     small = {f"X-Small-{i}": "y" * 100 for i in range(40)}  # 4 KB: fine
     assert client.get("/v2/health/ready", headers=small).status_code == 200
     big = {f"X-Big-{i}": "y" * 1000 for i in range(228)}
-    try:
-        status = client.get("/v2/health/ready", headers=big).status_code
-    except httpx.TransportError:  # the server closed it while the head was still being sent
-        status = None
-    assert status in (431, None)
+    # the server drops the rest of the head it refused, so the client reads the status
+    assert client.get("/v2/health/ready", headers=big).status_code == 431
 
 
 # -- slow clients: a request's body arrives within --body-timeout of its head ---------------------
@@ -410,8 +407,8 @@ TRICKLED = {  # a head, and a body within the limits that would take ~2 minutes 
 
 @pytest.mark.parametrize("route", list(TRICKLED))
 def test_request_bodies_that_trickle_in_are_cut_off(served: Served, route: str):
-    """A body sent a byte every 0.25 s (the server runs with --body-timeout 2) is answered 408,
-    or its connection closed: once, such a body held its connection and its request for ever."""
+    """A body sent a byte every 0.25 s (the server runs with --body-timeout 2) is answered 408
+    and its connection closed: once, such a body held its connection and its request for ever."""
     head, body = TRICKLED[route]
     where = urlsplit(served.url)
     with socket.create_connection((where.hostname, where.port)) as s:
@@ -433,7 +430,7 @@ def test_request_bodies_that_trickle_in_are_cut_off(served: Served, route: str):
                     break
                 answer += chunk
     assert closed, f"the trickling body's connection is still open; answer: {answer[:80]!r}"
-    assert answer.startswith(b"HTTP/1.1 408") or answer == b"", answer[:80]
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
     assert httpx.get(f"{served.url}/v2/health/ready", timeout=10).status_code == 200
 
 

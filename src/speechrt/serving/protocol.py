@@ -11,6 +11,10 @@ within `body_timeout` seconds of its head (not counting time the server itself s
 a pipelined request, an app slow to take the body). Otherwise the connection is answered 408 or
 431 (where no answer has started yet) and closed. Body sizes are bounded in the app
 (speechrt.serving.app.BodyLimit).
+
+Closing a socket with input still unread makes the kernel answer with a reset, which can reach
+the client before the status line and discard it. So a refused connection closes only our side
+at first, drops what the client still sends, and closes once the client does or LINGER_S later.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ log = logging.getLogger("speechrt.serving")
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers (nginx reads at most 32 KB, Node 16 KB)
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 120.0  # 25 MB (the upload limit) at 1.7 Mbit/s
+LINGER_S = 2.0  # how long a refused connection's remaining input is read and dropped
 
 
 class GuardedHttpTools(HttpToolsProtocol):
@@ -40,6 +45,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.reading_head = False  # between a request's first byte and its headers' end
         self.head_timer: asyncio.TimerHandle | None = None
         self.body_timer: asyncio.TimerHandle | None = None  # between a head and its body's end
+        self.lingering = False  # refused: the rest of the input is dropped (_refuse)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -51,6 +57,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            return
         super().data_received(data)  # parses: may end the head (on_headers_complete)
         if self.reading_head:  # all of `data` belongs to the head
             self.head_bytes += len(data)
@@ -119,7 +127,16 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.transport.write(
             f"HTTP/1.1 {status} {reason}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".encode()
         )
-        self.transport.close()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # the app's request (if any) sees the client gone
+            self.cycle.message_event.set()
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.lingering = True  # until the client closes (eof_received) or LINGER_S pass
+        self.transport.write_eof()
+        self.transport.resume_reading()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
 
 def guarded_protocol(
