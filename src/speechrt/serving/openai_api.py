@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1")
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
+# Model names the OpenAI API accepts for each pipeline (besides the pipeline's own name).
+TTS_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+ASR_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 STARTED = int(time.time())
 
 
@@ -56,8 +59,9 @@ def server_of(request: Request) -> Server:
     return request.app.state.server
 
 
-def _pipeline(srv: Server, model: str, want: str) -> None:
-    check_model(model, want, [n for n in srv.openai_models() if srv.pipeline_of(n) == want])
+def _served(srv: Server, want: str) -> list[str]:
+    """The OpenAI model names of this server's `want` ('tts' / 'asr') pipeline."""
+    return [n for n in srv.openai_models() if srv.pipeline_of(n) == want]
 
 
 def check_model(model: str, want: str, served: Sequence[str]) -> None:
@@ -139,15 +143,19 @@ def unknown_voice(wanted: str, entries: list[dict[str, Any]]) -> str:
 
 def _checked(body: SpeechRequest, srv: Server) -> SynthesisOptions:
     """The request's SynthesisOptions, once its model, format, speed and voice are checked."""
-    _pipeline(srv, body.model, "tts")
+    if srv.tts is None:
+        check_model(body.model, "tts", [])  # no voice: a 404 whatever the model
     assert srv.tts is not None
-    return speech_options(body, srv.tts.tts.name, srv.tts.tts.n_speakers)
+    return speech_options(body, _served(srv, "tts"), srv.tts.tts.name, srv.tts.tts.n_speakers)
 
 
-def speech_options(body: SpeechRequest, voice: str, n_speakers: int) -> SynthesisOptions:
-    """The request's SynthesisOptions, once its format, speed, stream format and voice (of the
-    voice called `voice`) are checked: every speech route's checks (this server's, and the Ray
-    split pipeline's, speechrt.serving.ray_tts)."""
+def speech_options(
+    body: SpeechRequest, served: Sequence[str], voice: str, n_speakers: int
+) -> SynthesisOptions:
+    """The request's SynthesisOptions, once its model (one of `served`), format, speed, stream
+    format and voice (of the voice called `voice`) are checked: every speech route's checks
+    (this server's, and the Ray split pipeline's, speechrt.serving.ray_tts)."""
+    check_model(body.model, "tts", served)
     fmt = body.response_format
     if fmt not in codecs.FORMATS:
         # kept out on purpose (README, Speech formats): libsndfile has no AAC encoder, and
@@ -288,7 +296,7 @@ async def _transcribe(srv: Server, form: Any) -> Response:
     model = _form_str(form, "model")
     if not model:
         raise ApiError(400, "missing required parameter 'model'", None, "model")
-    _pipeline(srv, model, "asr")
+    check_model(model, "asr", _served(srv, "asr"))
     assert srv.asr is not None
     upload = form.get("file")
     if not isinstance(upload, UploadFile):

@@ -154,6 +154,41 @@ async def read_texts(
     return pieces
 
 
+class SpeechFrontEnd:
+    """Texts and a request's options -> checked sentence pieces, each with its own options:
+    the checks and the text front end of every speech path (TTSService here, and the Ray split
+    pipeline's ingress, speechrt.serving.ray_tts), so a limit or a fix lands once.
+    `text_to_pieces`: as read_texts takes it; `denoiser_missing`: why the voice cannot denoise
+    (speechrt.tts.TTS.denoiser_missing), or None when it can."""
+
+    def __init__(
+        self,
+        text_to_pieces: Callable[..., list[Piece]],
+        limits: Limits,
+        denoiser_missing: str | None = None,
+    ) -> None:
+        self.text_to_pieces = text_to_pieces
+        self.limits = limits
+        self.denoiser_missing = denoiser_missing
+
+    async def read(
+        self,
+        texts: Sequence[str],
+        options: SynthesisOptions,
+        seeds: Sequence[int],
+        words: bool = False,
+    ) -> tuple[list[Piece], list[SynthesisOptions]]:
+        """The texts' pieces within the limits (read_texts) and each piece's options (the
+        request's with the piece's SSML prosody; an out-of-range pace is a SpeechRTError), or
+        SpeechRTError."""
+        if options.denoise > 0 and self.denoiser_missing is not None:
+            raise SpeechRTError(f"this server cannot denoise: {self.denoiser_missing}")
+        pieces = await read_texts(
+            self.text_to_pieces, texts, seeds, self.limits, words, pace=options.pace
+        )
+        return pieces, [p.options(options) for p in pieces]
+
+
 class TTSService:
     """Text in, float32 audio out, through the `tts` engine."""
 
@@ -161,6 +196,8 @@ class TTSService:
         self.tts = tts
         self.engine = engine
         self.limits = limits
+        missing = getattr(tts, "denoiser_missing", None)
+        self.front_end = SpeechFrontEnd(tts.text_to_pieces, limits, missing)
 
     @property
     def sampling_rate(self) -> int:
@@ -182,16 +219,10 @@ class TTSService:
     ) -> tuple[list[Piece], list[list[asyncio.Future[Any]]]]:
         """submit(); `words`: the pieces carry their words and the futures give TimedAudio;
         `on_head`: the first piece is a stream's lead (TTSItem.on_head)."""
-        missing = getattr(self.tts, "denoiser_missing", None)
-        if options.denoise > 0 and missing is not None:
-            raise SpeechRTError(f"this server cannot denoise: {missing}")
-        pieces = await read_texts(
-            self.tts.text_to_pieces, texts, seeds, self.limits, words, pace=options.pace
-        )
-        # each piece read with its own SSML prosody (an out-of-range pace is a SpeechRTError)
+        pieces, piece_options = await self.front_end.read(texts, options, seeds, words)
         items = [
-            TTSItem(p, p.options(options), words, on_head if k == 0 else None)
-            for k, p in enumerate(pieces)
+            TTSItem(p, o, words, on_head if k == 0 else None)
+            for k, (p, o) in enumerate(zip(pieces, piece_options, strict=True))
         ]
         futures = self.engine.submit(items)
         per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]

@@ -19,6 +19,7 @@ from speechrt.errors import SpeechRTError
 from speechrt.runtime.base import BACKENDS as RUNTIME_BACKENDS
 from speechrt.serving.engine import BatchConfig, DeviceWorker, Engine
 from speechrt.serving.metrics import Metrics
+from speechrt.serving.openai_api import ASR_ALIASES, TTS_ALIASES
 from speechrt.serving.pipelines import (
     ASRAdapter,
     ASRService,
@@ -39,9 +40,6 @@ from speechrt.serving.v2models import (
 
 log = logging.getLogger("speechrt.serving")
 
-# Model names the OpenAI API accepts for each pipeline (besides the pipeline's own name).
-TTS_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-ASR_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 BACKENDS = ("auto", *RUNTIME_BACKENDS)
 
 
