@@ -1,6 +1,7 @@
 """HTTP serving: the OpenAI audio API and KServe v2 (Triton) over dynamic batching.
 
-    engine.py       the batcher (knows no models) and the device thread
+    engine.py       the batcher (knows no models) and the device thread; batch_queue.py its
+                    fair queue (which items form the next batch)
     pipelines.py    TTS / ASR adapters and services       v2models.py  KServe v2 models
     v2metadata.py   named-tensor I/O of every v2 model     v2codec.py   JSON + binary tensors
     openai_api.py   /v1 routes     kserve.py  /v2 routes   metrics.py   Prometheus /metrics

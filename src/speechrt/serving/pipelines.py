@@ -141,7 +141,7 @@ async def read_texts(
 ) -> list[Piece]:
     """Checked texts read at `pace` -> their sentence pieces within the limits, or
     SpeechRTError: what every speech route runs (this server's, and the Ray split pipeline's
-    ingress). `text_to_pieces`: speechrt.tts.text_to_pieces' signature less the
+    ingress). `text_to_pieces`: speechrt.front_end.text_to_pieces' signature less the
     TextProcessor; it stops as soon as the texts read as more than max_text_symbols (a symbol
     read slower than pace 1 counting 1 / pace), so a text that expands (digits, SSML) or is
     read slowly costs at most the limit to refuse."""

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from speechrt.errors import SpeechRTError
+from speechrt.front_end import MAX_PIECE_CHARS
 from speechrt.options import SynthesisOptions
 from speechrt.pieces import PAUSE_SECONDS
 from speechrt.serving.metrics import failure_reason
 from speechrt.text import split_sentences
-from speechrt.tts import MAX_PIECE_CHARS
 
 if TYPE_CHECKING:
     from speechrt.serving.pipelines import TTSService
