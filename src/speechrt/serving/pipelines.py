@@ -366,22 +366,21 @@ class ASRService:
 
     def check_audio(self, audio: np.ndarray, sampling_rate: int | None = None) -> np.ndarray:
         """A (N,) float32 waveform at `sampling_rate` (default: the model's) -> at the model's
-        rate as the model hears it (ASR.from_rate), within the limits, or SpeechRTError."""
-        audio = np.asarray(audio, dtype=np.float32)
-        if audio.ndim != 1:
-            raise SpeechRTError(f"audio must be one channel (N,), got shape {list(audio.shape)}")
-        if not np.isfinite(audio).all():
-            raise SpeechRTError("audio holds NaN or infinite samples")
+        rate as the model hears it (ASR.from_rate), within the limits, or SpeechRTError. The
+        samples are checked once (as_waveform: one channel, finite), then the duration limit
+        before any resampling, then the model's minimum length (ASR.check_length)."""
+        from speechrt.asr.pipeline import as_waveform
+
+        audio = as_waveform(audio)
         sr = sampling_rate or self.sampling_rate
-        if audio.shape[0] == 0:
+        if audio.shape[0] == 0:  # (before resampling, which needs samples)
             raise SpeechRTError("audio is empty")
         seconds = audio.shape[0] / sr
         if seconds > self.limits.max_audio_seconds:
             raise SpeechRTError(
                 f"audio is {seconds:.1f} s long; the limit is {self.limits.max_audio_seconds:g} s"
             )
-        audio = self.asr.from_rate(audio, sr)
-        return self.asr.load_audio(audio)  # checks the model's minimum length
+        return self.asr.check_length(self.asr.from_rate(audio, sr))
 
     async def decode(self, data: bytes) -> np.ndarray:
         """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate.
