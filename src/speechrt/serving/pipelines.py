@@ -19,17 +19,22 @@ import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from speechrt.asr.decoding import Heard, Segment
+from speechrt.asr.decoding import DecodePool, Heard, Segment, Transcript
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
-from speechrt.pieces import Piece, join_pieces, word_times
+from speechrt.pieces import Piece, TimedAudio, join_pieces, word_times
 from speechrt.serving.engine import DeadlineExceeded, Engine, Overloaded, wait_all
+from speechrt.serving.voices import Voice, loaded
+
+if TYPE_CHECKING:
+    from speechrt.asr import ASR
 
 T = TypeVar("T")
+TTSOut = np.ndarray | TimedAudio  # a piece's audio (S,) float32; a timed piece's, with durations
 
 
 @dataclass(frozen=True)
@@ -66,13 +71,15 @@ class TTSItem:
 class TTSAdapter:
     """Batches sentence pieces that ask for the same options (seeds travel with the pieces)."""
 
-    def __init__(self, tts: Any) -> None:
-        self.tts = tts  # speechrt.tts.TTS (or anything with ids_to_audio)
+    def __init__(self, tts: Voice) -> None:
+        self.tts = tts
+        self.loaded = loaded(tts)  # None: a stand-in, no timed items or two-step batches
 
-    def run_batch(self, items: list[TTSItem]) -> list[Any]:
+    def run_batch(self, items: list[TTSItem]) -> list[np.ndarray | TimedAudio]:
         pieces = [it.piece for it in items]
         if items[0].timed:  # (the key keeps timed, lead and other items apart)
-            return self.tts.ids_to_timed_audio(pieces, items[0].options)
+            assert self.loaded is not None  # (TTSService asks for word times of these only)
+            return list(self.loaded.ids_to_timed_audio(pieces, items[0].options))
         if items[0].on_head is not None:
 
             def heard(heads: list[np.ndarray]) -> None:
@@ -80,18 +87,18 @@ class TTSAdapter:
                     assert it.on_head is not None
                     it.on_head(head)
 
-            return self.tts.ids_to_audio(pieces, items[0].options, on_head=heard)
-        return self.tts.ids_to_audio(pieces, items[0].options)
+            return list(self.tts.ids_to_audio(pieces, items[0].options, on_head=heard))
+        return list(self.tts.ids_to_audio(pieces, items[0].options))
 
-    def launch_batch(self, items: list[TTSItem]) -> Callable[[], list[Any]]:
+    def launch_batch(self, items: list[TTSItem]) -> Callable[[], list[np.ndarray | TimedAudio]]:
         """run_batch in two steps (the engine's pipelining): plain items are started and their
-        audio's copy to the host queued (TTS.ids_to_audio_later); timed and lead items, or a tts
-        without that method, run whole now."""
-        later = getattr(self.tts, "ids_to_audio_later", None)
-        if items[0].timed or items[0].on_head is not None or later is None:
+        audio's copy to the host queued (TTS.ids_to_audio_later); timed and lead items, or a
+        stand-in voice, run whole now."""
+        if items[0].timed or items[0].on_head is not None or self.loaded is None:
             outputs = self.run_batch(items)
             return lambda: outputs
-        return later([it.piece for it in items], items[0].options)
+        later = self.loaded.ids_to_audio_later([it.piece for it in items], items[0].options)
+        return lambda: list(later())
 
     def length(self, item: TTSItem) -> int:
         return len(item.piece.ids)
@@ -192,11 +199,14 @@ class SpeechFrontEnd:
 class TTSService:
     """Text in, float32 audio out, through the `tts` engine."""
 
-    def __init__(self, tts: Any, engine: Engine[TTSItem, np.ndarray], limits: Limits) -> None:
+    def __init__(
+        self, tts: Voice, engine: Engine[TTSItem, np.ndarray | TimedAudio], limits: Limits
+    ) -> None:
         self.tts = tts
+        self.loaded = loaded(tts)  # None: a stand-in voice (no denoiser, no word times)
         self.engine = engine
         self.limits = limits
-        missing = getattr(tts, "denoiser_missing", None)
+        missing = self.loaded.denoiser_missing if self.loaded is not None else None
         self.front_end = SpeechFrontEnd(tts.text_to_pieces, limits, missing)
 
     @property
@@ -205,8 +215,9 @@ class TTSService:
 
     async def submit(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
-    ) -> list[list[asyncio.Future[np.ndarray]]]:
-        """Validate and split the texts, queue every piece; per text, its pieces' futures."""
+    ) -> list[list[asyncio.Future[TTSOut]]]:
+        """Validate and split the texts, queue every piece; per text, its pieces' futures (of
+        their audio, np.ndarray)."""
         return (await self._submit(texts, options, seeds))[1]
 
     async def _submit(
@@ -216,7 +227,7 @@ class TTSService:
         seeds: Sequence[int],
         words: bool = False,
         on_head: Callable[[np.ndarray], None] | None = None,
-    ) -> tuple[list[Piece], list[list[asyncio.Future[Any]]]]:
+    ) -> tuple[list[Piece], list[list[asyncio.Future[TTSOut]]]]:
         """submit(); `words`: the pieces carry their words and the futures give TimedAudio;
         `on_head`: the first piece is a stream's lead (TTSItem.on_head)."""
         pieces, piece_options = await self.front_end.read(texts, options, seeds, words)
@@ -225,7 +236,7 @@ class TTSService:
             for k, (p, o) in enumerate(zip(pieces, piece_options, strict=True))
         ]
         futures = self.engine.submit(items)
-        per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
+        per_text: list[list[asyncio.Future[TTSOut]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
         return pieces, per_text
@@ -236,7 +247,7 @@ class TTSService:
         """One waveform per text (pieces joined by their silences, as TTS.synthesize does)."""
         pieces, per_text = await self._submit(texts, options, seeds)
         flat = [f for fs in per_text for f in fs]
-        audio = await wait_all(flat, self.limits.request_timeout_s)
+        audio = _waves(await wait_all(flat, self.limits.request_timeout_s))
         out, k = [], 0
         for fs in per_text:
             out.append(
@@ -247,16 +258,19 @@ class TTSService:
 
     async def synthesize_with_words(
         self, text: str, options: SynthesisOptions, seed: int
-    ) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    ) -> tuple[np.ndarray, list[dict[str, str | float]]]:
         """One waveform, as synthesize gives it, and its words' times (speechrt.tts.word_times)."""
-        if not self.tts.has_durations:
+        voice = self.loaded
+        if voice is None or not voice.has_durations:
+            kind = voice.acoustic_info.kind if voice is not None else type(self.tts).__name__
             raise SpeechRTError(
                 "word times need an acoustic model that outputs durations (FastPitch); "
-                f"{self.tts.acoustic_info.kind} does not"
+                f"{kind} does not"
             )
         pieces, (futures,) = await self._submit([text], options, [seed], words=True)
-        timed = await wait_all(futures, self.limits.request_timeout_s)
-        hop, sr = self.tts.mel.hop_length, self.sampling_rate
+        outputs = await wait_all(futures, self.limits.request_timeout_s)
+        timed = [t for t in outputs if isinstance(t, TimedAudio)]  # (every one: words=True)
+        hop, sr = voice.mel.hop_length, self.sampling_rate
         audio = join_pieces(pieces, [t.audio for t in timed], sr)
         return audio, word_times(pieces, timed, hop, sr)
 
@@ -283,15 +297,16 @@ class TTSService:
     async def _chunks(
         self,
         pieces: list[Piece],
-        futures: list[asyncio.Future[np.ndarray]],
+        futures: list[asyncio.Future[TTSOut]],
         head: asyncio.Future[np.ndarray],
     ) -> AsyncIterator[np.ndarray]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.request_timeout_s
         try:
             # the head, unless the whole first piece is there as soon (or fails first)
+            first: list[asyncio.Future[np.ndarray] | asyncio.Future[TTSOut]] = [head, futures[0]]
             await asyncio.wait(
-                [head, futures[0]],
+                first,
                 timeout=max(0.0, deadline - loop.time()),
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -301,7 +316,7 @@ class TTSService:
                 sent = len(head.result())
                 yield np.concatenate((before, head.result()))
             for j, (p, f) in enumerate(zip(pieces, futures, strict=True)):
-                (audio,) = await wait_all([f], max(0.0, deadline - loop.time()))
+                (audio,) = _waves(await wait_all([f], max(0.0, deadline - loop.time())))
                 before, after = p.silence(self.sampling_rate)
                 if j == 0 and sent:
                     before, audio = before[:0], audio[sent:]
@@ -310,6 +325,11 @@ class TTSService:
             head.cancel()
             for f in futures:
                 f.cancel()
+
+
+def _waves(outputs: Sequence[TTSOut]) -> list[np.ndarray]:
+    """Pieces' outputs -> their waveforms (S,) float32."""
+    return [o.audio if isinstance(o, TimedAudio) else o for o in outputs]
 
 
 def _settle_once(future: asyncio.Future[np.ndarray], value: np.ndarray) -> None:
@@ -326,8 +346,8 @@ class ASRAdapter:
     (`asr.finish`, the beam search) runs off the device thread. A long recording is many
     items, so the requests behind it take turns with its windows (the engine's fair queue)."""
 
-    def __init__(self, asr: Any) -> None:
-        self.asr = asr  # speechrt.asr.ASR
+    def __init__(self, asr: ASR) -> None:
+        self.asr = asr
 
     def run_batch(self, items: list[Segment]) -> list[Segment]:
         self.asr.hear_windows(items)
@@ -344,12 +364,16 @@ class ASRService:
     """Encoded audio or waveforms in, transcripts out, through the `asr` engine."""
 
     def __init__(
-        self, asr: Any, engine: Engine[Segment, Segment], limits: Limits, pool: Any = None
+        self,
+        asr: ASR,
+        engine: Engine[Segment, Segment],
+        limits: Limits,
+        pool: DecodePool | None = None,
     ) -> None:
         self.asr = asr
         self.engine = engine
         self.limits = limits
-        self.pool = pool  # speechrt.asr.decoding.DecodePool, or None: decode in one thread
+        self.pool = pool  # None: decode in one thread
         # One thread, not one per item: the search holds Python's lock, so two threads decode
         # slower than one (386 against 283 ms for 8 items on 2 cores)
         self.decoder = ThreadPoolExecutor(1, thread_name_prefix="speechrt-decode")
@@ -426,7 +450,7 @@ class ASRService:
         finally:
             self.pending_uploads -= 1
 
-    async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
+    async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Transcript]:
         """Waveforms at the model's rate -> one Transcript each. Each is cut into its windows
         (voice activity detection, on the upload threads), and every window is a batch item
         of its own: 600 s of audio is ~37 windows, and a request behind it waits for one

@@ -121,12 +121,13 @@ def describe(srv: Server) -> Info:
     if srv.tts is not None:
         voice = srv.tts.tts
         ids = [v["id"] for v in voices_of(voice.name, voice.n_speakers)]
-        kinds = f"{voice.acoustic_info.kind} + {voice.vocoder_info.kind}"
+        loaded = srv.tts.loaded  # (None: a stand-in voice, no model kinds to name)
+        kinds = f"{loaded.acoustic_info.kind} + {loaded.vocoder_info.kind}, " if loaded else ""
         entry = TtsVoice(
             name=voice.name,
             attribution=ATTRIBUTION,
             installed=True,
-            description=f"{voice.name} ({kinds}, {srv.tts.sampling_rate} Hz)",
+            description=f"{voice.name} ({kinds}{srv.tts.sampling_rate} Hz)",
             version=None,
             languages=LANGUAGES,
             speakers=[TtsVoiceSpeaker(name=i) for i in ids] if len(ids) > 1 else None,
