@@ -38,7 +38,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from functools import partial
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from speechrt.errors import SpeechRTError
 from speechrt.serving.batch_queue import FairQueue, Pending
@@ -67,6 +68,22 @@ class Launches(Protocol[In, Out]):
     """An adapter that can also run a batch in two steps (BatchConfig.pipeline)."""
 
     def launch_batch(self, items: list[In]) -> Callable[[], list[Out]]: ...
+
+
+class Batcher(Protocol):
+    """What a server does with an engine, whatever its items: start, drain, ask its state."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def pending(self) -> int: ...
 
 
 class Overloaded(Exception):
@@ -133,8 +150,9 @@ class DeviceWorker:
         async with self._lock:
             yield
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    async def run(self, fn: Callable[[], T]) -> T:
+        """fn() on the device thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
 
     async def finish(self, fn: Callable[[], T]) -> T:
         """A launched batch's finish(), off the device thread (it waits for the device)."""
@@ -313,7 +331,9 @@ class Engine(Generic[In, Out]):
         start = self.clock()
         queue_s = [start - p.enqueued for p in batch]
         try:
-            outputs, compute_s = await self.worker.run(self._timed_run, [p.item for p in batch])
+            outputs, compute_s = await self.worker.run(
+                partial(self._timed_run, [p.item for p in batch])
+            )
         except BaseException:
             self._report(BatchStats(self.name, len(batch), queue_s, self.clock() - start, False))
             raise
@@ -341,7 +361,7 @@ class Engine(Generic[In, Out]):
     async def _one_by_one(self, batch: list[Pending[In, Out]], e: Exception) -> None:
         """After batch failed with e: its items run alone, so only a bad one fails."""
         if len(batch) == 1:
-            _settle(batch[0].future, error=self._item_error(e))
+            _fail(batch[0].future, self._item_error(e))
             return
         log.warning(
             "engine %s: batch of %d failed (%s); retrying its items one by one",
@@ -355,7 +375,7 @@ class Engine(Generic[In, Out]):
                     (out,) = await self._run([p])
                     _settle(p.future, out)
             except Exception as e1:
-                _settle(p.future, error=self._item_error(e1))
+                _fail(p.future, self._item_error(e1))
 
     async def _launch(self, batch: list[Pending[In, Out]]) -> bool:
         """Start batch on the device and leave its finish to a task; False if it failed to
@@ -365,7 +385,9 @@ class Engine(Generic[In, Out]):
         queue_s = [start - p.enqueued for p in batch]
         assert isinstance(self.adapter, Launches)
         try:
-            finish = await self.worker.run(self.adapter.launch_batch, [p.item for p in batch])
+            finish = await self.worker.run(
+                partial(self.adapter.launch_batch, [p.item for p in batch])
+            )
         except Exception as e:
             self._report(BatchStats(self.name, len(batch), queue_s, self.clock() - start, False))
             try:
@@ -411,7 +433,7 @@ class Engine(Generic[In, Out]):
         except Exception:  # a finishing task must not die with its futures unsettled
             log.exception("engine %s: finishing a batch failed", self.name)
             for p in batch:
-                _settle(p.future, error=InferenceError(f"{self.name}: the batch was lost"))
+                _fail(p.future, InferenceError(f"{self.name}: the batch was lost"))
         finally:
             self._executing -= len(batch)
 
@@ -426,13 +448,14 @@ class Engine(Generic[In, Out]):
         return error
 
 
-def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None):
-    if future.done():  # cancelled by a timeout or a client that went away
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
+def _settle(future: asyncio.Future[T], result: T) -> None:
+    if not future.done():  # else cancelled by a timeout or a client that went away
         future.set_result(result)
+
+
+def _fail(future: asyncio.Future[T], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
 
 
 async def wait_all(futures: Sequence[asyncio.Future[T]], timeout: float | None) -> list[T]:

@@ -28,13 +28,13 @@ from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
 from speechrt.pieces import Piece, TimedAudio, join_pieces, word_times
 from speechrt.serving.engine import DeadlineExceeded, Engine, Overloaded, wait_all
-from speechrt.serving.voices import Voice, loaded
+from speechrt.serving.voices import Audio, TextToPieces, Voice, loaded
 
 if TYPE_CHECKING:
     from speechrt.asr import ASR
 
 T = TypeVar("T")
-TTSOut = np.ndarray | TimedAudio  # a piece's audio (S,) float32; a timed piece's, with durations
+TTSOut = Audio | TimedAudio  # a piece's audio (S,) float32; a timed piece's, with durations
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class TTSItem:
     timed: bool = False  # also the frames per symbol (TTS.ids_to_timed_audio): word captions
     # a stream's lead piece: hears its first audio (TTS.ids_to_audio's on_head), on the device
     # thread, before the rest is vocoded
-    on_head: Callable[[np.ndarray], None] | None = None
+    on_head: Callable[[Audio], None] | None = None
 
 
 class TTSAdapter:
@@ -75,14 +75,14 @@ class TTSAdapter:
         self.tts = tts
         self.loaded = loaded(tts)  # None: a stand-in, no timed items or two-step batches
 
-    def run_batch(self, items: list[TTSItem]) -> list[np.ndarray | TimedAudio]:
+    def run_batch(self, items: list[TTSItem]) -> list[Audio | TimedAudio]:
         pieces = [it.piece for it in items]
         if items[0].timed:  # (the key keeps timed, lead and other items apart)
             assert self.loaded is not None  # (TTSService asks for word times of these only)
             return list(self.loaded.ids_to_timed_audio(pieces, items[0].options))
         if items[0].on_head is not None:
 
-            def heard(heads: list[np.ndarray]) -> None:
+            def heard(heads: list[Audio]) -> None:
                 for it, head in zip(items, heads, strict=True):
                     assert it.on_head is not None
                     it.on_head(head)
@@ -90,7 +90,7 @@ class TTSAdapter:
             return list(self.tts.ids_to_audio(pieces, items[0].options, on_head=heard))
         return list(self.tts.ids_to_audio(pieces, items[0].options))
 
-    def launch_batch(self, items: list[TTSItem]) -> Callable[[], list[np.ndarray | TimedAudio]]:
+    def launch_batch(self, items: list[TTSItem]) -> Callable[[], list[Audio | TimedAudio]]:
         """run_batch in two steps (the engine's pipelining): plain items are started and their
         audio's copy to the host queued (TTS.ids_to_audio_later); timed and lead items, or a
         stand-in voice, run whole now."""
@@ -139,7 +139,7 @@ def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits, pace: fl
 
 
 async def read_texts(
-    text_to_pieces: Callable[..., list[Piece]],
+    text_to_pieces: TextToPieces,
     texts: Sequence[str],
     seeds: Sequence[int],
     limits: Limits,
@@ -170,7 +170,7 @@ class SpeechFrontEnd:
 
     def __init__(
         self,
-        text_to_pieces: Callable[..., list[Piece]],
+        text_to_pieces: TextToPieces,
         limits: Limits,
         denoiser_missing: str | None = None,
     ) -> None:
@@ -200,7 +200,7 @@ class TTSService:
     """Text in, float32 audio out, through the `tts` engine."""
 
     def __init__(
-        self, tts: Voice, engine: Engine[TTSItem, np.ndarray | TimedAudio], limits: Limits
+        self, tts: Voice, engine: Engine[TTSItem, Audio | TimedAudio], limits: Limits
     ) -> None:
         self.tts = tts
         self.loaded = loaded(tts)  # None: a stand-in voice (no denoiser, no word times)
@@ -217,7 +217,7 @@ class TTSService:
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
     ) -> list[list[asyncio.Future[TTSOut]]]:
         """Validate and split the texts, queue every piece; per text, its pieces' futures (of
-        their audio, np.ndarray)."""
+        their audio, Audio)."""
         return (await self._submit(texts, options, seeds))[1]
 
     async def _submit(
@@ -226,7 +226,7 @@ class TTSService:
         options: SynthesisOptions,
         seeds: Sequence[int],
         words: bool = False,
-        on_head: Callable[[np.ndarray], None] | None = None,
+        on_head: Callable[[Audio], None] | None = None,
     ) -> tuple[list[Piece], list[list[asyncio.Future[TTSOut]]]]:
         """submit(); `words`: the pieces carry their words and the futures give TimedAudio;
         `on_head`: the first piece is a stream's lead (TTSItem.on_head)."""
@@ -243,7 +243,7 @@ class TTSService:
 
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
-    ) -> list[np.ndarray]:
+    ) -> list[Audio]:
         """One waveform per text (pieces joined by their silences, as TTS.synthesize does)."""
         pieces, per_text = await self._submit(texts, options, seeds)
         flat = [f for fs in per_text for f in fs]
@@ -258,7 +258,7 @@ class TTSService:
 
     async def synthesize_with_words(
         self, text: str, options: SynthesisOptions, seed: int
-    ) -> tuple[np.ndarray, list[dict[str, str | float]]]:
+    ) -> tuple[Audio, list[dict[str, str | float]]]:
         """One waveform, as synthesize gives it, and its words' times (speechrt.tts.word_times)."""
         voice = self.loaded
         if voice is None or not voice.has_durations:
@@ -276,7 +276,7 @@ class TTSService:
 
     async def stream(
         self, text: str, options: SynthesisOptions, seed: int, lead: bool = True
-    ) -> AsyncIterator[np.ndarray]:
+    ) -> AsyncIterator[Audio]:
         """Queue every sentence now (so a full queue fails before any byte is sent), then yield
         the first piece's first frames' audio as soon as they are vocoded, and each sentence's
         audio (the rest of it; preceded by the pause) as soon as it and those before it are
@@ -285,9 +285,9 @@ class TTSService:
         the first piece is no lead (a text queued behind others, whose first audio is not
         needed early: speechrt.serving.text_stream), so all its pieces batch as a request's."""
         loop = asyncio.get_running_loop()
-        head: asyncio.Future[np.ndarray] = loop.create_future()
+        head: asyncio.Future[Audio] = loop.create_future()
 
-        def on_head(audio: np.ndarray) -> None:  # on the device thread
+        def on_head(audio: Audio) -> None:  # on the device thread
             loop.call_soon_threadsafe(_settle_once, head, audio)
 
         hook = on_head if lead else None
@@ -298,13 +298,13 @@ class TTSService:
         self,
         pieces: list[Piece],
         futures: list[asyncio.Future[TTSOut]],
-        head: asyncio.Future[np.ndarray],
-    ) -> AsyncIterator[np.ndarray]:
+        head: asyncio.Future[Audio],
+    ) -> AsyncIterator[Audio]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.request_timeout_s
         try:
             # the head, unless the whole first piece is there as soon (or fails first)
-            first: list[asyncio.Future[np.ndarray] | asyncio.Future[TTSOut]] = [head, futures[0]]
+            first: list[asyncio.Future[Audio] | asyncio.Future[TTSOut]] = [head, futures[0]]
             await asyncio.wait(
                 first,
                 timeout=max(0.0, deadline - loop.time()),
@@ -327,12 +327,12 @@ class TTSService:
                 f.cancel()
 
 
-def _waves(outputs: Sequence[TTSOut]) -> list[np.ndarray]:
+def _waves(outputs: Sequence[TTSOut]) -> list[Audio]:
     """Pieces' outputs -> their waveforms (S,) float32."""
     return [o.audio if isinstance(o, TimedAudio) else o for o in outputs]
 
 
-def _settle_once(future: asyncio.Future[np.ndarray], value: np.ndarray) -> None:
+def _settle_once(future: asyncio.Future[Audio], value: Audio) -> None:
     if not future.done():  # a retried batch may report a head twice; a gone client, never
         future.set_result(value)
 
@@ -388,7 +388,7 @@ class ASRService:
     def sampling_rate(self) -> int:
         return int(self.asr.sample_rate)
 
-    def check_audio(self, audio: np.ndarray, sampling_rate: int | None = None) -> np.ndarray:
+    def check_audio(self, audio: Audio, sampling_rate: int | None = None) -> Audio:
         """A (N,) float32 waveform at `sampling_rate` (default: the model's) -> at the model's
         rate as the model hears it (ASR.from_rate), within the limits, or SpeechRTError. The
         samples are checked once (as_waveform: one channel, finite), then the duration limit
@@ -406,7 +406,7 @@ class ASRService:
             )
         return self.asr.check_length(self.asr.from_rate(audio, sr))
 
-    async def decode(self, data: bytes) -> np.ndarray:
+    async def decode(self, data: bytes) -> Audio:
         """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate.
 
         The duration limit and the samples decoding may cost (every channel's) are checked on
@@ -425,7 +425,7 @@ class ASRService:
         def stop() -> bool:
             return gone.is_set() or time.monotonic() > deadline
 
-        def decode() -> np.ndarray:
+        def decode() -> Audio:
             audio, _ = read_audio(data, self.sampling_rate, limit, self.asr.band_filter, stop)
             return self.check_audio(audio)
 
@@ -437,7 +437,7 @@ class ASRService:
         finally:
             gone.set()  # a request cancelled meanwhile: its decode stops at the next block
 
-    async def prepare(self, audio: np.ndarray, sampling_rate: int) -> np.ndarray:
+    async def prepare(self, audio: Audio, sampling_rate: int) -> Audio:
         """check_audio on the upload threads (a waveform sent at another rate is resampled)."""
         return await self._on_upload_thread(lambda: self.check_audio(audio, sampling_rate))
 
@@ -450,7 +450,7 @@ class ASRService:
         finally:
             self.pending_uploads -= 1
 
-    async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Transcript]:
+    async def transcribe(self, audios: Sequence[Audio]) -> list[Transcript]:
         """Waveforms at the model's rate -> one Transcript each. Each is cut into its windows
         (voice activity detection, on the upload threads), and every window is a batch item
         of its own: 600 s of audio is ~37 windows, and a request behind it waits for one

@@ -12,12 +12,13 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.base import BACKENDS as RUNTIME_BACKENDS
-from speechrt.serving.engine import Adapter, BatchConfig, DeviceWorker, Engine
+from speechrt.serving.engine import Adapter, BatchConfig, Batcher, DeviceWorker, Engine
 from speechrt.serving.metrics import Metrics
 from speechrt.serving.openai_api import ASR_ALIASES, TTS_ALIASES
 from speechrt.serving.pipelines import (
@@ -67,7 +68,8 @@ class ServeConfig:
     rate_limit: float | None = None  # requests per second per key; None: no limit
 
 
-def bound_frames(runner: Any, limit: int) -> None:  # Any: a runner of any backend, probed
+# Any: a runner of any backend, its length-regulated parts probed (runtime/graphs wiring)
+def bound_frames(runner: Any, limit: int) -> None:  # type: ignore[explicit-any]
     """Bound a length-regulated runner's frames per item (and so per batch: see
     speechrt.runtime.bounds) on every backend; FastPitch's and FastSpeech's frames are known
     only once they are encoded. Other runners are left as they are."""
@@ -111,8 +113,7 @@ class Server:
         self.config = config or ServeConfig()
         self.metrics = Metrics()
         self.worker = DeviceWorker()
-        # Any: the engines batch items of different types (TTS pieces, ASR windows, tensors)
-        self.engines: dict[str, Engine[Any, Any]] = {}
+        self.engines: dict[str, Batcher] = {}  # their items differ: pieces, windows, tensors
         self.v2: dict[str, ContractModel] = {}
         self.unserved: dict[str, str] = {}  # component graph -> why it is not served
         self.tts: TTSService | None = None
@@ -174,7 +175,7 @@ class Server:
             self.v2[name] = model
 
     @classmethod
-    def load(
+    def load(  # type: ignore[explicit-any]  # decoding: ASR keywords
         cls,
         acoustic: str | Path | None = None,
         vocoder: str | Path | None = None,
@@ -184,7 +185,7 @@ class Server:
         backend: str = "auto",
         config: ServeConfig | None = None,
         batch_invariant: bool = False,
-        decoding: dict[str, Any] | None = None,  # Any: ASR's keyword arguments, of mixed types
+        decoding: dict[str, Any] | None = None,  # Any: ASR's decoder keywords, of mixed types
     ) -> Server:
         """Load the pipelines from model directories (see `speechrt convert`).
 
@@ -323,7 +324,7 @@ class Server:
 
         async def step(what: str, fn: Callable[[list[T]], object], batch: list[T]) -> None:
             nonlocal done
-            await self.worker.run(fn, batch)
+            await self.worker.run(partial(fn, batch))
             done += 1  # a compiled backend takes tens of seconds for a new shape: say so
             log.info("warm-up %d/%d: %s (%.1f s)", done, steps, what, time.perf_counter() - t0)
 

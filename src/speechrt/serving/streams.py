@@ -13,6 +13,7 @@ its mind. The last delta completes the final text when what was sent is a prefix
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,7 +74,7 @@ class RecognitionStream:
     async def _step(self, piece: np.ndarray) -> str:
         worker = self.srv.worker
         async with worker.turn():
-            partial = await worker.run(self.recognizer.push, piece)
+            partial = await worker.run(functools.partial(self.recognizer.push, piece))
         if partial is None:
             return ""
         self.partial = partial.text

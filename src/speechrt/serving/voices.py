@@ -14,9 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
 from speechrt.options import SynthesisOptions
 from speechrt.pieces import Piece, TimedAudio
+
+Audio = npt.NDArray[np.float32]  # (S,) samples in [-1, 1]
 
 if TYPE_CHECKING:
     from speechrt.audio.mel import MelConfig
@@ -28,6 +31,19 @@ class SpeechText(Protocol):
     """What the services ask of a voice's text processor (speechrt.text.TextProcessor)."""
 
     def has_speech(self, text: str) -> bool: ...  # anything to say ("**": no)
+
+
+class TextToPieces(Protocol):
+    """speechrt.front_end.text_to_pieces less its TextProcessor (Voice.text_to_pieces)."""
+
+    def __call__(
+        self,
+        texts: Sequence[str],
+        seeds: Sequence[int],
+        words: bool = False,
+        max_symbols: int | None = None,
+        pace: float = 1.0,
+    ) -> list[Piece]: ...
 
 
 class Voice(Protocol):
@@ -58,8 +74,8 @@ class Voice(Protocol):
         self,
         batch: list[Piece],
         options: SynthesisOptions,
-        on_head: Callable[[list[np.ndarray]], None] | None = None,
-    ) -> list[np.ndarray]: ...  # one (S,) float32 waveform per piece
+        on_head: Callable[[list[Audio]], None] | None = None,
+    ) -> list[Audio]: ...  # one (S,) float32 waveform per piece
 
 
 @runtime_checkable
@@ -92,7 +108,7 @@ class LoadedVoice(Voice, Protocol):
 
     def ids_to_audio_later(
         self, batch: list[Piece], options: SynthesisOptions
-    ) -> Callable[[], list[np.ndarray]]: ...
+    ) -> Callable[[], list[Audio]]: ...
 
 
 def loaded(voice: Voice) -> LoadedVoice | None:
