@@ -12,9 +12,9 @@
 Needs the `serve` extra (fastapi, uvicorn, python-multipart); gRPC the `grpc` extra.
 """
 
+from speechrt.limits import Limits
 from speechrt.serving.app import create_app
 from speechrt.serving.engine import BatchConfig
-from speechrt.serving.pipelines import Limits
 from speechrt.serving.server import ServeConfig, Server
 
 __all__ = ["BatchConfig", "Limits", "ServeConfig", "Server", "create_app"]

@@ -25,6 +25,7 @@ import numpy as np
 
 from speechrt.asr.decoding import DecodePool, Heard, Segment, Transcript
 from speechrt.errors import SpeechRTError
+from speechrt.limits import Limits
 from speechrt.options import SynthesisOptions
 from speechrt.pieces import Piece, TimedAudio, join_pieces, word_times
 from speechrt.serving.engine import DeadlineExceeded, Engine, Overloaded, wait_all
@@ -35,24 +36,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 TTSOut = Audio | TimedAudio  # a piece's audio (S,) float32; a timed piece's, with durations
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_text_chars: int = 10_000  # per text, as sent
-    # what the acoustic model reads, per request (all its texts), after normalisation: 5,000
-    # digits are 5,000 characters but 21,000 symbols; English prose is about one per character
-    max_text_symbols: int = 15_000
-    max_pieces: int = 256  # sentence pieces (batch items) per request
-    max_upload_bytes: int = 25 * 1024 * 1024  # request bodies (OpenAI's file limit)
-    max_audio_seconds: float = 600.0  # decoded audio per item
-    # uploads decoding or waiting for a decoding thread (ASRService.decode); more are a 503
-    max_pending_uploads: int = 32
-    request_timeout_s: float = 60.0  # queue + compute, per request
-    realtime_idle_s: float = 60.0  # a realtime WebSocket session with no event for this long ends
-    # KServe v2 component inputs, per item (speechrt.serving.v2models.axis_limits):
-    max_symbols: int = 1024  # symbol ids (a 300-character piece of words encodes to ~300-400)
-    max_component_seconds: float = 30.0  # audio-time axes: mel frames, samples, ASR features
 
 
 # -- TTS -----------------------------------------------------------------------------------------

@@ -34,12 +34,13 @@ from ray.exceptions import RayTaskError
 from speechrt.audio import codecs
 from speechrt.errors import SpeechRTError
 from speechrt.front_end import text_to_pieces
+from speechrt.limits import Limits
 from speechrt.options import SynthesisOptions
 from speechrt.pieces import Piece, join_pieces
 from speechrt.repo import read_info
 from speechrt.serving.http_errors import HANDLERS, ApiError
 from speechrt.serving.openai_api import TTS_ALIASES, SpeechRequest, speech_options
-from speechrt.serving.pipelines import Limits, SpeechFrontEnd
+from speechrt.serving.pipelines import SpeechFrontEnd
 from speechrt.serving.ray_app import replica_env
 
 MAX_BATCH = 8  # items per stage batch (split_tts_app(max_batch_size=...) sets it)

@@ -17,7 +17,7 @@ from wyoming.event import Event
 from speechrt.serving.realtime import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
-    from speechrt.serving.pipelines import Limits
+    from speechrt.limits import Limits
 
 MAX_PAYLOAD_BYTES = MAX_MESSAGE_BYTES  # one event's binary payload (an audio chunk)
 
