@@ -243,14 +243,15 @@ HOSTILE = {
     "aac": {"response_format": "aac"},
     "unknown model": {"model": "gpt-5"},
     "missing input": {"input": None},
+    "denoise": {"denoise": 0.5},  # the bundled voice ships no denoiser graph (onnx backend)
 }
 
 
 @pytest.mark.ray
 def test_split_pipeline_refuses_what_the_server_refuses(cluster: str, start_server) -> None:
     """The split pipeline's ingress runs the server's own checks (openai_api.speech_options,
-    pipelines.read_texts): every hostile body gets the same status and the same JSON error from
-    both, and none reaches a model."""
+    pipelines.SpeechFrontEnd, which TTSService runs too): every hostile body gets the same
+    status and the same JSON error from both, and none reaches a model."""
     from ray import serve
 
     from speechrt.cli.serve import serve_config

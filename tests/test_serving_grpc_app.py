@@ -83,7 +83,11 @@ def test_a_call_the_client_cancels_has_its_queued_pieces_dropped(method):
         engine = server.engines["tts"]
         # the server learns of the cancel after the client does: open the device only once
         # the handler has cancelled b, c and d (else the worker may start b first)
-        await until(lambda: len(engine._queue) == 3 and all(p.future.done() for p in engine._queue))
+        await until(
+            lambda: (
+                len(engine.queue.items) == 3 and all(p.future.done() for p in engine.queue.items)
+            )
+        )
         gate.set()
         await until(lambda: engine.pending == 0 and engine.dropped == 3)
         return ended, server.metrics.render()

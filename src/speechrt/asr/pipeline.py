@@ -313,6 +313,11 @@ class ASR:
                 raise SpeechRTError(f"{name}: samples contain NaN or infinity")
         else:
             audio = as_waveform(source, name)
+        return self.check_length(audio, name)
+
+    def check_length(self, audio: np.ndarray, name: str = "audio") -> np.ndarray:
+        """Waveform (N,) at the model's rate, unchanged, unless it is empty or shorter than the
+        features' first frame needs (SpeechRTError)."""
         if audio.size == 0:
             raise SpeechRTError(f"{name}: audio is empty (0 samples)")
         if audio.size < self.features.min_samples:

@@ -16,6 +16,8 @@ from speechrt.cli import serve_access
 from speechrt.cli.flags import add_runtime_options
 from speechrt.cli.transcribe import add_decoder_arguments, decoder_options
 from speechrt.errors import SpeechRTError
+from speechrt.limits import add_flags as add_limit_flags
+from speechrt.limits import from_flags as limits_from_flags
 
 if TYPE_CHECKING:
     import socket
@@ -74,43 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "other)",
     )
     g = p.add_argument_group("limits")
-    g.add_argument("--max-text-chars", type=int, default=10_000, help="per text (default: 10000)")
-    g.add_argument(
-        "--max-text-symbols",
-        type=int,
-        default=15_000,
-        help="symbols a speech request reads, after numbers are spelled out and SSML expanded; "
-        "the front end stops there (default: 15000)",
-    )
-    g.add_argument(
-        "--max-upload-mb", type=float, default=25.0, help="request body limit (default: 25)"
-    )
-    g.add_argument(
-        "--max-audio-seconds", type=float, default=600.0, help="per audio item (default: 600)"
-    )
-    g.add_argument(
-        "--max-symbols",
-        type=int,
-        default=1024,
-        help="symbol ids per item of a KServe v2 component request (default: 1024)",
-    )
-    g.add_argument(
-        "--max-component-seconds",
-        type=float,
-        default=30.0,
-        help="audio per item of a KServe v2 component request: bounds its mel frames, samples "
-        "and feature frames (default: 30)",
-    )
-    g.add_argument(
-        "--request-timeout", type=float, default=60.0, help="seconds per request (default: 60)"
-    )
-    g.add_argument(
-        "--realtime-idle-seconds",
-        type=float,
-        default=60.0,
-        help="close a realtime or text-streaming WebSocket session, or a Wyoming connection, "
-        "after this long without an event while nothing is in flight (default: 60)",
-    )
+    add_limit_flags(g)  # speechrt.limits.Limits: one flag per field that has one
     g.add_argument(
         "--header-timeout",
         type=float,
@@ -237,15 +203,13 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
     """The flags' batching and limits, checked (SpeechRTError); with no model given, `args`
     gets the bundled defaults' directories. Loads nothing."""
     try:
-        from speechrt.serving import BatchConfig, Limits, ServeConfig
+        from speechrt.serving import BatchConfig, ServeConfig
     except ImportError as e:
         raise SpeechRTError(
             f"serving needs the `serve` extra: pip install 'speechrt[serve]' ({e})"
         ) from None
-    positive = ("max_text_chars", "max_text_symbols", "max_upload_mb", "max_audio_seconds",
-                "request_timeout", "realtime_idle_seconds", "header_timeout",
-                "body_timeout")  # fmt: skip
-    for name in (*positive, "max_symbols", "max_component_seconds"):
+    limits = limits_from_flags(args)  # (checked: every limit is positive)
+    for name in ("header_timeout", "body_timeout"):
         if getattr(args, name) <= 0:
             raise SpeechRTError(f"--{name.replace('_', '-')} must be positive")
     if args.threads is not None and args.threads < 1:
@@ -260,16 +224,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
             max_batch_ms=args.max_batch_ms or None,
             pipeline=args.pipeline_batches,
         ),
-        limits=Limits(
-            max_text_chars=args.max_text_chars,
-            max_text_symbols=args.max_text_symbols,
-            max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
-            max_audio_seconds=args.max_audio_seconds,
-            request_timeout_s=args.request_timeout,
-            realtime_idle_s=args.realtime_idle_seconds,
-            max_symbols=args.max_symbols,
-            max_component_seconds=args.max_component_seconds,
-        ),
+        limits=limits,
         components=not args.no_components,
         decode_workers=args.decode_workers,
         warmup=warmup_texts(args.warmup),

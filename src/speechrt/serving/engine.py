@@ -9,13 +9,9 @@ items the batch is the window of most similar `length`s around its head, so padd
 Three rules keep one request from holding the device:
 - Engines take turns: the device is a FIFO lock, and an engine picks its batch only once it holds
   the lock, so every engine waiting gets one batch before any engine gets a second.
-- Requests take turns within an engine (start-time fair queueing): item j of a request is tagged
-  with round `now + j`, where `now` is the round of the item last dispatched, and the batch's head
-  is the queued item of the lowest round. A one-piece request that arrives behind a request of a
-  hundred pieces waits for one of them, not a hundred.
-- `max_batch_ms` bounds a batch's predicted compute time. The engine learns seconds per unit of
-  padded work (items x longest length) from the batches it ran; until it has run one, a batch
-  holds one item. A single item is never split: its size is bounded where requests are cut up.
+- Requests take turns within an engine (start-time fair queueing), and `max_batch_ms` bounds a
+  batch's predicted compute time: the queue's rules (speechrt.serving.batch_queue). A single
+  item is never split: its size is bounded where requests are cut up.
 An item whose future is cancelled (its client went away, its deadline passed, a sibling failed)
 while it waits is dropped unstarted and counted (`on_drop`).
 
@@ -37,15 +33,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from functools import partial
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from speechrt.errors import SpeechRTError
+from speechrt.serving.batch_queue import FairQueue, Pending
 
 log = logging.getLogger("speechrt.serving")
 
@@ -71,6 +68,22 @@ class Launches(Protocol[In, Out]):
     """An adapter that can also run a batch in two steps (BatchConfig.pipeline)."""
 
     def launch_batch(self, items: list[In]) -> Callable[[], list[Out]]: ...
+
+
+class Batcher(Protocol):
+    """What a server does with an engine, whatever its items: start, drain, ask its state."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def pending(self) -> int: ...
 
 
 class Overloaded(Exception):
@@ -137,8 +150,9 @@ class DeviceWorker:
         async with self._lock:
             yield
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    async def run(self, fn: Callable[[], T]) -> T:
+        """fn() on the device thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
 
     async def finish(self, fn: Callable[[], T]) -> T:
         """A launched batch's finish(), off the device thread (it waits for the device)."""
@@ -147,16 +161,6 @@ class DeviceWorker:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._finisher.shutdown(wait=True)
-
-
-@dataclass(eq=False)
-class _Pending(Generic[In, Out]):
-    item: In
-    key: Hashable
-    length: int
-    future: asyncio.Future[Out]
-    enqueued: float  # the engine's clock
-    tag: tuple[int, int]  # (round, arrival): the head of the queue is the lowest
 
 
 class Engine(Generic[In, Out]):
@@ -184,10 +188,9 @@ class Engine(Generic[In, Out]):
         self.on_drop = on_drop
         self.clock = clock
         self.dropped = 0  # items dropped unstarted, in total
-        self._queue: list[_Pending[In, Out]] = []  # in arrival order
-        self._arrivals = itertools.count()
-        self._round = 0  # the round of the last dispatched head
-        self._seconds_per_work: float | None = None  # learnt from executed batches
+        self.queue: FairQueue[In, Out] = FairQueue(
+            self.config.max_batch_size, self.config.max_batch_ms
+        )
         self._executing = 0  # items between dispatch and their futures' results
         self._finishing: set[asyncio.Task[None]] = set()  # pipelined batches coming back
         self._launches = asyncio.Semaphore(2)  # pipelined batches between launch and finish
@@ -219,7 +222,7 @@ class Engine(Generic[In, Out]):
     @property
     def pending(self) -> int:
         """Items queued or on the device."""
-        return sum(not p.future.done() for p in self._queue) + self._executing
+        return sum(not p.future.done() for p in self.queue.items) + self._executing
 
     # -- submitting ----------------------------------------------------------------------------
 
@@ -232,25 +235,17 @@ class Engine(Generic[In, Out]):
             raise SpeechRTError(
                 f"request needs {len(items)} {self.name} batch items; the queue holds {limit}"
             )
-        if len(self._queue) + len(items) > limit:
+        if len(self.queue) + len(items) > limit:
             self._prune()
-            if len(self._queue) + len(items) > limit:
+            if len(self.queue) + len(items) > limit:
                 raise Overloaded(f"{self.name}: queue full ({limit} items), retry later")
-        loop, now = asyncio.get_running_loop(), self.clock()
-        pending = [
-            _Pending(
-                it,
-                self.adapter.key(it),
-                self.adapter.length(it),
-                loop.create_future(),
-                now,
-                (self._round + j, next(self._arrivals)),
-            )
-            for j, it in enumerate(items)
-        ]
-        self._queue += pending
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Out]] = [loop.create_future() for _ in items]
+        keys = [self.adapter.key(it) for it in items]
+        lengths = [self.adapter.length(it) for it in items]
+        self.queue.add(items, keys, lengths, futures, self.clock())
         self._notify()
-        return [p.future for p in pending]
+        return futures
 
     async def infer(self, items: Sequence[In], timeout: float | None = None) -> list[Out]:
         """Submit and wait for every item; on timeout the unfinished items are cancelled."""
@@ -275,21 +270,16 @@ class Engine(Generic[In, Out]):
 
     def _prune(self) -> None:
         """Drop the queued items whose futures were cancelled (they never started)."""
-        kept = [p for p in self._queue if not p.future.done()]
-        dropped = len(self._queue) - len(kept)
-        self._queue = kept
+        dropped = self.queue.prune()
         if dropped:
             self.dropped += dropped
             if self.on_drop is not None:
                 self.on_drop(dropped)
 
-    def _head(self) -> _Pending[In, Out]:
-        return min(self._queue, key=lambda p: p.tag)
-
     async def _loop(self) -> None:
         while True:
             self._prune()
-            if not self._queue:
+            if not self.queue:
                 if self._closing:
                     await asyncio.gather(*self._finishing)
                     return
@@ -302,12 +292,9 @@ class Engine(Generic[In, Out]):
             try:
                 async with self.worker.turn():
                     self._prune()  # items may have been cancelled while another engine ran
-                    if not self._queue:
+                    if not self.queue:
                         continue
-                    batch = self._choose(self._head())
-                    chosen = set(map(id, batch))
-                    self._queue = [p for p in self._queue if id(p) not in chosen]
-                    self._round = max(self._round, batch[0].tag[0])
+                    batch = self.queue.take()
                     try:
                         if self._pipelined:
                             launched = await self._launch(batch)
@@ -324,45 +311,12 @@ class Engine(Generic[In, Out]):
         delay = self.config.max_queue_delay_ms / 1000.0
         while not self._closing:
             self._prune()
-            if not self._queue:
+            if not self.queue:
                 return
-            head = self._head()
-            ready = sum(p.key == head.key for p in self._queue)
-            remaining = self._queue[0].enqueued + delay - self.clock()
-            if ready >= self.config.max_batch_size or remaining <= 0:
+            remaining = self.queue.items[0].enqueued + delay - self.clock()
+            if self.queue.batch_ready() or remaining <= 0:
                 return
             await self._sleep(remaining)
-
-    def _choose(self, head: _Pending[In, Out]) -> list[_Pending[In, Out]]:
-        """The head plus up to max_batch_size - 1 compatible items of the closest lengths, as
-        many as the time budget allows; the head comes first."""
-        group = [p for p in self._queue if p.key == head.key]
-        k = self.config.max_batch_size
-        if len(group) > k:
-            group.sort(key=lambda p: p.length)
-            h = group.index(head)
-            starts = range(max(0, h - k + 1), min(h, len(group) - k) + 1)
-            best = min(starts, key=lambda s: group[s + k - 1].length - group[s].length)
-            group = group[best : best + k]
-        group.sort(key=lambda p: (p is not head, abs(p.length - head.length), p.tag))
-        size = 1
-        while size < len(group) and self._fits(group[: size + 1]):
-            size += 1
-        return group[:size]
-
-    def _fits(self, batch: list[_Pending[In, Out]]) -> bool:
-        budget = self.config.max_batch_ms
-        if budget is None:
-            return True
-        if self._seconds_per_work is None:  # nothing measured yet: one item at a time
-            return False
-        return self._seconds_per_work * _work(batch) <= budget / 1000.0
-
-    def _learn(self, batch: list[_Pending[In, Out]], compute_s: float) -> None:
-        """Update the seconds per unit of padded work (an average leaning on the latest)."""
-        rate = compute_s / _work(batch)
-        old = self._seconds_per_work
-        self._seconds_per_work = rate if old is None else 0.5 * old + 0.5 * rate
 
     def _timed_run(self, items: list[In]) -> tuple[list[Out], float]:
         t0 = self.clock()
@@ -373,15 +327,17 @@ class Engine(Generic[In, Out]):
             )
         return outputs, self.clock() - t0
 
-    async def _run(self, batch: list[_Pending[In, Out]]) -> list[Out]:
+    async def _run(self, batch: list[Pending[In, Out]]) -> list[Out]:
         start = self.clock()
         queue_s = [start - p.enqueued for p in batch]
         try:
-            outputs, compute_s = await self.worker.run(self._timed_run, [p.item for p in batch])
+            outputs, compute_s = await self.worker.run(
+                partial(self._timed_run, [p.item for p in batch])
+            )
         except BaseException:
             self._report(BatchStats(self.name, len(batch), queue_s, self.clock() - start, False))
             raise
-        self._learn(batch, compute_s)
+        self.queue.learn(batch, compute_s)
         self._report(BatchStats(self.name, len(batch), queue_s, compute_s, True))
         return outputs
 
@@ -389,7 +345,7 @@ class Engine(Generic[In, Out]):
         if self.on_batch is not None:
             self.on_batch(stats)
 
-    async def _execute(self, batch: list[_Pending[In, Out]]) -> None:
+    async def _execute(self, batch: list[Pending[In, Out]]) -> None:
         self._executing += len(batch)
         try:
             try:
@@ -402,10 +358,10 @@ class Engine(Generic[In, Out]):
         finally:
             self._executing -= len(batch)
 
-    async def _one_by_one(self, batch: list[_Pending[In, Out]], e: Exception) -> None:
+    async def _one_by_one(self, batch: list[Pending[In, Out]], e: Exception) -> None:
         """After batch failed with e: its items run alone, so only a bad one fails."""
         if len(batch) == 1:
-            _settle(batch[0].future, error=self._item_error(e))
+            _fail(batch[0].future, self._item_error(e))
             return
         log.warning(
             "engine %s: batch of %d failed (%s); retrying its items one by one",
@@ -419,9 +375,9 @@ class Engine(Generic[In, Out]):
                     (out,) = await self._run([p])
                     _settle(p.future, out)
             except Exception as e1:
-                _settle(p.future, error=self._item_error(e1))
+                _fail(p.future, self._item_error(e1))
 
-    async def _launch(self, batch: list[_Pending[In, Out]]) -> bool:
+    async def _launch(self, batch: list[Pending[In, Out]]) -> bool:
         """Start batch on the device and leave its finish to a task; False if it failed to
         start (its items have been retried one by one)."""
         self._executing += len(batch)
@@ -429,7 +385,9 @@ class Engine(Generic[In, Out]):
         queue_s = [start - p.enqueued for p in batch]
         assert isinstance(self.adapter, Launches)
         try:
-            finish = await self.worker.run(self.adapter.launch_batch, [p.item for p in batch])
+            finish = await self.worker.run(
+                partial(self.adapter.launch_batch, [p.item for p in batch])
+            )
         except Exception as e:
             self._report(BatchStats(self.name, len(batch), queue_s, self.clock() - start, False))
             try:
@@ -444,7 +402,7 @@ class Engine(Generic[In, Out]):
 
     async def _finish(
         self,
-        batch: list[_Pending[In, Out]],
+        batch: list[Pending[In, Out]],
         finish: Callable[[], list[Out]],
         start: float,
         queue_s: list[float],
@@ -469,13 +427,13 @@ class Engine(Generic[In, Out]):
                 async with self.worker.turn():  # the retries take turns like any batch
                     await self._one_by_one(batch, error)
                 return
-            self._learn(batch, compute_s)
+            self.queue.learn(batch, compute_s)
             for p, out in zip(batch, outputs, strict=True):
                 _settle(p.future, out)
         except Exception:  # a finishing task must not die with its futures unsettled
             log.exception("engine %s: finishing a batch failed", self.name)
             for p in batch:
-                _settle(p.future, error=InferenceError(f"{self.name}: the batch was lost"))
+                _fail(p.future, InferenceError(f"{self.name}: the batch was lost"))
         finally:
             self._executing -= len(batch)
 
@@ -490,18 +448,14 @@ class Engine(Generic[In, Out]):
         return error
 
 
-def _work(batch: Sequence[_Pending[Any, Any]]) -> int:
-    """What a batch's compute is proportional to: items x the longest (padded) length."""
-    return len(batch) * max(1, max(p.length for p in batch))
-
-
-def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None):
-    if future.done():  # cancelled by a timeout or a client that went away
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
+def _settle(future: asyncio.Future[T], result: T) -> None:
+    if not future.done():  # else cancelled by a timeout or a client that went away
         future.set_result(result)
+
+
+def _fail(future: asyncio.Future[T], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
 
 
 async def wait_all(futures: Sequence[asyncio.Future[T]], timeout: float | None) -> list[T]:

@@ -30,12 +30,12 @@ import base64
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 
 from speechrt.audio import codecs
 from speechrt.options import SynthesisOptions
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1")
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
+# Model names the OpenAI API accepts for each pipeline (besides the pipeline's own name).
+TTS_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+ASR_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 STARTED = int(time.time())
 
 
@@ -56,8 +59,9 @@ def server_of(request: Request) -> Server:
     return request.app.state.server
 
 
-def _pipeline(srv: Server, model: str, want: str) -> None:
-    check_model(model, want, [n for n in srv.openai_models() if srv.pipeline_of(n) == want])
+def _served(srv: Server, want: str) -> list[str]:
+    """The OpenAI model names of this server's `want` ('tts' / 'asr') pipeline."""
+    return [n for n in srv.openai_models() if srv.pipeline_of(n) == want]
 
 
 def check_model(model: str, want: str, served: Sequence[str]) -> None:
@@ -72,11 +76,11 @@ def check_model(model: str, want: str, served: Sequence[str]) -> None:
         )
 
 
-class VoiceRef(BaseModel):
+class VoiceRef(BaseModel):  # type: ignore[explicit-any]  # Any: pydantic's BaseModel
     id: str
 
 
-class SpeechRequest(BaseModel):
+class SpeechRequest(BaseModel):  # type: ignore[explicit-any]  # Any: pydantic's BaseModel
     model_config = ConfigDict(extra="ignore")  # e.g. `instructions`, which we cannot follow
 
     model: str
@@ -100,11 +104,17 @@ OPENAI_VOICES = (
 )  # fmt: skip
 
 
-def voices_of(name: str, n_speakers: int) -> list[dict[str, Any]]:
+class VoiceEntry(TypedDict):
+    id: str
+    speaker: int
+    aliases: list[str]
+
+
+def voices_of(name: str, n_speakers: int) -> list[VoiceEntry]:
     """The speakers of a voice called `name`: {id, speaker, aliases} each. A single-speaker
     voice's id is its name; a multi-speaker one's are "<name>-<N>". Every speaker also answers
     to "N" and "speaker-N", and speaker 0 to the voice's name and OpenAI's voice names."""
-    out = []
+    out: list[VoiceEntry] = []
     for n in range(n_speakers):
         ident = name if n_speakers == 1 else f"{name}-{n}"
         aliases = [str(n), f"speaker-{n}"]
@@ -125,7 +135,7 @@ def speaker_of(voice: str | VoiceRef, name: str, n_speakers: int) -> int:
     raise ApiError(400, unknown_voice(wanted, entries), "voice_not_found", "voice")
 
 
-def unknown_voice(wanted: str, entries: list[dict[str, Any]]) -> str:
+def unknown_voice(wanted: str, entries: list[VoiceEntry]) -> str:
     """What a request may name instead of `wanted`: the voices (at most 8 listed), speaker
     numbers, and OpenAI's names for the first voice."""
     ids = [v["id"] for v in entries]
@@ -139,15 +149,19 @@ def unknown_voice(wanted: str, entries: list[dict[str, Any]]) -> str:
 
 def _checked(body: SpeechRequest, srv: Server) -> SynthesisOptions:
     """The request's SynthesisOptions, once its model, format, speed and voice are checked."""
-    _pipeline(srv, body.model, "tts")
+    if srv.tts is None:
+        check_model(body.model, "tts", [])  # no voice: a 404 whatever the model
     assert srv.tts is not None
-    return speech_options(body, srv.tts.tts.name, srv.tts.tts.n_speakers)
+    return speech_options(body, _served(srv, "tts"), srv.tts.tts.name, srv.tts.tts.n_speakers)
 
 
-def speech_options(body: SpeechRequest, voice: str, n_speakers: int) -> SynthesisOptions:
-    """The request's SynthesisOptions, once its format, speed, stream format and voice (of the
-    voice called `voice`) are checked: every speech route's checks (this server's, and the Ray
-    split pipeline's, speechrt.serving.ray_tts)."""
+def speech_options(
+    body: SpeechRequest, served: Sequence[str], voice: str, n_speakers: int
+) -> SynthesisOptions:
+    """The request's SynthesisOptions, once its model (one of `served`), format, speed, stream
+    format and voice (of the voice called `voice`) are checked: every speech route's checks
+    (this server's, and the Ray split pipeline's, speechrt.serving.ray_tts)."""
+    check_model(body.model, "tts", served)
     fmt = body.response_format
     if fmt not in codecs.FORMATS:
         # kept out on purpose (README, Speech formats): libsndfile has no AAC encoder, and
@@ -263,7 +277,7 @@ async def _stream(
     return StreamingResponse(audio_bytes(), media_type=media, headers=headers)
 
 
-def _form_str(form: Any, name: str, default: str | None = None) -> str | None:
+def _form_str(form: FormData, name: str, default: str | None = None) -> str | None:
     value = form.get(name, default)
     if value is not None and not isinstance(value, str):
         raise ApiError(400, f"{name!r} must be a text field, not a file", None, name)
@@ -284,11 +298,11 @@ async def transcriptions(request: Request) -> Response:
         await form.close()
 
 
-async def _transcribe(srv: Server, form: Any) -> Response:
+async def _transcribe(srv: Server, form: FormData) -> Response:
     model = _form_str(form, "model")
     if not model:
         raise ApiError(400, "missing required parameter 'model'", None, "model")
-    _pipeline(srv, model, "asr")
+    check_model(model, "asr", _served(srv, "asr"))
     assert srv.asr is not None
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
@@ -301,9 +315,10 @@ async def _transcribe(srv: Server, form: Any) -> Response:
             "unsupported_format",
             "response_format",
         )
-    grains = [*form.getlist("timestamp_granularities[]"), *form.getlist("timestamp_granularities")]
-    for g in grains:
-        if g not in transcripts.GRANULARITIES:
+    fields = [*form.getlist("timestamp_granularities[]"), *form.getlist("timestamp_granularities")]
+    grains = [g for g in fields if isinstance(g, str)]
+    for g in fields:
+        if g not in transcripts.GRANULARITIES:  # (a file is not one either)
             raise ApiError(
                 400, f"unknown timestamp granularity {g!r}", None, "timestamp_granularities"
             )
@@ -341,7 +356,7 @@ async def _transcribe(srv: Server, form: Any) -> Response:
     return PlainTextResponse(transcripts.vtt(result), media_type="text/vtt")
 
 
-def _sse(event: dict[str, Any]) -> bytes:
+def _sse(event: dict[str, str]) -> bytes:
     return f"data: {json.dumps(event)}\n\n".encode()
 
 
@@ -368,7 +383,7 @@ async def _transcribe_stream(srv: Server, data: bytes) -> StreamingResponse:
 
 
 @router.get("/audio/voices")
-async def voices(request: Request) -> dict[str, Any]:
+async def voices(request: Request) -> dict[str, object]:
     """The loaded voice's speakers, the names `voice` accepts (Kokoro-FastAPI's route)."""
     tts = server_of(request).tts
     if tts is None:
@@ -376,18 +391,18 @@ async def voices(request: Request) -> dict[str, Any]:
     return {"object": "list", "voices": voices_of(tts.tts.name, tts.tts.n_speakers)}
 
 
-def _model_entry(name: str) -> dict[str, Any]:
+def _model_entry(name: str) -> dict[str, str | int]:
     return {"id": name, "object": "model", "created": STARTED, "owned_by": "speechrt"}
 
 
 @router.get("/models")
-async def models(request: Request) -> dict[str, Any]:
+async def models(request: Request) -> dict[str, object]:
     names = server_of(request).openai_models()
     return {"object": "list", "data": [_model_entry(n) for n in names]}
 
 
 @router.get("/models/{model}")
-async def model(model: str, request: Request) -> dict[str, Any]:
+async def model(model: str, request: Request) -> dict[str, str | int]:
     if model not in server_of(request).openai_models():
         raise ApiError(404, f"model {model!r} not found", "model_not_found", "model")
     return _model_entry(model)

@@ -19,35 +19,23 @@ import time
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from speechrt.asr.decoding import Heard, Segment
+from speechrt.asr.decoding import DecodePool, Heard, Segment, Transcript
 from speechrt.errors import SpeechRTError
+from speechrt.limits import Limits
 from speechrt.options import SynthesisOptions
-from speechrt.pieces import Piece, join_pieces, word_times
+from speechrt.pieces import Piece, TimedAudio, join_pieces, word_times
 from speechrt.serving.engine import DeadlineExceeded, Engine, Overloaded, wait_all
+from speechrt.serving.voices import Audio, TextToPieces, Voice, loaded
+
+if TYPE_CHECKING:
+    from speechrt.asr import ASR
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_text_chars: int = 10_000  # per text, as sent
-    # what the acoustic model reads, per request (all its texts), after normalisation: 5,000
-    # digits are 5,000 characters but 21,000 symbols; English prose is about one per character
-    max_text_symbols: int = 15_000
-    max_pieces: int = 256  # sentence pieces (batch items) per request
-    max_upload_bytes: int = 25 * 1024 * 1024  # request bodies (OpenAI's file limit)
-    max_audio_seconds: float = 600.0  # decoded audio per item
-    # uploads decoding or waiting for a decoding thread (ASRService.decode); more are a 503
-    max_pending_uploads: int = 32
-    request_timeout_s: float = 60.0  # queue + compute, per request
-    realtime_idle_s: float = 60.0  # a realtime WebSocket session with no event for this long ends
-    # KServe v2 component inputs, per item (speechrt.serving.v2models.axis_limits):
-    max_symbols: int = 1024  # symbol ids (a 300-character piece of words encodes to ~300-400)
-    max_component_seconds: float = 30.0  # audio-time axes: mel frames, samples, ASR features
+TTSOut = Audio | TimedAudio  # a piece's audio (S,) float32; a timed piece's, with durations
 
 
 # -- TTS -----------------------------------------------------------------------------------------
@@ -60,38 +48,40 @@ class TTSItem:
     timed: bool = False  # also the frames per symbol (TTS.ids_to_timed_audio): word captions
     # a stream's lead piece: hears its first audio (TTS.ids_to_audio's on_head), on the device
     # thread, before the rest is vocoded
-    on_head: Callable[[np.ndarray], None] | None = None
+    on_head: Callable[[Audio], None] | None = None
 
 
 class TTSAdapter:
     """Batches sentence pieces that ask for the same options (seeds travel with the pieces)."""
 
-    def __init__(self, tts: Any) -> None:
-        self.tts = tts  # speechrt.tts.TTS (or anything with ids_to_audio)
+    def __init__(self, tts: Voice) -> None:
+        self.tts = tts
+        self.loaded = loaded(tts)  # None: a stand-in, no timed items or two-step batches
 
-    def run_batch(self, items: list[TTSItem]) -> list[Any]:
+    def run_batch(self, items: list[TTSItem]) -> list[Audio | TimedAudio]:
         pieces = [it.piece for it in items]
         if items[0].timed:  # (the key keeps timed, lead and other items apart)
-            return self.tts.ids_to_timed_audio(pieces, items[0].options)
+            assert self.loaded is not None  # (TTSService asks for word times of these only)
+            return list(self.loaded.ids_to_timed_audio(pieces, items[0].options))
         if items[0].on_head is not None:
 
-            def heard(heads: list[np.ndarray]) -> None:
+            def heard(heads: list[Audio]) -> None:
                 for it, head in zip(items, heads, strict=True):
                     assert it.on_head is not None
                     it.on_head(head)
 
-            return self.tts.ids_to_audio(pieces, items[0].options, on_head=heard)
-        return self.tts.ids_to_audio(pieces, items[0].options)
+            return list(self.tts.ids_to_audio(pieces, items[0].options, on_head=heard))
+        return list(self.tts.ids_to_audio(pieces, items[0].options))
 
-    def launch_batch(self, items: list[TTSItem]) -> Callable[[], list[Any]]:
+    def launch_batch(self, items: list[TTSItem]) -> Callable[[], list[Audio | TimedAudio]]:
         """run_batch in two steps (the engine's pipelining): plain items are started and their
-        audio's copy to the host queued (TTS.ids_to_audio_later); timed and lead items, or a tts
-        without that method, run whole now."""
-        later = getattr(self.tts, "ids_to_audio_later", None)
-        if items[0].timed or items[0].on_head is not None or later is None:
+        audio's copy to the host queued (TTS.ids_to_audio_later); timed and lead items, or a
+        stand-in voice, run whole now."""
+        if items[0].timed or items[0].on_head is not None or self.loaded is None:
             outputs = self.run_batch(items)
             return lambda: outputs
-        return later([it.piece for it in items], items[0].options)
+        later = self.loaded.ids_to_audio_later([it.piece for it in items], items[0].options)
+        return lambda: list(later())
 
     def length(self, item: TTSItem) -> int:
         return len(item.piece.ids)
@@ -132,7 +122,7 @@ def check_pieces(pieces: Sequence[Piece], n_texts: int, limits: Limits, pace: fl
 
 
 async def read_texts(
-    text_to_pieces: Callable[..., list[Piece]],
+    text_to_pieces: TextToPieces,
     texts: Sequence[str],
     seeds: Sequence[int],
     limits: Limits,
@@ -141,7 +131,7 @@ async def read_texts(
 ) -> list[Piece]:
     """Checked texts read at `pace` -> their sentence pieces within the limits, or
     SpeechRTError: what every speech route runs (this server's, and the Ray split pipeline's
-    ingress). `text_to_pieces`: speechrt.tts.text_to_pieces' signature less the
+    ingress). `text_to_pieces`: speechrt.front_end.text_to_pieces' signature less the
     TextProcessor; it stops as soon as the texts read as more than max_text_symbols (a symbol
     read slower than pace 1 counting 1 / pace), so a text that expands (digits, SSML) or is
     read slowly costs at most the limit to refuse."""
@@ -154,13 +144,53 @@ async def read_texts(
     return pieces
 
 
+class SpeechFrontEnd:
+    """Texts and a request's options -> checked sentence pieces, each with its own options:
+    the checks and the text front end of every speech path (TTSService here, and the Ray split
+    pipeline's ingress, speechrt.serving.ray_tts), so a limit or a fix lands once.
+    `text_to_pieces`: as read_texts takes it; `denoiser_missing`: why the voice cannot denoise
+    (speechrt.tts.TTS.denoiser_missing), or None when it can."""
+
+    def __init__(
+        self,
+        text_to_pieces: TextToPieces,
+        limits: Limits,
+        denoiser_missing: str | None = None,
+    ) -> None:
+        self.text_to_pieces = text_to_pieces
+        self.limits = limits
+        self.denoiser_missing = denoiser_missing
+
+    async def read(
+        self,
+        texts: Sequence[str],
+        options: SynthesisOptions,
+        seeds: Sequence[int],
+        words: bool = False,
+    ) -> tuple[list[Piece], list[SynthesisOptions]]:
+        """The texts' pieces within the limits (read_texts) and each piece's options (the
+        request's with the piece's SSML prosody; an out-of-range pace is a SpeechRTError), or
+        SpeechRTError."""
+        if options.denoise > 0 and self.denoiser_missing is not None:
+            raise SpeechRTError(f"this server cannot denoise: {self.denoiser_missing}")
+        pieces = await read_texts(
+            self.text_to_pieces, texts, seeds, self.limits, words, pace=options.pace
+        )
+        return pieces, [p.options(options) for p in pieces]
+
+
 class TTSService:
     """Text in, float32 audio out, through the `tts` engine."""
 
-    def __init__(self, tts: Any, engine: Engine[TTSItem, np.ndarray], limits: Limits) -> None:
+    def __init__(
+        self, tts: Voice, engine: Engine[TTSItem, Audio | TimedAudio], limits: Limits
+    ) -> None:
         self.tts = tts
+        self.loaded = loaded(tts)  # None: a stand-in voice (no denoiser, no word times)
         self.engine = engine
         self.limits = limits
+        missing = self.loaded.denoiser_missing if self.loaded is not None else None
+        self.front_end = SpeechFrontEnd(tts.text_to_pieces, limits, missing)
 
     @property
     def sampling_rate(self) -> int:
@@ -168,8 +198,9 @@ class TTSService:
 
     async def submit(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
-    ) -> list[list[asyncio.Future[np.ndarray]]]:
-        """Validate and split the texts, queue every piece; per text, its pieces' futures."""
+    ) -> list[list[asyncio.Future[TTSOut]]]:
+        """Validate and split the texts, queue every piece; per text, its pieces' futures (of
+        their audio, Audio)."""
         return (await self._submit(texts, options, seeds))[1]
 
     async def _submit(
@@ -178,34 +209,28 @@ class TTSService:
         options: SynthesisOptions,
         seeds: Sequence[int],
         words: bool = False,
-        on_head: Callable[[np.ndarray], None] | None = None,
-    ) -> tuple[list[Piece], list[list[asyncio.Future[Any]]]]:
+        on_head: Callable[[Audio], None] | None = None,
+    ) -> tuple[list[Piece], list[list[asyncio.Future[TTSOut]]]]:
         """submit(); `words`: the pieces carry their words and the futures give TimedAudio;
         `on_head`: the first piece is a stream's lead (TTSItem.on_head)."""
-        missing = getattr(self.tts, "denoiser_missing", None)
-        if options.denoise > 0 and missing is not None:
-            raise SpeechRTError(f"this server cannot denoise: {missing}")
-        pieces = await read_texts(
-            self.tts.text_to_pieces, texts, seeds, self.limits, words, pace=options.pace
-        )
-        # each piece read with its own SSML prosody (an out-of-range pace is a SpeechRTError)
+        pieces, piece_options = await self.front_end.read(texts, options, seeds, words)
         items = [
-            TTSItem(p, p.options(options), words, on_head if k == 0 else None)
-            for k, p in enumerate(pieces)
+            TTSItem(p, o, words, on_head if k == 0 else None)
+            for k, (p, o) in enumerate(zip(pieces, piece_options, strict=True))
         ]
         futures = self.engine.submit(items)
-        per_text: list[list[asyncio.Future[Any]]] = [[] for _ in texts]
+        per_text: list[list[asyncio.Future[TTSOut]]] = [[] for _ in texts]
         for p, f in zip(pieces, futures, strict=True):
             per_text[p.item].append(f)
         return pieces, per_text
 
     async def synthesize(
         self, texts: Sequence[str], options: SynthesisOptions, seeds: Sequence[int]
-    ) -> list[np.ndarray]:
+    ) -> list[Audio]:
         """One waveform per text (pieces joined by their silences, as TTS.synthesize does)."""
         pieces, per_text = await self._submit(texts, options, seeds)
         flat = [f for fs in per_text for f in fs]
-        audio = await wait_all(flat, self.limits.request_timeout_s)
+        audio = _waves(await wait_all(flat, self.limits.request_timeout_s))
         out, k = [], 0
         for fs in per_text:
             out.append(
@@ -216,22 +241,25 @@ class TTSService:
 
     async def synthesize_with_words(
         self, text: str, options: SynthesisOptions, seed: int
-    ) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    ) -> tuple[Audio, list[dict[str, str | float]]]:
         """One waveform, as synthesize gives it, and its words' times (speechrt.tts.word_times)."""
-        if not self.tts.has_durations:
+        voice = self.loaded
+        if voice is None or not voice.has_durations:
+            kind = voice.acoustic_info.kind if voice is not None else type(self.tts).__name__
             raise SpeechRTError(
                 "word times need an acoustic model that outputs durations (FastPitch); "
-                f"{self.tts.acoustic_info.kind} does not"
+                f"{kind} does not"
             )
         pieces, (futures,) = await self._submit([text], options, [seed], words=True)
-        timed = await wait_all(futures, self.limits.request_timeout_s)
-        hop, sr = self.tts.mel.hop_length, self.sampling_rate
+        outputs = await wait_all(futures, self.limits.request_timeout_s)
+        timed = [t for t in outputs if isinstance(t, TimedAudio)]  # (every one: words=True)
+        hop, sr = voice.mel.hop_length, self.sampling_rate
         audio = join_pieces(pieces, [t.audio for t in timed], sr)
         return audio, word_times(pieces, timed, hop, sr)
 
     async def stream(
         self, text: str, options: SynthesisOptions, seed: int, lead: bool = True
-    ) -> AsyncIterator[np.ndarray]:
+    ) -> AsyncIterator[Audio]:
         """Queue every sentence now (so a full queue fails before any byte is sent), then yield
         the first piece's first frames' audio as soon as they are vocoded, and each sentence's
         audio (the rest of it; preceded by the pause) as soon as it and those before it are
@@ -240,9 +268,9 @@ class TTSService:
         the first piece is no lead (a text queued behind others, whose first audio is not
         needed early: speechrt.serving.text_stream), so all its pieces batch as a request's."""
         loop = asyncio.get_running_loop()
-        head: asyncio.Future[np.ndarray] = loop.create_future()
+        head: asyncio.Future[Audio] = loop.create_future()
 
-        def on_head(audio: np.ndarray) -> None:  # on the device thread
+        def on_head(audio: Audio) -> None:  # on the device thread
             loop.call_soon_threadsafe(_settle_once, head, audio)
 
         hook = on_head if lead else None
@@ -252,15 +280,16 @@ class TTSService:
     async def _chunks(
         self,
         pieces: list[Piece],
-        futures: list[asyncio.Future[np.ndarray]],
-        head: asyncio.Future[np.ndarray],
-    ) -> AsyncIterator[np.ndarray]:
+        futures: list[asyncio.Future[TTSOut]],
+        head: asyncio.Future[Audio],
+    ) -> AsyncIterator[Audio]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.request_timeout_s
         try:
             # the head, unless the whole first piece is there as soon (or fails first)
+            first: list[asyncio.Future[Audio] | asyncio.Future[TTSOut]] = [head, futures[0]]
             await asyncio.wait(
-                [head, futures[0]],
+                first,
                 timeout=max(0.0, deadline - loop.time()),
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -270,7 +299,7 @@ class TTSService:
                 sent = len(head.result())
                 yield np.concatenate((before, head.result()))
             for j, (p, f) in enumerate(zip(pieces, futures, strict=True)):
-                (audio,) = await wait_all([f], max(0.0, deadline - loop.time()))
+                (audio,) = _waves(await wait_all([f], max(0.0, deadline - loop.time())))
                 before, after = p.silence(self.sampling_rate)
                 if j == 0 and sent:
                     before, audio = before[:0], audio[sent:]
@@ -281,7 +310,12 @@ class TTSService:
                 f.cancel()
 
 
-def _settle_once(future: asyncio.Future[np.ndarray], value: np.ndarray) -> None:
+def _waves(outputs: Sequence[TTSOut]) -> list[Audio]:
+    """Pieces' outputs -> their waveforms (S,) float32."""
+    return [o.audio if isinstance(o, TimedAudio) else o for o in outputs]
+
+
+def _settle_once(future: asyncio.Future[Audio], value: Audio) -> None:
     if not future.done():  # a retried batch may report a head twice; a gone client, never
         future.set_result(value)
 
@@ -295,8 +329,8 @@ class ASRAdapter:
     (`asr.finish`, the beam search) runs off the device thread. A long recording is many
     items, so the requests behind it take turns with its windows (the engine's fair queue)."""
 
-    def __init__(self, asr: Any) -> None:
-        self.asr = asr  # speechrt.asr.ASR
+    def __init__(self, asr: ASR) -> None:
+        self.asr = asr
 
     def run_batch(self, items: list[Segment]) -> list[Segment]:
         self.asr.hear_windows(items)
@@ -313,12 +347,16 @@ class ASRService:
     """Encoded audio or waveforms in, transcripts out, through the `asr` engine."""
 
     def __init__(
-        self, asr: Any, engine: Engine[Segment, Segment], limits: Limits, pool: Any = None
+        self,
+        asr: ASR,
+        engine: Engine[Segment, Segment],
+        limits: Limits,
+        pool: DecodePool | None = None,
     ) -> None:
         self.asr = asr
         self.engine = engine
         self.limits = limits
-        self.pool = pool  # speechrt.asr.decoding.DecodePool, or None: decode in one thread
+        self.pool = pool  # None: decode in one thread
         # One thread, not one per item: the search holds Python's lock, so two threads decode
         # slower than one (386 against 283 ms for 8 items on 2 cores)
         self.decoder = ThreadPoolExecutor(1, thread_name_prefix="speechrt-decode")
@@ -333,26 +371,25 @@ class ASRService:
     def sampling_rate(self) -> int:
         return int(self.asr.sample_rate)
 
-    def check_audio(self, audio: np.ndarray, sampling_rate: int | None = None) -> np.ndarray:
+    def check_audio(self, audio: Audio, sampling_rate: int | None = None) -> Audio:
         """A (N,) float32 waveform at `sampling_rate` (default: the model's) -> at the model's
-        rate as the model hears it (ASR.from_rate), within the limits, or SpeechRTError."""
-        audio = np.asarray(audio, dtype=np.float32)
-        if audio.ndim != 1:
-            raise SpeechRTError(f"audio must be one channel (N,), got shape {list(audio.shape)}")
-        if not np.isfinite(audio).all():
-            raise SpeechRTError("audio holds NaN or infinite samples")
+        rate as the model hears it (ASR.from_rate), within the limits, or SpeechRTError. The
+        samples are checked once (as_waveform: one channel, finite), then the duration limit
+        before any resampling, then the model's minimum length (ASR.check_length)."""
+        from speechrt.asr.pipeline import as_waveform
+
+        audio = as_waveform(audio)
         sr = sampling_rate or self.sampling_rate
-        if audio.shape[0] == 0:
+        if audio.shape[0] == 0:  # (before resampling, which needs samples)
             raise SpeechRTError("audio is empty")
         seconds = audio.shape[0] / sr
         if seconds > self.limits.max_audio_seconds:
             raise SpeechRTError(
                 f"audio is {seconds:.1f} s long; the limit is {self.limits.max_audio_seconds:g} s"
             )
-        audio = self.asr.from_rate(audio, sr)
-        return self.asr.load_audio(audio)  # checks the model's minimum length
+        return self.asr.check_length(self.asr.from_rate(audio, sr))
 
-    async def decode(self, data: bytes) -> np.ndarray:
+    async def decode(self, data: bytes) -> Audio:
         """An uploaded file (WAV, FLAC, OGG, ...) -> mono float32 at the model's rate.
 
         The duration limit and the samples decoding may cost (every channel's) are checked on
@@ -371,7 +408,7 @@ class ASRService:
         def stop() -> bool:
             return gone.is_set() or time.monotonic() > deadline
 
-        def decode() -> np.ndarray:
+        def decode() -> Audio:
             audio, _ = read_audio(data, self.sampling_rate, limit, self.asr.band_filter, stop)
             return self.check_audio(audio)
 
@@ -383,7 +420,7 @@ class ASRService:
         finally:
             gone.set()  # a request cancelled meanwhile: its decode stops at the next block
 
-    async def prepare(self, audio: np.ndarray, sampling_rate: int) -> np.ndarray:
+    async def prepare(self, audio: Audio, sampling_rate: int) -> Audio:
         """check_audio on the upload threads (a waveform sent at another rate is resampled)."""
         return await self._on_upload_thread(lambda: self.check_audio(audio, sampling_rate))
 
@@ -396,7 +433,7 @@ class ASRService:
         finally:
             self.pending_uploads -= 1
 
-    async def transcribe(self, audios: Sequence[np.ndarray]) -> list[Any]:
+    async def transcribe(self, audios: Sequence[Audio]) -> list[Transcript]:
         """Waveforms at the model's rate -> one Transcript each. Each is cut into its windows
         (voice activity detection, on the upload threads), and every window is a batch item
         of its own: 600 s of audio is ~37 windows, and a request behind it waits for one

@@ -33,14 +33,15 @@ from ray.exceptions import RayTaskError
 
 from speechrt.audio import codecs
 from speechrt.errors import SpeechRTError
+from speechrt.front_end import text_to_pieces
+from speechrt.limits import Limits
 from speechrt.options import SynthesisOptions
+from speechrt.pieces import Piece, join_pieces
 from speechrt.repo import read_info
 from speechrt.serving.http_errors import HANDLERS, ApiError
-from speechrt.serving.openai_api import SpeechRequest, check_model, speech_options
-from speechrt.serving.pipelines import Limits, read_texts
+from speechrt.serving.openai_api import TTS_ALIASES, SpeechRequest, speech_options
+from speechrt.serving.pipelines import SpeechFrontEnd
 from speechrt.serving.ray_app import replica_env
-from speechrt.serving.server import TTS_ALIASES
-from speechrt.tts import Piece, join_pieces, text_to_pieces
 
 MAX_BATCH = 8  # items per stage batch (split_tts_app(max_batch_size=...) sets it)
 WAIT_S = 0.005  # longest wait for batch-mates
@@ -116,6 +117,10 @@ class VocoderModel(_Stage):
         """Per piece: its mel (n_mels, T), seed and options -> its audio (S,) float32."""
         return await asyncio.to_thread(self._inference, self._audio, mels, seeds, options)
 
+    def denoiser_missing(self) -> str | None:
+        """Why the voice cannot denoise, or None (the ingress refuses such requests)."""
+        return self.tts.denoiser_missing
+
     def _audio(
         self, mels: list[np.ndarray], seeds: list[int], options: list[SynthesisOptions]
     ) -> list[np.ndarray]:
@@ -156,18 +161,21 @@ class SplitTTS:
         self.n_speakers = int(info.dims.get("n_speakers", 1))
         self.acoustic, self.vocoder = acoustic, vocoder
         self.sampling_rate = sampling_rate
-        self.limits = limits
+        # the server's front end (pipelines.SpeechFrontEnd): its limits, checks and pieces
+        self.front_end = SpeechFrontEnd(functools.partial(text_to_pieces, self.text), limits)
+        self.asked_denoiser = False
 
     async def synthesize(
         self, texts: list[str], options: SynthesisOptions, seeds: list[int]
     ) -> list[np.ndarray]:
         """As TTS.synthesize: one float32 waveform per text, pieces joined by short pauses.
-        Texts are checked against the limits as the server's speech routes check them
-        (pipelines.read_texts: characters, symbols after normalisation and SSML, pieces)."""
-        front_end = functools.partial(text_to_pieces, self.text)
-        pieces = await read_texts(front_end, texts, seeds, self.limits, pace=options.pace)
+        Texts are checked and split by the server's own front end (pipelines.SpeechFrontEnd:
+        characters, symbols after normalisation and SSML, pieces, the denoiser)."""
+        if not self.asked_denoiser:  # the vocoder stage's voice knows; it does not change
+            missing = await self.vocoder.denoiser_missing.remote()
+            self.front_end.denoiser_missing, self.asked_denoiser = missing, True
         base = replace(options, seed=0)  # the seed travels with each piece
-        keys = [p.options(base) for p in pieces]  # SSML prosody applied per piece
+        pieces, keys = await self.front_end.read(texts, base, seeds)
         calls = [
             self.vocoder.run.remote(self.acoustic.run.remote(p.ids, p.seed, k), p.seed, k)
             for p, k in zip(pieces, keys, strict=True)
@@ -198,8 +206,7 @@ def speech_app(tts: SplitTTS) -> FastAPI:
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechRequest) -> Response:
         # the checks of the server's own route (openai_api), then the split pipeline's
-        check_model(body.model, "tts", ["tts", *TTS_ALIASES])
-        options = speech_options(body, tts.name, tts.n_speakers)
+        options = speech_options(body, ["tts", *TTS_ALIASES], tts.name, tts.n_speakers)
         if body.stream_format is not None:
             raise ApiError(
                 400, "the split pipeline does not stream", "unsupported_stream", "stream_format"

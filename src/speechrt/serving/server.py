@@ -12,13 +12,15 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.base import BACKENDS as RUNTIME_BACKENDS
-from speechrt.serving.engine import BatchConfig, DeviceWorker, Engine
+from speechrt.serving.engine import Adapter, BatchConfig, Batcher, DeviceWorker, Engine
 from speechrt.serving.metrics import Metrics
+from speechrt.serving.openai_api import ASR_ALIASES, TTS_ALIASES
 from speechrt.serving.pipelines import (
     ASRAdapter,
     ASRService,
@@ -36,12 +38,16 @@ from speechrt.serving.v2models import (
     axis_limits,
     component_runners,
 )
+from speechrt.serving.voices import Voice, loaded
+
+if TYPE_CHECKING:
+    from speechrt.asr import ASR
 
 log = logging.getLogger("speechrt.serving")
+In = TypeVar("In")  # an engine's batch item
+Out = TypeVar("Out")  # its output
+T = TypeVar("T")
 
-# Model names the OpenAI API accepts for each pipeline (besides the pipeline's own name).
-TTS_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-ASR_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 BACKENDS = ("auto", *RUNTIME_BACKENDS)
 
 
@@ -62,7 +68,8 @@ class ServeConfig:
     rate_limit: float | None = None  # requests per second per key; None: no limit
 
 
-def bound_frames(runner: Any, limit: int) -> None:
+# Any: a runner of any backend, its length-regulated parts probed (runtime/graphs wiring)
+def bound_frames(runner: Any, limit: int) -> None:  # type: ignore[explicit-any]
     """Bound a length-regulated runner's frames per item (and so per batch: see
     speechrt.runtime.bounds) on every backend; FastPitch's and FastSpeech's frames are known
     only once they are encoded. Other runners are left as they are."""
@@ -98,13 +105,15 @@ def return_freed_memory() -> None:
 class Server:
     """Engines and services for whatever pipelines were given; start()/stop() in the loop."""
 
-    def __init__(self, tts: Any = None, asr: Any = None, config: ServeConfig | None = None):
+    def __init__(
+        self, tts: Voice | None = None, asr: ASR | None = None, config: ServeConfig | None = None
+    ) -> None:
         if tts is None and asr is None:
             raise SpeechRTError("nothing to serve: give a voice (--acoustic, --vocoder) or --asr")
         self.config = config or ServeConfig()
         self.metrics = Metrics()
         self.worker = DeviceWorker()
-        self.engines: dict[str, Engine[Any, Any]] = {}
+        self.engines: dict[str, Batcher] = {}  # their items differ: pieces, windows, tensors
         self.v2: dict[str, ContractModel] = {}
         self.unserved: dict[str, str] = {}  # component graph -> why it is not served
         self.tts: TTSService | None = None
@@ -112,10 +121,11 @@ class Server:
         self.ready = False
         limits = self.config.limits
         if tts is not None:
-            if hasattr(tts, "acoustic_info"):  # (a stand-in for a voice has no components)
+            voice = loaded(tts)
+            if voice is not None:  # (a stand-in for a voice has no components)
                 # the acoustic model's frames per item and per batch, whatever the route
-                frames = axis_limits(tts.acoustic_info, limits, 1)["frames"]
-                for runner in tts.runners().values():
+                frames = axis_limits(voice.acoustic_info, limits, 1)["frames"]
+                for runner in voice.runners().values():
                     bound_frames(runner, frames)
             self.tts = TTSService(tts, self._engine("tts", TTSAdapter(tts)), limits)
             self.v2["tts"] = TTSModel(self.tts)
@@ -123,7 +133,7 @@ class Server:
         if asr is not None:
             pool, workers = None, self.config.decode_workers
             if workers is None:  # the GPU is idle behind the search; a CPU has no cores spare
-                on_gpu = getattr(asr, "backend", None) == "cuda"
+                on_gpu = asr.backend == "cuda"
                 workers = min(8, (os.cpu_count() or 1) - 1) if on_gpu else 0
             if workers > 0:
                 from speechrt.asr.decoding import DecodePool
@@ -139,10 +149,10 @@ class Server:
         if self.config.components:
             self._add_components(tts, asr)
 
-    def _engine(self, name: str, adapter: Any) -> Engine[Any, Any]:
+    def _engine(self, name: str, adapter: Adapter[In, Out]) -> Engine[In, Out]:
         if name in self.engines:
             raise SpeechRTError(f"two models are called {name!r}")
-        engine: Engine[Any, Any] = Engine(
+        engine: Engine[In, Out] = Engine(
             name,
             adapter,
             self.worker,
@@ -154,7 +164,7 @@ class Server:
         self.metrics.register_engine(name, lambda: engine.pending)
         return engine
 
-    def _add_components(self, tts: Any, asr: Any) -> None:
+    def _add_components(self, tts: Voice | None, asr: ASR | None) -> None:
         components, self.unserved = component_runners(tts, asr)
         for name, runner, derived_sizes, info in components:
             sizes = axis_limits(info, self.config.limits, self.config.batch.max_batch_size)
@@ -165,7 +175,7 @@ class Server:
             self.v2[name] = model
 
     @classmethod
-    def load(
+    def load(  # type: ignore[explicit-any]  # decoding: ASR keywords
         cls,
         acoustic: str | Path | None = None,
         vocoder: str | Path | None = None,
@@ -175,7 +185,7 @@ class Server:
         backend: str = "auto",
         config: ServeConfig | None = None,
         batch_invariant: bool = False,
-        decoding: dict[str, Any] | None = None,
+        decoding: dict[str, Any] | None = None,  # Any: ASR's decoder keywords, of mixed types
     ) -> Server:
         """Load the pipelines from model directories (see `speechrt convert`).
 
@@ -312,9 +322,9 @@ class Server:
         steps += len(sizes) * (self.asr is not None)
         t0, done = time.perf_counter(), 0
 
-        async def step(what: str, fn: Callable[[list[Any]], Any], batch: list[Any]) -> None:
+        async def step(what: str, fn: Callable[[list[T]], object], batch: list[T]) -> None:
             nonlocal done
-            await self.worker.run(fn, batch)
+            await self.worker.run(partial(fn, batch))
             done += 1  # a compiled backend takes tens of seconds for a new shape: say so
             log.info("warm-up %d/%d: %s (%.1f s)", done, steps, what, time.perf_counter() - t0)
 

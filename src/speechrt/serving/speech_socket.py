@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
+from starlette.types import Message
 
 from speechrt.audio import codecs
 from speechrt.errors import SpeechRTError
@@ -42,6 +41,7 @@ from speechrt.serving.engine import DeadlineExceeded, InferenceError, Overloaded
 from speechrt.serving.http_errors import ApiError
 from speechrt.serving.openai_api import SpeechRequest, _checked, voices_of
 from speechrt.serving.text_stream import Segment, SpeechStream
+from speechrt.serving.voices import Audio
 
 if TYPE_CHECKING:
     from speechrt.options import SynthesisOptions
@@ -73,7 +73,7 @@ class SocketSink:
         self.encoder = codecs.StreamEncoder("pcm", sampling_rate)
         self.lock = asyncio.Lock()  # one message at a time from the sender and the reader
 
-    async def send(self, event: dict[str, Any]) -> None:
+    async def send(self, event: dict[str, object]) -> None:
         async with self.lock:
             await self.ws.send_text(json.dumps(event))
 
@@ -83,7 +83,7 @@ class SocketSink:
     async def start(self, segment: Segment) -> None:
         await self.send({"type": "segment.start", "segment": segment.index, "text": segment.text})
 
-    async def audio(self, segment: Segment, audio: np.ndarray) -> None:
+    async def audio(self, segment: Segment, audio: Audio) -> None:
         data = self.encoder.push(audio)
         async with self.lock:
             await self.ws.send_bytes(data)
@@ -103,9 +103,15 @@ def session_options(srv: Server, query: dict[str, str]) -> tuple[SynthesisOption
     unknown = sorted(set(query) - set(OPTIONS))
     if unknown:
         raise SpeechRTError(f"unknown parameter {unknown[0][:40]!r}; use {', '.join(OPTIONS)}")
-    fields: dict[str, Any] = {"model": "tts", "voice": srv.tts.tts.name, **query}
+    fields: dict[str, str] = {
+        "input": "",
+        "response_format": "pcm",
+        "model": "tts",
+        "voice": srv.tts.tts.name,
+        **query,
+    }
     try:
-        body = SpeechRequest(input="", response_format="pcm", **fields)
+        body = SpeechRequest.model_validate(fields)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first.get("loc", ()))
@@ -178,9 +184,7 @@ async def speech_stream(ws: WebSocket) -> None:
         await stream.close()
 
 
-async def handle(
-    stream: SpeechStream, sink: SocketSink, message: Mapping[str, Any], closing: bool
-) -> bool:
+async def handle(stream: SpeechStream, sink: SocketSink, message: Message, closing: bool) -> bool:
     """One client message: cancel, text, flush; whether it asks to close (the caller's)."""
     if message.get("text") is None:
         raise SpeechRTError("messages are JSON text, not binary")

@@ -13,13 +13,16 @@ its mind. The last delta completes the final text when what was sent is a prefix
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from speechrt.asr.chunked import recognizer
+from speechrt.asr.decoding import Transcript
 from speechrt.asr.streaming import CHUNK_SECONDS
 from speechrt.audio.io import StreamResampler
+from speechrt.serving.voices import Audio
 
 if TYPE_CHECKING:
     from speechrt.serving.server import Server
@@ -42,18 +45,20 @@ class RecognitionStream:
         self.recognizer = recognizer(self.asr, chunk=chunk, keep_seconds=0.0)
         self.chunk = self.recognizer.chunk_samples
         self.pending = np.zeros(0, dtype=np.float32)  # model-rate samples short of a chunk
-        self.parts: list[np.ndarray] = []  # the utterance at `rate`
+        self.parts: list[Audio] = []  # the utterance at `rate`
         self.samples = 0
         self.sent = ""  # the deltas so far, joined
         self.words_sent = 0
         self.partial = ""  # the newest partial transcript, whole (Riva's interim results)
-        self.transcript: Any = None  # finish()'s: the utterance's Transcript (words and times)
+        self.transcript: Transcript | None = (
+            None  # finish()'s: the utterance's Transcript (words and times)
+        )
 
     @property
     def seconds(self) -> float:
         return self.samples / self.rate
 
-    async def push(self, audio: np.ndarray) -> list[str]:
+    async def push(self, audio: Audio) -> list[str]:
         """audio (N,) float32 at `rate` -> the deltas of every chunk it completes."""
         self.parts.append(audio)
         self.samples += audio.size
@@ -70,10 +75,10 @@ class RecognitionStream:
                 deltas.append(delta)
         return deltas
 
-    async def _step(self, piece: np.ndarray) -> str:
+    async def _step(self, piece: Audio) -> str:
         worker = self.srv.worker
         async with worker.turn():
-            partial = await worker.run(self.recognizer.push, piece)
+            partial = await worker.run(functools.partial(self.recognizer.push, piece))
         if partial is None:
             return ""
         self.partial = partial.text
@@ -86,7 +91,7 @@ class RecognitionStream:
         self.sent += delta
         return delta
 
-    def audio(self) -> np.ndarray:
+    def audio(self) -> Audio:
         """The utterance so far at `rate` (N,) float32."""
         return np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.float32)
 

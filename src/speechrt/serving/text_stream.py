@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from speechrt.errors import SpeechRTError
+from speechrt.front_end import MAX_PIECE_CHARS
 from speechrt.options import SynthesisOptions
 from speechrt.pieces import PAUSE_SECONDS
 from speechrt.serving.metrics import failure_reason
+from speechrt.serving.voices import Audio
 from speechrt.text import split_sentences
-from speechrt.tts import MAX_PIECE_CHARS
 
 if TYPE_CHECKING:
     from speechrt.serving.pipelines import TTSService
@@ -83,7 +84,7 @@ class Sink(Protocol):
 
     async def start(self, segment: Segment) -> None: ...
 
-    async def audio(self, segment: Segment, audio: np.ndarray) -> None:
+    async def audio(self, segment: Segment, audio: Audio) -> None:
         """audio: (N,) float32 at the voice's rate."""
 
     async def done(self, segment: Segment) -> None: ...
@@ -99,13 +100,13 @@ class _Queued:
     `out`, so that cancelling the task cancels its batch items whether or not its audio was
     asked for yet."""
 
-    def __init__(self, segment: Segment, chunks: AsyncIterator[np.ndarray]) -> None:
+    def __init__(self, segment: Segment, chunks: AsyncIterator[Audio]) -> None:
         self.segment = segment
         self.out: asyncio.Queue[object] = asyncio.Queue()
         self.error: Exception | None = None
         self.task = asyncio.create_task(self._pump(chunks))
 
-    async def _pump(self, chunks: AsyncIterator[np.ndarray]) -> None:
+    async def _pump(self, chunks: AsyncIterator[Audio]) -> None:
         try:
             async for audio in chunks:
                 self.out.put_nowait(audio)

@@ -6,8 +6,9 @@ exceed SEGMENT_MAX_S, so subtitles stay readable.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
+from speechrt.asr.decoding import Transcript
 from speechrt.captions import timestamp
 
 SEGMENT_GAP_S = 0.8  # a longer silence between two words starts a new segment
@@ -16,7 +17,28 @@ FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 GRANULARITIES = ("word", "segment")
 
 
-def words_of(transcript: Any) -> list[dict[str, Any]]:
+class WordJson(TypedDict):
+    word: str
+    start: float  # seconds
+    end: float
+
+
+class SegmentJson(TypedDict):
+    """OpenAI's verbose_json segment; the fields a CTC model has no value for are zero."""
+
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+
+
+def words_of(transcript: Transcript) -> list[WordJson]:
     """[{"word", "start", "end"}] with times in seconds, rounded to milliseconds."""
     return [
         {"word": w.word, "start": round(float(w.start), 3), "end": round(float(w.end), 3)}
@@ -24,9 +46,9 @@ def words_of(transcript: Any) -> list[dict[str, Any]]:
     ]
 
 
-def segments_of(transcript: Any) -> list[dict[str, Any]]:
+def segments_of(transcript: Transcript) -> list[SegmentJson]:
     words = words_of(transcript)
-    groups: list[list[dict[str, Any]]] = []
+    groups: list[list[WordJson]] = []
     for w in words:
         if (
             groups
@@ -57,8 +79,8 @@ def segments_of(transcript: Any) -> list[dict[str, Any]]:
     ]
 
 
-def verbose_json(transcript: Any, granularities: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def verbose_json(transcript: Transcript, granularities: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {
         "task": "transcribe",
         "language": "english",
         "duration": round(float(transcript.duration), 3),
@@ -71,7 +93,7 @@ def verbose_json(transcript: Any, granularities: list[str]) -> dict[str, Any]:
     return out
 
 
-def srt(transcript: Any) -> str:
+def srt(transcript: Transcript) -> str:
     blocks = [
         f"{i + 1}\n{timestamp(s['start'], ',')} --> {timestamp(s['end'], ',')}\n{s['text']}\n"
         for i, s in enumerate(segments_of(transcript))
@@ -79,7 +101,7 @@ def srt(transcript: Any) -> str:
     return "\n".join(blocks)
 
 
-def vtt(transcript: Any) -> str:
+def vtt(transcript: Transcript) -> str:
     blocks = [
         f"{timestamp(s['start'], '.')} --> {timestamp(s['end'], '.')}\n{s['text']}\n"
         for s in segments_of(transcript)

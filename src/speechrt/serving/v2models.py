@@ -27,12 +27,13 @@ import numpy as np
 
 from speechrt.contracts import B, Contract, TensorSpec
 from speechrt.errors import SpeechRTError
+from speechrt.limits import Limits
 from speechrt.options import SynthesisOptions
 from speechrt.registry import derived_sizes, graphs_of
 from speechrt.runtime.base import Runner
 from speechrt.runtime.bounds import stack_rows
 from speechrt.serving.engine import Engine
-from speechrt.serving.pipelines import ASRService, Limits, TTSService
+from speechrt.serving.pipelines import ASRService, TTSService
 from speechrt.serving.v2metadata import ASR, KSERVE_DATATYPES, TTS, component_names, model_metadata
 
 Arrays = dict[str, np.ndarray]

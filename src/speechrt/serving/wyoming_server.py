@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 from typing import TYPE_CHECKING, Any
@@ -64,33 +63,21 @@ from speechrt.options import SynthesisOptions
 from speechrt.serving.engine import DeadlineExceeded, InferenceError, Overloaded
 from speechrt.serving.http_errors import ApiError
 from speechrt.serving.openai_api import speaker_of, voices_of
-from speechrt.serving.realtime import MAX_MESSAGE_BYTES
 from speechrt.serving.speech_socket import error_code
 from speechrt.serving.text_stream import SpeechStream
 from speechrt.serving.wyoming_audio import AudioOut, RequestError, Utterance
+from speechrt.serving.wyoming_frames import FrameError, max_data, read_event
 
 if TYPE_CHECKING:
-    from speechrt.serving.pipelines import Limits
     from speechrt.serving.server import Server
 
 log = logging.getLogger("speechrt.serving")
 
 PROGRAM = "speechrt"  # the asr and tts programs' name (select-program)
 LANGUAGES = ["en"]  # the models read and hear English
-MAX_PAYLOAD_BYTES = MAX_MESSAGE_BYTES  # one event's binary payload (an audio chunk)
 LINGER_S = 2.0  # at most this long, a closing connection's input is read and dropped (close)
 ATTRIBUTION = Attribution(name="speechrt", url="")
 ARTIFACT: dict[str, Any] = {"attribution": ATTRIBUTION, "installed": True, "version": __version__}
-
-
-def max_data(limits: Limits) -> int:
-    """The most bytes of an event's JSON data: a synthesize event with text at the character
-    limit, every character JSON-escaped (12 bytes for a character outside the BMP)."""
-    return 64 * 1024 + 12 * limits.max_text_chars
-
-
-class FrameError(Exception):
-    """A frame the connection cannot read: answered with an error event, then closed."""
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -121,12 +108,13 @@ def describe(srv: Server) -> Info:
     if srv.tts is not None:
         voice = srv.tts.tts
         ids = [v["id"] for v in voices_of(voice.name, voice.n_speakers)]
-        kinds = f"{voice.acoustic_info.kind} + {voice.vocoder_info.kind}"
+        loaded = srv.tts.loaded  # (None: a stand-in voice, no model kinds to name)
+        kinds = f"{loaded.acoustic_info.kind} + {loaded.vocoder_info.kind}, " if loaded else ""
         entry = TtsVoice(
             name=voice.name,
             attribution=ATTRIBUTION,
             installed=True,
-            description=f"{voice.name} ({kinds}, {srv.tts.sampling_rate} Hz)",
+            description=f"{voice.name} ({kinds}{srv.tts.sampling_rate} Hz)",
             version=None,
             languages=LANGUAGES,
             speakers=[TtsVoiceSpeaker(name=i) for i in ids] if len(ids) > 1 else None,
@@ -141,42 +129,6 @@ def describe(srv: Server) -> Info:
             )
         )
     return Info(asr=asr, tts=tts)
-
-
-async def read_event(reader: asyncio.StreamReader, max_data: int) -> Event | None:
-    """The next event (None at the end of the stream), its data and payload within limits
-    (FrameError otherwise): a JSON header line, then `data_length` bytes of JSON data merged
-    into its data, then `payload_length` bytes of payload."""
-    try:
-        line = await reader.readline()
-    except ValueError:  # the line is over the reader's limit
-        raise FrameError(f"an event header is over {max_data} bytes") from None
-    if not line:
-        return None
-    try:
-        header = json.loads(line)
-    except ValueError:
-        raise FrameError("an event header is not JSON") from None
-    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise FrameError("an event header is a JSON object with a string `type`")
-    data = header.get("data") or {}
-    sizes = [header.get("data_length") or 0, header.get("payload_length") or 0]
-    limits = (max_data, MAX_PAYLOAD_BYTES)
-    for name, n, limit in zip(("data_length", "payload_length"), sizes, limits, strict=True):
-        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= limit:
-            raise FrameError(f"{name} must be an integer in [0, {limit}], got {str(n)[:20]}")
-    if not isinstance(data, dict):
-        raise FrameError("an event's data is a JSON object")
-    if sizes[0]:
-        try:
-            more = json.loads(await reader.readexactly(sizes[0]))
-        except ValueError:
-            raise FrameError("an event's data is not JSON") from None
-        if not isinstance(more, dict):
-            raise FrameError("an event's data is a JSON object")
-        data.update(more)
-    payload = await reader.readexactly(sizes[1]) if sizes[1] else None
-    return Event(type=header["type"], data=data, payload=payload)
 
 
 class Connection:
