@@ -32,6 +32,7 @@ from speechrt.asr.head import Head, time_stride
 from speechrt.asr.lm import NGramLM
 from speechrt.asr.vad import VadOptions, cut, model_vad, speech_windows
 from speechrt.audio.features import FeatureConfig, batch_features_numpy
+from speechrt.audio.io import as_waveform
 from speechrt.errors import SpeechRTError
 from speechrt.repo import ComponentInfo, read_info
 from speechrt.runtime.base import Runner
@@ -44,23 +45,6 @@ DECODERS = ("auto", "greedy", "beam", "ctc")  # ctc: a hybrid transducer's CTC h
 
 WINDOW_SECONDS = 20.0  # longer audio is cut into windows of this length ...
 OVERLAP_SECONDS = 4.0  # ... overlapping by this much (each side keeps half of the overlap)
-
-
-def as_waveform(audio: np.ndarray, name: str = "audio") -> np.ndarray:
-    """An array of samples -> mono float32 (N,); integer PCM scaled to [-1, 1]."""
-    a = np.asarray(audio)
-    if a.ndim != 1:
-        raise SpeechRTError(f"{name}: expected 1-D mono samples, got shape {a.shape}")
-    if np.issubdtype(a.dtype, np.unsignedinteger):
-        raise SpeechRTError(f"{name}: unsigned samples ({a.dtype}) are not supported")
-    if np.issubdtype(a.dtype, np.integer):
-        a = a.astype(np.float32) / float(np.iinfo(a.dtype).max + 1)
-    elif not np.issubdtype(a.dtype, np.floating):
-        raise SpeechRTError(f"{name}: unsupported sample type {a.dtype}")
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    if not np.isfinite(a).all():
-        raise SpeechRTError(f"{name}: samples contain NaN or infinity")
-    return a
 
 
 def _window_seed(seed: int, window: int) -> int:

@@ -294,3 +294,20 @@ def _decode(
         parts.append(tail)
     audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
     return np.ascontiguousarray(audio, dtype=np.float32), out_sr
+
+
+def as_waveform(audio: np.ndarray, name: str = "audio") -> np.ndarray:
+    """An array of samples -> mono float32 (N,); integer PCM scaled to [-1, 1]."""
+    a = np.asarray(audio)
+    if a.ndim != 1:
+        raise SpeechRTError(f"{name}: expected 1-D mono samples, got shape {a.shape}")
+    if np.issubdtype(a.dtype, np.unsignedinteger):
+        raise SpeechRTError(f"{name}: unsigned samples ({a.dtype}) are not supported")
+    if np.issubdtype(a.dtype, np.integer):
+        a = a.astype(np.float32) / float(np.iinfo(a.dtype).max + 1)
+    elif not np.issubdtype(a.dtype, np.floating):
+        raise SpeechRTError(f"{name}: unsupported sample type {a.dtype}")
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if not np.isfinite(a).all():
+        raise SpeechRTError(f"{name}: samples contain NaN or infinity")
+    return a

@@ -376,7 +376,7 @@ class ASRService:
         rate as the model hears it (ASR.from_rate), within the limits, or SpeechRTError. The
         samples are checked once (as_waveform: one channel, finite), then the duration limit
         before any resampling, then the model's minimum length (ASR.check_length)."""
-        from speechrt.asr.pipeline import as_waveform
+        from speechrt.audio.io import as_waveform
 
         audio = as_waveform(audio)
         sr = sampling_rate or self.sampling_rate
