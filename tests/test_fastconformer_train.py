@@ -22,6 +22,7 @@ from speechrt_train.corpus import HELDOUT_VOICE, load_shard
 from speechrt_train.fastconformer_train import (
     FastConformerConfig,
     FastConformerTrainer,
+    Tokenizer,
     TrainableParakeet,
 )
 from speechrt_train.loop import run
@@ -90,6 +91,16 @@ def test_fastconformer_resumes_exactly(speech, tmp_path):
     assert want.keys() == got.keys()
     for k in want:  # parameters and BatchNorm statistics, bit for bit (same machine, same steps)
         assert torch.equal(want[k], got[k]), k
+    # a compact file (a warm start elsewhere) carries the pieces: a trainer whose tokenizer
+    # differs (here: trained on 6 sentences) takes them and re-encodes its targets
+    other = FastConformerTrainer(train, val, FC)
+    other.tokenizer = Tokenizer.train(train.texts[:6], FC.vocab_size)
+    other.train = other._encoded(other.train)
+    assert other.tokenizer.proto != whole.tokenizer.proto
+    other.load_compact(whole.compact_state())
+    assert other.tokenizer.proto == whole.tokenizer.proto and other.step_count == 4
+    for a, b in zip(other.train.targets, whole.train.targets, strict=True):
+        assert torch.equal(a, b)
 
 
 def _write_wav(path: Path, audio: np.ndarray, sr: int = 16000) -> None:

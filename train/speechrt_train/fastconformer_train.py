@@ -64,9 +64,6 @@ class Tokenizer:
     """A SentencePiece model held as its serialized ModelProto (what the checkpoint stores)."""
 
     def __init__(self, proto: bytes) -> None:
-        self.set(proto)
-
-    def set(self, proto: bytes) -> None:
         import sentencepiece as spm
 
         self.proto = proto
@@ -115,9 +112,6 @@ class Tokenizer:
 
     def state_dict(self) -> dict[str, Tensor]:
         return {"proto": torch.frombuffer(bytearray(self.proto), dtype=torch.uint8)}
-
-    def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        self.set(state["proto"].cpu().numpy().tobytes())
 
 
 class TrainableConvModule(ConvModule):
@@ -252,13 +246,29 @@ class FastConformerTrainer(QuartzNetTrainer):
         kept = [i for k, i in enumerate(ids) if i != self.blank and (k == 0 or i != ids[k - 1])]
         return " ".join(self.tokenizer.decode(kept).split())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.tokenizer.load_state_dict(state["tokenizer"])  # first: the targets follow it
+    def _take_tokenizer(self, state: dict[str, Tensor]) -> None:
+        """A checkpoint's pieces replace this run's (same count: the model's classes), and
+        the training targets are encoded with them."""
+        tokenizer = Tokenizer.from_state(state)
+        if len(tokenizer) != self.blank:
+            raise ValueError(f"the checkpoint has {len(tokenizer)} pieces, this run {self.blank}")
+        self.tokenizer = tokenizer
         self.train = self._encoded(self.train)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._take_tokenizer(state["tokenizer"])  # first: the targets follow it
         super().load_state_dict(state)
+
+    def compact_state(self) -> dict[str, Any]:
+        # the pieces ride along: a warm start on another corpus round keeps its targets' ids
+        return {**super().compact_state(), "tokenizer": self.tokenizer.state_dict()}
+
+    def load_compact(self, state: dict[str, Any]) -> None:
+        self._take_tokenizer(state["tokenizer"])
+        super().load_compact(state)
 
     def load_exported(self, model_dir: Any, items: int = 96) -> float:
         raise ValueError(f"{model_dir}: fastconformer warm-starts from compact files only")
 
-    def _state_parts(self) -> dict[str, Any]:
-        return {**super()._state_parts(), "tokenizer": self.tokenizer}
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "tokenizer": self.tokenizer.state_dict()}
