@@ -6,9 +6,9 @@
 #                   (all but libc6, libgcc-s1 and libstdc++6, which every machine has newer)
 #   .carry/wheels/  pure-Python wheels speechrt's text front end imports (the GPU image lacks
 #                   them; typing_extensions only in case the image's is older than typeguard needs)
-#   .carry/wheels-bin/ soundfile (its own libsndfile: the corpus's MP3/Opus round trips), cffi
-#                   and G722 (its G.722 round trips) for Python 3.12, installed where the
-#                   machine's Python lacks soundfile or G722
+#   .carry/wheels-bin/ soundfile (its own libsndfile: the corpus's MP3/Opus round trips), cffi,
+#                   G722 (its G.722 round trips) and sentencepiece (the FastConformer's
+#                   tokenizer) for Python 3.12, installed where the machine's Python lacks one
 #   .carry/text/    more English text (corpus --plan wide --text-root; the LM's --text-root too)
 #   .carry/pico/    pico-say and SVOX Pico's English voices (build_pico.sh, from PyPI's ttspico
 #                   sdist; needs gcc and a static libc here)
@@ -34,10 +34,12 @@ mkdir -p .carry/debs .carry/wheels .carry/wheels-bin .carry/text .carry/pico
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation py --platform any -d .carry/wheels "${WHEELS[@]}" ||
 python3 -m pip download -q --no-deps --only-binary=:all: -d .carry/wheels "${WHEELS[@]}"
-# soundfile (libsndfile: the corpus's MP3 and Opus round trips) and G722, binary, for the GPU image
+# soundfile (libsndfile: the corpus's MP3 and Opus round trips), G722 and sentencepiece, binary,
+# for the GPU image
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-  -d .carry/wheels-bin soundfile==0.14.0 cffi==2.1.1 pycparser==3.12 G722==1.2.8
+  -d .carry/wheels-bin soundfile==0.14.0 cffi==2.1.1 pycparser==3.12 G722==1.2.8 \
+  sentencepiece==0.2.3
 python3 -m pip download -q --no-deps --no-binary=:all: -d /tmp/speechrt-pico ttspico==0.3.2
 bash train/corpus/build_pico.sh /tmp/speechrt-pico/ttspico-0.3.2.tar.gz .carry/pico
 du -sh .carry/debs .carry/wheels .carry/wheels-bin .carry/text .carry/pico

@@ -42,11 +42,12 @@ raise SystemExit(v < (4, 14))" 2>/dev/null; then
     rm -rf "$SITE"/typing_extensions*
   fi
 fi
-# soundfile and G722 for the corpus's codec round trips, where the machine's Python lacks them
-if ! PYTHONPATH=$SITE python3 -c "import soundfile, G722" 2>/dev/null; then
+# soundfile and G722 for the corpus's codec round trips, sentencepiece for the FastConformer's
+# tokenizer, where the machine's Python lacks them
+if ! PYTHONPATH=$SITE python3 -c "import soundfile, G722, sentencepiece" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" .carry/wheels-bin/*.whl ||
-    { echo "unpack.sh: $(python3 -V) lacks soundfile or G722 and the carried wheels do not" \
-      "fit it (pip install soundfile G722)" >&2; exit 1; }
+    { echo "unpack.sh: $(python3 -V) lacks soundfile, G722 or sentencepiece and the carried" \
+      "wheels do not fit it (pip install soundfile G722 sentencepiece)" >&2; exit 1; }
 fi
 echo "teachers in $PREFIX, wheels in $SITE$([ -d "$TEXT/usr" ] && echo ", text in $TEXT")"

@@ -1,11 +1,11 @@
-"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, lm, export,
-evaluate, cards.
+"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, fastconformer, lm,
+export, evaluate, cards.
 
 Every training command is time-budgeted (`--minutes`) and resumable: run it again with the same
 `--run` folder and it continues from run/last.pt. See docs/models/README.md for the recipe.
 
-QuartzNet trains data-parallel on N GPUs of one machine with `--gpus N` (one process each;
-`--batch-size` is the global batch, split across them; speechrt_train.distributed).
+QuartzNet and FastConformer train data-parallel on N GPUs of one machine with `--gpus N` (one
+process each; `--batch-size` is the global batch, split across them; speechrt_train.distributed).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TRAINED = ("fastpitch", "hifigan", "quartznet")
+TRAINED = ("fastpitch", "hifigan", "quartznet")  # the shipped defaults (export, cards)
+TRAINERS = (*TRAINED, "fastconformer")  # not yet a default: export with --models fastconformer
+ASR_TRAINERS = ("quartznet", "fastconformer")
 
 
 def _device(name: str) -> str:
@@ -33,10 +35,10 @@ def _common(p: argparse.ArgumentParser, model: str) -> None:
     p.add_argument("--corpus", default="corpus", help="corpus folder (default: corpus)")
     p.add_argument("--run", default=f"runs/{model}", help=f"run folder (default: runs/{model})")
     p.add_argument("--minutes", type=float, default=8.0, help="wall-time budget (default: 8)")
-    p.add_argument("--max-steps", type=int, help="stop at this step count")
+    p.add_argument("--max-steps", "--steps", type=int, help="stop at this step count")
     p.add_argument("--deadline", type=float, help="unix time by which to stop stepping")
-    p.add_argument("--preset", help="model size preset")
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--preset", "--dims", help="model size preset")
+    p.add_argument("--batch-size", "--batch", type=int)
     p.add_argument("--lr", type=float)
     p.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="any config field"
@@ -90,22 +92,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="pair voices and train sentences afresh: round N of the plan (default 0)",
     )
     p.add_argument("--quiet", action="store_true")
-    for name in TRAINED:
+    for name in TRAINERS:
         _common(sub.add_parser(name, help=f"train {name} (time-budgeted, resumable)"), name)
-    sub.choices["quartznet"].add_argument(
-        "--gpus",
-        type=int,
-        default=1,
-        help="data-parallel processes, one per GPU (cuda:0..N-1; with --device cpu: N CPU "
-        "processes); --batch-size is split across them",
-    )
-    sub.choices["quartznet"].add_argument(
-        "--voice-repeat",
-        action="append",
-        default=[],
-        metavar="VOICE=N",
-        help="train on VOICE's utterances N times per pass (e.g. joe=3: a voice with few "
-        "sentences weighs as the others); repeatable",
+    for name in ASR_TRAINERS:
+        sub.choices[name].add_argument(
+            "--gpus",
+            type=int,
+            default=1,
+            help="data-parallel processes, one per GPU (cuda:0..N-1; with --device cpu: N CPU "
+            "processes); --batch-size is split across them",
+        )
+        sub.choices[name].add_argument(
+            "--voice-repeat",
+            action="append",
+            default=[],
+            metavar="VOICE=N",
+            help="train on VOICE's utterances N times per pass (e.g. joe=3: a voice with few "
+            "sentences weighs as the others); repeatable",
+        )
+    sub.choices["fastconformer"].add_argument(
+        "--vocab-size", type=int, help="SentencePiece pieces at most (default 256)"
     )
     sub.choices["hifigan"].add_argument(
         "--mels-from",
@@ -153,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="runs", help="folder of run folders (default: runs)")
     p.add_argument("--out", default="src/speechrt/defaults")
     p.add_argument("--fp32", action="store_true", help="keep float32 weights")
+    p.add_argument(
+        "--models",
+        nargs="+",
+        choices=TRAINERS,
+        help="only these runs (default: the defaults' runs found under --runs)",
+    )
     p.add_argument("--evaluate", action="store_true", help="also run `evaluate` on the result")
     p.add_argument(
         "--precise-bn",
@@ -230,7 +242,6 @@ def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
         config = dataclasses.replace(config, mels_from=args.mels_from)  # not from --set
         return HiFiGANTrainer(train, val, config, device)
     from speechrt_train.asr_data import load_speech
-    from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
 
     shards = [load_shard(p) for p in sorted(corpus.glob("*.pt")) if p.stem != HELDOUT_VOICE]
     repeat = {}
@@ -242,10 +253,24 @@ def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
     try:
         train = load_speech(shards, heldout=False, device=device, limit=args.limit, repeat=repeat)
     except ValueError as e:
-        raise SystemExit(f"speechrt_train quartznet: {corpus}: {e}") from None
+        raise SystemExit(f"speechrt_train {args.command}: {corpus}: {e}") from None
     val = None  # only rank 0 evaluates
     if ranks.main:
         val = load_speech([load_shard(corpus / f"{HELDOUT_VOICE}.pt")], True, device=device)
+    if args.command == "fastconformer":
+        from speechrt_train.fastconformer_train import FastConformerConfig, FastConformerTrainer
+
+        config = _overrides(args, FastConformerConfig())
+        if args.vocab_size:
+            config = dataclasses.replace(config, vocab_size=args.vocab_size)
+        try:
+            return FastConformerTrainer(
+                train, val, config, device, rank=ranks.rank, world=ranks.world
+            )
+        except ValueError as e:
+            raise SystemExit(f"speechrt_train fastconformer: {e}") from None
+    from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
+
     config = _overrides(args, QuartzNetConfig())
     return QuartzNetTrainer(train, val, config, device, rank=ranks.rank, world=ranks.world)
 
@@ -260,8 +285,8 @@ def train(args: argparse.Namespace) -> dict[str, Any] | None:
     from speechrt_train.loop import WarmStartError, run, write_compact
 
     ranks, device = Ranks.from_env(_device(args.device))
-    if ranks.world > 1 and args.command != "quartznet":
-        raise SystemExit(f"{args.command}: data-parallel training is for quartznet only")
+    if ranks.world > 1 and args.command not in ASR_TRAINERS:
+        raise SystemExit(f"{args.command}: data-parallel training is for the recognisers only")
     if device.startswith("cuda"):
         torch.set_float32_matmul_precision("high")  # TF32 for the float32 parts
         # HiFi-GAN sees one segment shape: let cuDNN pick its fastest kernels once
@@ -358,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {"utterances": len(shard["keys"]), "bytes": Path(args.out).stat().st_size}
         if args.command == "unpack":  # into a corpus: its manifest lists this voice too
             list_voice(Path(args.out), shard, f"unpacked from {Path(source).name}")
-    elif args.command in TRAINED:
+    elif args.command in TRAINERS:
         summary = train(args)
         if summary is None:  # a data-parallel rank other than 0: rank 0 reports
             return 0
@@ -401,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "export":
         from speechrt_train.export import evaluate, export, write_metrics
 
-        runs = {m: Path(args.runs) / m for m in TRAINED if (Path(args.runs) / m).exists()}
+        models = args.models or TRAINED
+        runs = {m: Path(args.runs) / m for m in models if (Path(args.runs) / m).exists()}
         if not runs:
             print(f"no runs under {args.runs}", file=sys.stderr)
             return 2

@@ -3,6 +3,8 @@
     runs/fastpitch/last.pt -> <out>/voice-acoustic/   FastPitch, meta.text = our front end
     runs/hifigan/last.pt   -> <out>/voice-vocoder/    HiFi-GAN, weight norm folded
     runs/quartznet/last.pt -> <out>/asr/              QuartzNet, BatchNorm folded, labels, features
+    runs/fastconformer/last.pt -> <out>/asr-fastconformer/   Parakeet CTC (a converted .nemo's
+                              form: pieces, labels, features), BatchNorm folded
 each as model.json + model.safetensors (fp16 unless --fp32; speechrt loads either) + model.onnx
 (the main graph, reading those weights: `speechrt export DIR --graph MAIN` writes the same), then
 `evaluate`: through speechrt's own TTS and ASR pipelines, WER of the recogniser on the held-out
@@ -38,7 +40,9 @@ from speechrt_train.quartznet_train import PRESETS as QUARTZNET_PRESETS
 from speechrt_train.quartznet_train import QuartzNetConfig, TrainableJasper, precise_bn
 
 NAMES = {"fastpitch": "voice-acoustic", "hifigan": "voice-vocoder", "quartznet": "asr"}
-MAX_TOTAL_MB = 40.0
+NAMES["fastconformer"] = "asr-fastconformer"  # not yet a default: outside MAX_TOTAL_MB
+MAX_TOTAL_MB = 40.0  # the shipped defaults together
+ASR_KINDS = ("quartznet", "fastconformer", "parakeet_ctc")  # probed with speech features
 
 
 def load_run(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -113,6 +117,38 @@ def quartznet_component(
     return model, ComponentInfo("quartznet", model.dims, None, meta)
 
 
+def fastconformer_component(trainer: dict[str, Any]) -> tuple[torch.nn.Module, ComponentInfo]:
+    """A FastConformer run -> ParakeetCTC with its BatchNorms folded, and model.json's meta in
+    a converted .nemo's form (labels = the pieces' surfaces, pieces), with the features it
+    trained on."""
+    from speechrt.arch.parakeet import ParakeetCTCDims
+    from speechrt.models.parakeet import ParakeetCTC
+    from speechrt_train.fastconformer_train import PRESETS as FC_PRESETS
+    from speechrt_train.fastconformer_train import (
+        FastConformerConfig,
+        Tokenizer,
+        TrainableParakeet,
+        features_of,
+    )
+
+    config = trainer.get("config", {})
+    preset = config.get("preset", FastConformerConfig.preset)
+    tokenizer = Tokenizer.from_state(trainer["tokenizer"])
+    dims = ParakeetCTCDims(**{**FC_PRESETS[preset], "vocab_size": len(tokenizer)})
+    trainable = TrainableParakeet(dims)
+    trainable.load_state_dict(full(trainer["model"]))
+    model = ParakeetCTC(dims)
+    model.load_state_dict(trainable.eval().folded_state_dict())
+    meta = {
+        "labels": tokenizer.labels(),  # blank = len(labels), the last class
+        "pieces": [p for p, _ in tokenizer.pieces],
+        "features": features_of(config).to_dict(),
+        "preset": preset,
+        "vad": True,
+    }
+    return model.eval(), ComponentInfo("parakeet_ctc", dims, None, meta)
+
+
 def _probe(name: str, model: torch.nn.Module) -> list[torch.Tensor]:
     """A fixed input's outputs, in float32 (for the fp16 check)."""
     t = torch.arange(22050) / 22050
@@ -129,7 +165,8 @@ def _probe(name: str, model: torch.nn.Module) -> list[torch.Tensor]:
             return [model(mel_spectrogram(wave[None], MelConfig()))]
         from speechrt.runtime.featurizer import batch_features
 
-        feats, lengths = batch_features([wave[:16000]], FeatureConfig())
+        n_mels = int(getattr(model.dims, "n_mels", FeatureConfig().n_mels))
+        feats, lengths = batch_features([wave[:16000]], FeatureConfig(n_mels=n_mels))
         return [model(feats, lengths)[0]]
 
 
@@ -141,7 +178,7 @@ def fp16_error(name: str, model: torch.nn.Module) -> float:
     for a, b in zip(_probe(name, model.eval()), _probe(name, rounded.eval()), strict=True):
         if a.shape != b.shape:  # a mel whose rounded durations moved: the durations count
             continue
-        if name == "quartznet":  # compare probabilities, not log-probabilities of unlikely labels
+        if name in ASR_KINDS:  # compare probabilities, not log-probabilities of unlikely labels
             a, b = a.exp(), b.exp()
         rms = a.float().square().mean().sqrt().clamp(min=1e-12)
         errors.append(float((a - b).float().square().mean().sqrt() / rms))
@@ -154,6 +191,7 @@ BUILDERS = {
     "fastpitch": fastpitch_component,
     "hifigan": hifigan_component,
     "quartznet": quartznet_component,
+    "fastconformer": fastconformer_component,
 }
 
 
@@ -185,7 +223,7 @@ def export(
         # the main graph, which the CPU default (onnxruntime) runs; it reads the weights above
         export_dir(target, graphs=[next(iter(graphs_of(component.kind)))])
         size = sum(p.stat().st_size for p in target.iterdir())
-        total += size
+        total += size if name in ("fastpitch", "hifigan", "quartznet") else 0
         params = sum(v.numel() for v in model.state_dict().values())
         summary[name] = {**info, "dir": NAMES[name], "parameters": params, "bytes": size}
         summary[name] |= {"dtype": "fp16" if dtype else "fp32", "fp16_rel_error": error}

@@ -351,15 +351,9 @@ class QuartzNetTrainer(Checkpointed):
             raise ValueError(f"augment {config.augment!r}: one of {', '.join(AUGMENTS)}")
         # "config": the config's preset; an Augment (or None: no augmentation) overrides it
         self.augment = AUGMENTS[config.augment] if isinstance(augment, str) else augment
-        # DLE's features (16 kHz, 64 mels, 10 ms hop) with DLE's dither, in training and in the
-        # exported model alike: teachers write exact digital silence, log(0 + 1e-20) features
-        # otherwise, and the dither is what keeps such frames in the range the model has seen
-        self.features = FeatureConfig(dither=config.dither, narrowband=narrowband(self.augment))
-        dims = QuartzNetDims(**PRESETS[config.preset])
-        if dims.n_classes != len(LABELS) + 1 or dims.n_feats != self.features.n_mels:
-            raise ValueError("preset does not match the labels / features")
+        self.features = self.make_features()
         torch.manual_seed(config.seed)
-        self.model = TrainableJasper(dims, config.dropout).to(self.device)
+        self.model = self.make_model().to(self.device)
         # the compiled module shares the parameters; state dicts stay those of self.model
         self.forward = torch.compile(self.model, dynamic=True) if config.compile else self.model
         self.optimizer = torch.optim.AdamW(
@@ -377,6 +371,26 @@ class QuartzNetTrainer(Checkpointed):
         if rank:  # dropout (the global RNG): rank 0 goes on from the model's initialisation
             torch.manual_seed(seed + 2)
         self.step_count = 0
+
+    blank = len(LABELS)  # CTC's blank: the last class
+
+    def make_features(self) -> FeatureConfig:
+        # DLE's features (16 kHz, 64 mels, 10 ms hop) with DLE's dither, in training and in the
+        # exported model alike: teachers write exact digital silence, log(0 + 1e-20) features
+        # otherwise, and the dither is what keeps such frames in the range the model has seen
+        return FeatureConfig(dither=self.config.dither, narrowband=narrowband(self.augment))
+
+    def make_model(self) -> nn.Module:
+        """The trainable model: forward(feats, lengths) -> (log-probs, lengths) and
+        output_frames(host ints) -> host ints."""
+        dims = QuartzNetDims(**PRESETS[self.config.preset])
+        if dims.n_classes != len(LABELS) + 1 or dims.n_feats != self.features.n_mels:
+            raise ValueError("preset does not match the labels / features")
+        return TrainableJasper(dims, self.config.dropout)
+
+    def text_of(self, ids: list[int]) -> str:
+        """Greedy CTC's text of one item's best classes per frame."""
+        return ctc_text(ids, self.blank)
 
     def _autocast(self) -> Any:
         on = self.config.amp and self.device.type == "cuda"
@@ -408,7 +422,7 @@ class QuartzNetTrainer(Checkpointed):
                     targets,
                     out_lengths,
                     torch.tensor(n_targets),
-                    blank=len(LABELS),
+                    blank=self.blank,
                     reduction="mean",
                     zero_infinity=True,
                 )
@@ -444,7 +458,7 @@ class QuartzNetTrainer(Checkpointed):
                 log_probs, out_lengths = self.model(feats, lengths)
             best = log_probs.argmax(dim=-1).cpu()
             for i, n in enumerate(out_lengths.cpu().tolist()):
-                texts.append(ctc_text(best[i, :n].tolist(), len(LABELS)))
+                texts.append(self.text_of(best[i, :n].tolist()))
         return texts
 
     def evaluate(self) -> dict[str, float]:

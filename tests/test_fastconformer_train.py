@@ -1,0 +1,142 @@
+"""speechrt_train's FastConformer-CTC on the synthetic corpus: it learns, its folded BatchNorms
+compute what training computed, it resumes exactly, and its export is a Parakeet CTC model
+directory that speechrt transcribes alike on eager and onnx."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from speechrt.models.parakeet import ParakeetCTC
+from speechrt.runtime.featurizer import batch_features
+from speechrt_train.__main__ import main
+from speechrt_train.asr_data import SpeechData, load_speech, transcript
+from speechrt_train.corpus import HELDOUT_VOICE, load_shard
+from speechrt_train.fastconformer_train import (
+    FastConformerConfig,
+    FastConformerTrainer,
+    Tokenizer,
+    TrainableParakeet,
+)
+from speechrt_train.loop import run
+
+FC = FastConformerConfig(
+    preset="tiny", batch_size=4, lr=3e-3, warmup=5, amp=False, augment="synthetic"
+)
+
+
+@pytest.fixture(scope="module")
+def speech(corpus: Path) -> tuple[SpeechData, SpeechData]:
+    shards = [load_shard(p) for p in sorted(corpus.glob("*.pt")) if p.stem != HELDOUT_VOICE]
+    val = load_speech([load_shard(corpus / f"{HELDOUT_VOICE}.pt")], heldout=True)
+    return load_speech(shards, heldout=False), val
+
+
+def test_tokenizer_pieces_spell_the_transcripts(speech):
+    train, val = speech
+    trainer = FastConformerTrainer(train, val, FC)
+    tok = trainer.tokenizer
+    assert trainer.blank == len(tok) == trainer.model.net.dims.vocab_size
+    assert tok.pieces[0] == ("<unk>", 2)  # no <s> / </s>: CTC never emits them
+    for text, target in zip(trainer.train.texts, trainer.train.targets, strict=True):
+        assert tok.decode(target.tolist()) == text == transcript(text)
+        # model.json's labels (the pieces' surfaces) joined read as the text, as speechrt shows
+        assert "".join(tok.labels()[i] for i in target.tolist()).strip() == text
+
+
+def test_fastconformer_overfits_a_batch_and_folds_its_batchnorm(speech):
+    train, val = speech
+    config = FastConformerConfig(**{**FC.__dict__, "dropout": 0.0})
+    trainer = FastConformerTrainer(train, val, config, augment=None)
+    trainer.batches = itertools.repeat([0, 1, 2, 3])  # one batch, again and again
+    losses = [float(trainer.step()["ctc"]) for _ in range(20)]
+    assert losses[-1] < 0.6 * losses[0], losses
+
+    model = trainer.model.eval()
+    assert isinstance(model, TrainableParakeet)
+    norms = [layer.conv.batch_norm for layer in model.net.encoder.layers]
+    assert all(int(bn.num_batches_tracked) == 20 for bn in norms)  # trained: not the identity
+    folded = ParakeetCTC(model.net.dims).eval()
+    folded.load_state_dict(model.folded_state_dict())  # strict: no BatchNorm left
+    audio = [train.audio[0], train.audio[5][:12000]]  # two lengths: padding in the batch
+    feats, lengths = batch_features(audio, dataclasses.replace(trainer.features, dither=0.0))
+    with torch.no_grad():
+        want, want_n = model(feats, lengths)
+        got, got_n = folded(feats, lengths)
+    assert torch.equal(want_n, got_n)
+    for b, n in enumerate(got_n.tolist()):  # the valid frames of each item
+        torch.testing.assert_close(got[b, :n], want[b, :n], atol=1e-4, rtol=0)
+
+
+def test_fastconformer_resumes_exactly(speech, tmp_path):
+    train, val = speech
+
+    def make() -> FastConformerTrainer:
+        return FastConformerTrainer(train, val, FC)
+
+    whole = make()
+    run(whole, tmp_path / "whole", minutes=10, max_steps=4, progress=False)
+    run(make(), tmp_path / "split", minutes=10, max_steps=2, progress=False)
+    resumed = make()
+    run(resumed, tmp_path / "split", minutes=10, max_steps=4, progress=False)
+    assert resumed.step_count == 4 and resumed.tokenizer.proto == whole.tokenizer.proto
+    want, got = whole.model.state_dict(), resumed.model.state_dict()
+    assert want.keys() == got.keys()
+    for k in want:  # parameters and BatchNorm statistics, bit for bit (same machine, same steps)
+        assert torch.equal(want[k], got[k]), k
+    # a compact file (a warm start elsewhere) carries the pieces: a trainer whose tokenizer
+    # differs (here: trained on 6 sentences) takes them and re-encodes its targets
+    other = FastConformerTrainer(train, val, FC)
+    other.tokenizer = Tokenizer.train(train.texts[:6], FC.vocab_size)
+    other.train = other._encoded(other.train)
+    assert other.tokenizer.proto != whole.tokenizer.proto
+    other.load_compact(whole.compact_state())
+    assert other.tokenizer.proto == whole.tokenizer.proto and other.step_count == 4
+    for a, b in zip(other.train.targets, whole.train.targets, strict=True):
+        assert torch.equal(a, b)
+
+
+def _write_wav(path: Path, audio: np.ndarray, sr: int = 16000) -> None:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sr)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+
+
+def test_cli_trains_and_exports_a_parakeet_directory(corpus, speech, tmp_path, capsys):
+    from speechrt.asr import ASR
+
+    runs = tmp_path / "runs"
+    common = ["--corpus", str(corpus), "--device", "cpu", "--quiet"]
+    train_args = ["fastconformer", "--dims", "tiny", "--batch", "4", "--steps", "6"]
+    train_args += ["--run", str(runs / "fastconformer"), "--set", "warmup=5", *common]
+    assert main(train_args) == 0
+    capsys.readouterr()
+    out = tmp_path / "defaults"
+    export_args = ["export", "--runs", str(runs), "--models", "fastconformer", "--out", str(out)]
+    assert main([*export_args, "--fp32", "--corpus", str(corpus), "--device", "cpu"]) == 0
+    summary = json.loads(capsys.readouterr().out)["export"]["fastconformer"]
+    assert summary["steps"] == 6 and summary["dtype"] == "fp32"
+
+    model_dir = out / "asr-fastconformer"
+    info = json.loads((model_dir / "model.json").read_text())
+    assert info["kind"] == "parakeet_ctc" and info["meta"]["features"]["n_mels"] == 80
+    assert len(info["meta"]["labels"]) == len(info["meta"]["pieces"]) == info["dims"]["vocab_size"]
+    assert (model_dir / "model.onnx").is_file()
+
+    wav = tmp_path / "speech.wav"
+    _write_wav(wav, speech[1].audio[0].numpy())
+    texts = {}
+    for backend in ("eager", "onnx"):
+        asr = ASR(model_dir, backend=backend, dither=0.0)
+        assert asr.features.n_mels == 80
+        texts[backend] = asr.transcribe([str(wav)])[0].text
+    assert texts["eager"] == texts["onnx"]
