@@ -317,7 +317,8 @@ def test_spec_augment_on_the_device_equals_the_per_item_loop():
 
 
 def _channel(aug, data, seed: int = 0):
-    from speechrt_train.asr_data import channel_batch, padded_audio
+    from speechrt_train.asr_data import padded_audio
+    from speechrt_train.channels import channel_batch
 
     audio, sizes = padded_audio(data, list(range(len(data.audio))))
     g, g_noise = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
@@ -350,7 +351,8 @@ def test_channel_telephone_band_and_mu_law():
     in_band = power[:, 500:3000].mean()
     assert power[:, 4500:].mean() < 1e-3 * in_band  # > 30 dB down above the band
     assert power[:, 20:120].mean() < 0.1 * in_band  # and below it
-    from speechrt_train.asr_data import AUGMENTS, _mu_law, narrowband
+    from speechrt_train.asr_data import AUGMENTS, narrowband
+    from speechrt_train.channels import _mu_law
 
     # the recogniser that trains on this band is told to hear 8 kHz sources through it
     assert narrowband(AUGMENTS["recordings"]) == "telephone"
@@ -396,7 +398,8 @@ def test_channel_coloured_noise_at_the_drawn_snr():
 
 def test_vtlp_warp_moves_a_tone_and_one_is_the_identity():
     from speechrt.audio.features import FeatureConfig
-    from speechrt_train.asr_data import batched_features, vtlp_source_bins
+    from speechrt_train.asr_data import batched_features
+    from speechrt_train.channels import vtlp_source_bins
 
     n = 257
     ident = vtlp_source_bins(torch.ones(1), n)

@@ -13,7 +13,7 @@ subsampling) has 26.2 M parameters with 256 pieces (fastconformer_parameters).
 module's depthwise conv and its SiLU (as NeMo trains it), over each item's valid frames only
 (quartznet_train.MaskedBatchNorm1d), and dropout on every residual branch (forward hooks: the
 forward is ParakeetCTC's own). `folded_state_dict()` folds each BatchNorm into its depthwise
-conv (quartznet_train._fold), giving weights that load strictly into ParakeetCTC(dims) and
+conv (masked_bn.fold_bn), giving weights that load strictly into ParakeetCTC(dims) and
 compute what the trainable model computes in eval mode (tested).
 
 The trainer is QuartzNetTrainer (batches, augmentation, data parallelism, checkpoints) with
@@ -37,15 +37,14 @@ from speechrt.audio.features import FeatureConfig
 from speechrt.convert.nemo import sentencepiece_pieces, surface
 from speechrt.models.parakeet import ConvModule, ParakeetCTC
 from speechrt_train.asr_data import AUGMENTS, SpeechData, narrowband
-from speechrt_train.quartznet_train import (
+from speechrt_train.masked_bn import (
     Frames,
     MaskedBatchNorm1d,
     Pending,
-    QuartzNetConfig,
-    QuartzNetTrainer,
-    _fold,
+    fold_bn,
     update_running_stats,
 )
+from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
 
 N_MELS = 80
 PRESETS: dict[str, dict[str, Any]] = {
@@ -171,7 +170,7 @@ class TrainableParakeet(nn.Module):
         }
         for i, layer in enumerate(self.net.encoder.layers):
             conv = layer.conv.depthwise_conv
-            w, b = _fold(conv.weight, conv.bias, layer.conv.batch_norm)
+            w, b = fold_bn(conv.weight, conv.bias, layer.conv.batch_norm)
             sd[f"encoder.layers.{i}.conv.depthwise_conv.weight"] = w
             sd[f"encoder.layers.{i}.conv.depthwise_conv.bias"] = b
         return {k: v.float().cpu() for k, v in sd.items()}
