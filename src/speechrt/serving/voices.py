@@ -61,14 +61,8 @@ class Voice(Protocol):
     @property
     def text(self) -> SpeechText: ...
 
-    def text_to_pieces(
-        self,
-        texts: Sequence[str],
-        seeds: Sequence[int],
-        words: bool = False,
-        max_symbols: int | None = None,
-        pace: float = 1.0,
-    ) -> list[Piece]: ...
+    @property
+    def text_to_pieces(self) -> TextToPieces: ...  # a method of the voice, as TTS has
 
     def ids_to_audio(
         self,
