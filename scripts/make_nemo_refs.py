@@ -64,82 +64,23 @@ OUT = ROOT / "tests" / "data" / "nemo"
 # must not flip a decision
 MIN_GAP = 1e-3
 
+_CTC = dict(mels=80, layers=2, xscaling=True, head_scale=3.0, blank_rate=0.5)
+_TRANSDUCER = dict(mels=80, layers=2, xscaling=True, head_scale=10.0, pred_scale=4.0,
+                   blank_weight=1.0, blank_rate=0.1, max_symbols=10)  # fmt: skip
 MODELS: dict[str, dict] = {
     # encoder dims; seed; output layer scale and blank rate, for transducers the predictor's scale
     # (nemo_refs_models.randomize / centre_heads). Seeds were searched (--search) so that greedy
     # decoding emits a mix of words and every decision passes MIN_GAP.
-    "ctc": dict(
-        kind="ctc",
-        mels=80,
-        d=48,
-        layers=2,
-        heads=4,
-        xscaling=True,
-        seed=6,
-        head_scale=3.0,
-        blank_rate=0.5,
-    ),
-    "rnnt": dict(
-        kind="rnnt",
-        mels=80,
-        d=32,
-        layers=2,
-        heads=2,
-        xscaling=True,
-        seed=30,
-        pred_layers=2,
-        max_symbols=3,
-        head_scale=10.0,
-        blank_rate=0.3,
-        pred_scale=4.0,
-        blank_weight=1.0,
-    ),
-    "tdt": dict(
-        kind="tdt",
-        mels=128,
-        d=40,
-        layers=3,
-        heads=4,
-        xscaling=False,
-        seed=30,
-        pred_layers=2,
-        max_symbols=10,
-        head_scale=10.0,
-        blank_rate=0.1,
-        pred_scale=4.0,
-        blank_weight=1.0,
-    ),
-    "hybrid": dict(
-        kind="hybrid",
-        mels=80,
-        d=32,
-        layers=2,
-        heads=4,
-        xscaling=True,
-        seed=18,
-        pred_layers=1,
-        max_symbols=10,
-        head_scale=10.0,
-        blank_rate=0.1,
-        pred_scale=4.0,
-        blank_weight=1.0,
-        ctc_scale=3.0,
-        ctc_blank_rate=0.5,
-    ),
-    "local": dict(
-        kind="ctc",
-        mels=80,
-        d=48,
-        layers=2,
-        heads=4,
-        xscaling=True,
-        seed=39,
-        attention="rel_pos_local_attn",
-        context=[16, 16],
-        head_scale=3.0,
-        blank_rate=0.5,
-    ),
-}
+    "ctc": dict(_CTC, kind="ctc", d=48, heads=4, seed=6),
+    "rnnt": dict(_TRANSDUCER, kind="rnnt", d=32, heads=2, seed=30, pred_layers=2, max_symbols=3,
+                 blank_rate=0.3),
+    "tdt": dict(_TRANSDUCER, kind="tdt", mels=128, d=40, layers=3, heads=4, xscaling=False,
+                seed=30, pred_layers=2),
+    "hybrid": dict(_TRANSDUCER, kind="hybrid", d=32, heads=4, seed=18, pred_layers=1,
+                   ctc_scale=3.0, ctc_blank_rate=0.5),
+    "local": dict(_CTC, kind="ctc", d=48, heads=4, seed=39, attention="rel_pos_local_attn",
+                  context=[16, 16]),
+}  # fmt: skip
 
 
 def load_wav(name: str) -> np.ndarray:
