@@ -9,7 +9,9 @@ the same process as its anchor:
     cuda-bf16        speechrt's cuda runner: layers compiled once, whole encoder one CUDA graph;
                      TDT: the greedy loop on the device in blocks of CUDA-graph steps
     cuda-bf16-scan   TDT: each step first skips blanks over all frames (pointer jumping)
-    cuda-bf16-sdpa   (--compare-attention) the reference's attention: shifted scores + SDPA
+    cuda-bf16-sdpa   (--compare attention) the reference's attention: shifted scores + SDPA
+    cuda-bf16-cublas (--compare epilogues) the feed-forwards' SiLU and the conv module's GLU
+                     as separate passes after cuBLAS, not as the GEMM's epilogue
 Floors: FLOPs (counted below) over the measured bf16 matmul rate, weight + activation bytes over
 the measured copy bandwidth; the larger is the floor.
 
@@ -150,10 +152,10 @@ def calibrate(model: torch.nn.Module, d: ParakeetDims) -> None:
     bias = model.joint.out.bias
     base = float(bias[d.vocab_size])
     lo, hi = -50.0, 50.0
-    loop = CudaGreedy(model, compile_step=False)
     for _ in range(20):
         mid = (lo + hi) / 2
         bias[d.vocab_size] = base + mid
+        loop = CudaGreedy(model, compile_step=False)  # it copies the joint's weights
         per_item = sum(len(t) for t in loop(f.float(), n)) / 4
         lo, hi = (mid, hi) if per_item > TOKENS_PER_SECOND * SECONDS else (lo, mid)
     print(f"calibrated blank bias +{mid:.2f}: {per_item:.1f} tokens per 10 s", flush=True)
@@ -172,15 +174,16 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     c = contract("parakeet", d)
     buckets = Buckets({"batch": tuple(sorted(set(batches))), "feature_frames": (FRAMES,)})
     runner = CudaRunner("parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets)
-    sdpa = None
-    if COMPARE_ATTENTION:  # the same runner with the reference's attention (shifted scores, SDPA)
+    alts = {}  # the same runner with one of its fused kernels switched off (COMPARE)
+    for what in COMPARE:
         import speechrt.runtime.graphs.parakeet as parakeet
 
-        parakeet.FUSED_ATTENTION = False
-        sdpa = CudaRunner(
+        flag, variant = ALTERNATIVES[what]
+        setattr(parakeet, flag, False)
+        alts[variant] = CudaRunner(
             "parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets
         )
-        parakeet.FUSED_ATTENTION = True
+        setattr(parakeet, flag, True)
     eager = EncoderGraph(speechrt_model(d, 0).to(torch.bfloat16)).eval()
     loop, others = None, {}
     if d.transducer:
@@ -193,14 +196,19 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:
-        rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, others, sdpa)
-    del runner, model, eager, hf, loop, sdpa
+        rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, others, alts)
+    del runner, model, eager, hf, loop, alts
     torch.cuda.empty_cache()
     return rows
 
 
 PROFILE = False
-COMPARE_ATTENTION = False
+COMPARE: list[str] = []
+# --compare NAME: (the flag of speechrt.runtime.graphs.parakeet it turns off, the variant's name)
+ALTERNATIVES = {
+    "attention": ("FUSED_ATTENTION", "cuda-bf16-sdpa"),
+    "epilogues": ("FUSED_EPILOGUES", "cuda-bf16-cublas"),
+}
 
 
 def profile(what: str, variants: dict) -> None:
@@ -231,7 +239,7 @@ def decode(d: ParakeetDims, out: dict, loop: object) -> object:
 
 
 def bench_batch(
-    name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, others, sdpa
+    name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, others, alts
 ) -> list[dict]:  # noqa: ANN001
     from speechrt.runtime.graphs.parakeet import EncoderGraph
 
@@ -251,8 +259,8 @@ def bench_batch(
     }
     for v, other in others.items():
         variants[v] = lambda o=other: decode(d, runner.run(feeds), o)
-    if sdpa is not None:
-        variants["cuda-bf16-sdpa"] = lambda: decode(d, sdpa.run(feeds), loop)
+    for v, alt in alts.items():
+        variants[v] = lambda a=alt: decode(d, a.run(feeds), loop)
     if hf is not None:
         x = feats.transpose(1, 2).to(torch.bfloat16).contiguous()
         n = torch.full((B,), encoder_frames(d, FRAMES - 1), device="cuda")
@@ -265,8 +273,8 @@ def bench_batch(
         t0 = time.perf_counter()
         runner.run(feeds)  # compile + capture outside the timing
         t_compile = time.perf_counter() - t0
-        if sdpa is not None:
-            sdpa.run(feeds)
+        for alt in alts.values():
+            alt.run(feeds)
         from torch._dynamo.utils import counters
 
         print("dynamo", dict(counters["stats"]), flush=True)
@@ -317,12 +325,13 @@ def main() -> int:
     p.add_argument("--commit", help="the commit of the tree (default: git's HEAD)")
     p.add_argument("--profile", action="store_true", help="print the costliest CUDA kernels")
     p.add_argument(
-        "--compare-attention", action="store_true",
-        help="also time the cuda runner with the reference attention (cuda-bf16-sdpa)",
+        "--compare", default="",
+        help="also time the cuda runner without its fused attention or epilogues: "
+        "attention,epilogues",
     )  # fmt: skip
     args = p.parse_args()
-    global PROFILE, COMPARE_ATTENTION
-    PROFILE, COMPARE_ATTENTION = args.profile, args.compare_attention
+    global PROFILE, COMPARE
+    PROFILE, COMPARE = args.profile, [w for w in args.compare.split(",") if w]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     # the device machine's copy of the tree may carry an older HEAD: --commit names the tree
     stamp = {

@@ -5,6 +5,10 @@
                 scores + SDPA), compiled, and its error against the reference
     ff          the feed-forward compiled by Inductor's default and with max-autotune (GEMM
                 templates that can take SiLU as an epilogue)
+    epilogue    the feed-forward's linear1 + SiLU and the conv module's pointwise_conv1 + GLU:
+                cuBLAS then Inductor's pass, cuBLAS alone, and speechrt.runtime.linear_act (one
+                GEMM, the activation as its epilogue) at several tile shapes; each timed inside
+                a CUDA graph of 20 calls (no launch overhead), at several row counts
     layer       a whole conformer layer as the cuda runner compiles it, with either attention,
                 and with Inductor realising values read by more than two consumers (the conv
                 module's GLU output, which its depthwise taps otherwise recompute per tap)
@@ -100,6 +104,74 @@ def feed_forward(rows: list[dict], B: int, T: int) -> None:
             torch._dynamo.reset()
 
 
+def graph_ms(fn, n: int = 20) -> float:  # noqa: ANN001
+    """Milliseconds per call of fn(), n calls captured in one CUDA graph, replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            fn()
+    return timed(graph.replay, 20) / n
+
+
+# (BM, BN, BK, GROUP_M, warps, stages, warp-specialised, split epilogue, persistent)
+EPILOGUE_TILES = [
+    (128, 256, 64, 8, 8, 3, 0, 0, 1), (128, 256, 64, 8, 8, 3, 1, 0, 1),
+    (128, 256, 64, 8, 8, 3, 0, 1, 1), (128, 256, 64, 8, 8, 4, 0, 1, 1),
+    (128, 256, 64, 8, 8, 3, 0, 0, 0), (128, 128, 64, 8, 8, 4, 0, 0, 1),
+    (256, 128, 64, 8, 8, 3, 0, 1, 1), (128, 128, 128, 8, 8, 3, 0, 0, 1),
+]  # fmt: skip
+
+
+def epilogue(rows: list[dict], B: int, T: int) -> None:
+    torch.manual_seed(0)
+    for K, N, act in ((1024, 4096, "silu"), (1024, 2048, "glu")):
+        for M in (B * T, B * T // 4, 1000):
+            epilogue_shape(rows, M, K, N, act)
+
+
+def epilogue_shape(rows: list[dict], M: int, K: int, N: int, act: str) -> None:
+    from functools import partial
+
+    import torch.nn.functional as F
+
+    from speechrt.runtime import linear_act as la
+
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5
+    b = torch.randn(N, device="cuda", dtype=torch.bfloat16) * 0.1
+    wi, bi = (la.interleave_glu(w), la.interleave_glu(b)) if act == "glu" else (w, b)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+
+    def unfused(x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, w, b)
+        return F.glu(y, -1) if act == "glu" else F.silu(y)
+
+    want = unfused(x.float())
+    flops = 2 * M * N * K
+    shape = dict(part="epilogue", act=act, M=M, K=K, N=N)
+    variants = {
+        "cublas + inductor": partial(torch.compile(unfused), x),
+        "cublas alone": partial(F.linear, x, w, b),
+        **{str(t): partial(la.launch, x, wi, bi, act, t) for t in EPILOGUE_TILES},
+    }
+    for name, fn in variants.items():
+        try:
+            ms = graph_ms(fn)
+        except Exception as e:  # a tile shape the GPU cannot hold
+            rows.append(dict(shape, variant=name, error=repr(e)[:120]))
+            continue
+        row = dict(shape, variant=name, ms=ms, tflops=flops / ms / 1e9)
+        if name != "cublas alone":
+            row["rel_err"] = ((fn().float() - want).abs().max() / want.abs().max()).item()
+        rows.append(row)
+        print(rows[-1], flush=True)
+
+
 def layer(rows: list[dict], B: int, T: int) -> None:
     from speechrt.runtime.relpos_attention import relpos_attention
 
@@ -112,14 +184,22 @@ def layer(rows: list[dict], B: int, T: int) -> None:
     valid = parakeet.valid_mask(lengths, T)
     mask = ~(valid[:, None, :] & valid[:, :, None])[:, None]
     pe, pad = parakeet.relative_positions(T, d.d_model, x.device), ~valid[:, None, :]
+    from speechrt.runtime import linear_act as la
+
+    w, bias = lay.conv.pointwise_conv1.weight, lay.conv.pointwise_conv1.bias
+    lay.conv.register_buffer("glu_weight", la.interleave_glu(w[:, :, 0]), persistent=False)
+    lay.conv.register_buffer("glu_bias", la.interleave_glu(bias), persistent=False)
+    realize = {"realize_reads_threshold": 2}
     variants = [
-        ("reference attention", None, {}),
-        ("fused attention", relpos_attention, {}),
-        ("fused, realize reads > 2", relpos_attention, {"realize_reads_threshold": 2}),
+        ("reference attention", None, None, {}),
+        ("fused attention", relpos_attention, None, {}),
+        ("fused, realize reads > 2", relpos_attention, None, realize),
+        ("fused, realize, SiLU/GLU epilogues", relpos_attention, la.linear_act, realize),
     ]
     with torch.inference_mode():
-        for name, kernel, options in variants:
+        for name, kernel, act, options in variants:
             lay.self_attn.kernel = kernel
+            lay.feed_forward1.kernel = lay.feed_forward2.kernel = lay.conv.kernel = act
             fn = torch.compile(parakeet.run_layer, dynamic=False, options=options)
             t0 = time.perf_counter()
             fn(lay, x, pe, mask, pad)
@@ -133,13 +213,13 @@ def layer(rows: list[dict], B: int, T: int) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--parts", default="attention,ff,layer")
+    p.add_argument("--parts", default="attention,ff,epilogue,layer")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--frames", type=int, default=125)
     args = p.parse_args()
     rows: list[dict] = []
     for part in args.parts.split(","):
-        parts = {"attention": attention, "ff": feed_forward, "layer": layer}
+        parts = {"attention": attention, "ff": feed_forward, "epilogue": epilogue, "layer": layer}
         parts[part](rows, args.batch, args.frames)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

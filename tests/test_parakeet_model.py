@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from parakeet_models import steps_of, talkative
 from speechrt.asr.transducer import TransducerSpec, greedy
@@ -111,19 +112,24 @@ def test_graphs_export_and_onnx_matches_eager(tmp_path: Path) -> None:
 
 @requires_cuda
 @pytest.mark.parametrize("kind", ["parakeet_ctc", "parakeet_transducer"])
-def test_cuda_runner_matches_eager_fp32(kind: str) -> None:
+@pytest.mark.parametrize("wide", [False, True])
+def test_cuda_runner_matches_eager_fp32(kind: str, wide: bool) -> None:
     """The cuda runner (bf16, layers compiled, one CUDA graph) against eager fp32: relative
     error of the head's output on each item's frames under 2e-2 (measured 6e-3), and on the
-    same fp32 frames the captured device loop equals the NumPy reference."""
+    same fp32 frames the captured device loop equals the NumPy reference. wide: layers and a
+    batch large enough for the SiLU / GLU epilogue kernel (speechrt.runtime.linear_act)."""
     from speechrt.registry import contract
+    from speechrt.runtime import linear_act
     from speechrt.runtime.cuda import CudaRunner
 
-    model = talkative(kind)
+    model = talkative(kind, **(dict(d_model=256, n_heads=4) if wide else {}))
     d = model.dims
     c = contract("parakeet", d)
     runner = CudaRunner("parakeet", EncoderGraph(model), c, dtype=torch.bfloat16)
-    x = torch.randn(2, 80, 400)
-    lengths = torch.tensor([400, 250])
+    B = 24 if wide else 2  # wide: 24 x 50 frames, over linear_act.MIN_ROWS
+    assert not wide or B * 50 >= linear_act.MIN_ROWS
+    x = torch.randn(B, 80, 400)
+    lengths = torch.tensor([400, 250] * (B // 2))
     with torch.inference_mode():
         want = dict(zip(c.output_names, EncoderGraph(model)(x, lengths), strict=True))
         for _ in range(2):  # capture, then replay
@@ -201,6 +207,47 @@ def test_fused_attention_equals_the_reference(att_context: int | None, dtype: to
         got = att(x, pe, ~see[:, None], pad).float()
     err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(lengths))
     assert err <= (1e-4 if dtype == torch.float32 else 2e-2) * want.abs().max().item()
+
+
+@pytest.mark.parametrize("act", ["silu", "glu"])
+def test_linear_act_interleaves_glu_and_runs_small_layers_on_the_linear(act: str) -> None:
+    """linear_act's GLU weights are its pointwise conv's rows interleaved (value, gate); below
+    MIN_ROWS rows (and off the GPU) it is linear then the activation, to float rounding."""
+    from speechrt.runtime import linear_act as la
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(3, 50, 96), torch.randn(512, 96), torch.randn(512)
+    want = F.linear(x, w, b)
+    want = F.glu(want, -1) if act == "glu" else F.silu(want)
+    if act == "glu":
+        wi = la.interleave_glu(w)
+        assert torch.equal(wi[0::2], w[:256]) and torch.equal(wi[1::2], w[256:])
+        w, b = wi, la.interleave_glu(b)
+    got = la.launch(x, w, b, act)
+    assert got.shape == want.shape
+    assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+
+
+@requires_cuda
+@pytest.mark.parametrize("act", ["silu", "glu"])
+@pytest.mark.parametrize("rows", [999, 1500, 4100])
+def test_linear_act_equals_linear_then_activation(act: str, rows: int) -> None:
+    """The activation as the GEMM's epilogue (Triton; cuBLAS below MIN_ROWS) against float32
+    linear + activation, bf16 inputs: within 1e-2 of the output's scale, row counts that are
+    no multiple of a tile and both tile shapes."""
+    from speechrt.runtime import linear_act as la
+
+    torch.manual_seed(0)
+    K, N = 512, 2048
+    x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5
+    b = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    want = F.linear(x.float(), w.float(), b.float())
+    want = F.glu(want, -1) if act == "glu" else F.silu(want)
+    if act == "glu":
+        w, b = la.interleave_glu(w), la.interleave_glu(b)
+    got = la.launch(x, w, b, act).float()
+    assert (got - want).abs().max().item() <= 1e-2 * want.abs().max().item()
 
 
 def test_compiled_loop_keeps_a_variant_per_bucket() -> None:

@@ -73,8 +73,14 @@ def depthwise_taps(x: Tensor, conv: nn.Conv1d, time_dim: int = 2) -> Tensor:
     depthwise kernel took 5.6 ms of 24 layers at batch 128).
     x: (B, C, T) -> (B, C, T), or with time_dim=1 (B, T, C) -> (B, T, C)"""
     k = conv.kernel_size[0]
-    if time_dim == 1:
-        return depthwise_taps(x.transpose(1, 2), conv).transpose(1, 2)
+    if time_dim == 1:  # channels innermost, as the compiled kernel then reads and writes them
+        T = x.shape[1]
+        xp = F.pad(x, (0, 0, (k - 1) // 2, k // 2))  # (B, T + k - 1, C)
+        wt = conv.weight[:, 0].t()  # (k, C)
+        acc = wt[0] * xp[:, :T]
+        for i in range(1, k):
+            acc = acc + wt[i] * xp[:, i : i + T]
+        return acc if conv.bias is None else acc + conv.bias
     T = x.shape[2]
     xp = F.pad(x, ((k - 1) // 2, k // 2))
     w = conv.weight[:, 0]  # (C, k)
@@ -192,8 +198,14 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d.d_model, d.d_model * d.ff_expansion)
         self.linear2 = nn.Linear(d.d_model * d.ff_expansion, d.d_model)
+        # the cuda runner's linear1 + SiLU in one GEMM (speechrt.runtime.linear_act): (x, w, b,
+        # "silu") -> silu(linear1(x)); None: the two apart
+        self.kernel: Callable[..., Tensor] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, D) -> (B, T, D)"""
+        if self.kernel is not None:
+            return self.linear2(self.kernel(x, self.linear1.weight, self.linear1.bias, "silu"))
         return self.linear2(F.silu(self.linear1(x)))
 
 
@@ -208,6 +220,9 @@ class ConvModule(nn.Module):
         self.depthwise_conv = nn.Conv1d(D, D, k, padding=(k - 1) // 2, groups=D)
         self.pointwise_conv2 = nn.Conv1d(D, D, 1)
         self.taps = False  # the depthwise conv as shifted copies (depthwise_taps): cuda
+        # the cuda runner's pointwise_conv1 + GLU in one GEMM (speechrt.runtime.linear_act),
+        # over glu_weight and glu_bias, pointwise_conv1's rows interleaved value, gate, ...
+        self.kernel: Callable[..., Tensor] | None = None
 
     def forward(self, x: Tensor, pad: Tensor) -> Tensor:
         """x: (B, T, D), pad: (B, 1, T) True on padded frames -> (B, T, D)"""
@@ -220,7 +235,10 @@ class ConvModule(nn.Module):
         """forward in the (B, T, D) layout: the pointwise convs as GEMMs, the depthwise conv
         as its shifted copies (depthwise_taps), no transposes (the cuda runner's form)."""
         pw1, pw2 = self.pointwise_conv1, self.pointwise_conv2
-        x = F.glu(F.linear(x, pw1.weight[:, :, 0], pw1.bias), dim=-1)
+        if self.kernel is not None:
+            x = self.kernel(x, self.glu_weight, self.glu_bias, "glu")
+        else:
+            x = F.glu(F.linear(x, pw1.weight[:, :, 0], pw1.bias), dim=-1)
         x = x.masked_fill(pad.transpose(1, 2), 0.0)  # (B, T, D)
         x = depthwise_taps(x, self.depthwise_conv, time_dim=1)
         return F.linear(F.silu(x), pw2.weight[:, :, 0], pw2.bias)

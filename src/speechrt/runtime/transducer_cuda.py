@@ -76,10 +76,11 @@ class CudaGreedy:
             j.pred.weight.detach().to(dev, f32),
             j.pred.bias.detach().to(dev, f32),
         )
-        self.out_w, self.out_b = (
-            j.out.weight.detach().to(dev, f32),
-            j.out.bias.detach().to(dev, f32),
-        )
+        # the joint's output rows padded with zeros to a multiple of 64: cuBLAS has no fast
+        # kernel for 1,030 rows (tokens + blank + 5 durations), decide() reads the real ones
+        pad = -j.out.out_features % 64
+        self.out_w = F.pad(j.out.weight.detach(), (0, 0, 0, pad)).to(dev, f32)
+        self.out_b = F.pad(j.out.bias.detach(), (0, pad)).to(dev, f32)
         self.durations = torch.tensor(d.durations or (0,), device=self.device)
         self.graphs: dict[tuple[int, int, bool], tuple[torch.cuda.CUDAGraph | None, dict]] = {}
 
@@ -106,7 +107,7 @@ class CudaGreedy:
         label = logits[..., : d.vocab_size + 1].argmax(-1)
         blank = label == d.vocab_size
         if d.durations:
-            skip = self.durations[logits[..., d.vocab_size + 1 :].argmax(-1)]
+            skip = self.durations[logits[..., d.vocab_size + 1 : d.n_joint_out].argmax(-1)]
             return label, blank, torch.where(blank & (skip == 0), 1, skip)
         return label, blank, blank.long()
 

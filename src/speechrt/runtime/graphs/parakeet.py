@@ -20,11 +20,15 @@ from speechrt.models.parakeet import (
     run_subsampling,
     valid_mask,
 )
+from speechrt.runtime import linear_act
 from speechrt.runtime import relpos_attention as fused
 
 # the cuda runner's attention: one Triton kernel (speechrt.runtime.relpos_attention), or the
 # reference's shifted scores and SDPA (False; scripts/bench_parakeet.py times both)
 FUSED_ATTENTION = True
+# the feed-forwards' SiLU and the conv module's GLU as their GEMM's epilogue (one Triton kernel,
+# speechrt.runtime.linear_act), or cuBLAS and a separate pass (False)
+FUSED_EPILOGUES = True
 
 
 class EncoderGraph(nn.Module):
@@ -58,6 +62,18 @@ class EncoderGraph(nn.Module):
             layer.conv.taps = True
             if FUSED_ATTENTION and fused.supported(layer.self_attn.d_k):
                 layer.self_attn.kernel = fused.relpos_attention
+            weight = layer.conv.pointwise_conv1.weight
+            if FUSED_EPILOGUES and linear_act.supported(weight):
+                layer.feed_forward1.kernel = layer.feed_forward2.kernel = linear_act.linear_act
+                bias = layer.conv.pointwise_conv1.bias
+                assert bias is not None
+                layer.conv.register_buffer(
+                    "glu_weight", linear_act.interleave_glu(weight[:, :, 0]), persistent=False
+                )
+                layer.conv.register_buffer(
+                    "glu_bias", linear_act.interleave_glu(bias), persistent=False
+                )
+                layer.conv.kernel = linear_act.linear_act
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         return derived_sizes(self.model.dims, sizes)
