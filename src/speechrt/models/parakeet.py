@@ -73,14 +73,8 @@ def depthwise_taps(x: Tensor, conv: nn.Conv1d, time_dim: int = 2) -> Tensor:
     depthwise kernel took 5.6 ms of 24 layers at batch 128).
     x: (B, C, T) -> (B, C, T), or with time_dim=1 (B, T, C) -> (B, T, C)"""
     k = conv.kernel_size[0]
-    if time_dim == 1:  # channels innermost, as the compiled kernel then reads and writes them
-        T = x.shape[1]
-        xp = F.pad(x, (0, 0, (k - 1) // 2, k // 2))  # (B, T + k - 1, C)
-        wt = conv.weight[:, 0].t()  # (k, C)
-        acc = wt[0] * xp[:, :T]
-        for i in range(1, k):
-            acc = acc + wt[i] * xp[:, i : i + T]
-        return acc if conv.bias is None else acc + conv.bias
+    if time_dim == 1:
+        return depthwise_taps(x.transpose(1, 2), conv).transpose(1, 2)
     T = x.shape[2]
     xp = F.pad(x, ((k - 1) // 2, k // 2))
     w = conv.weight[:, 0]  # (C, k)

@@ -55,7 +55,11 @@ class EncoderGraph(nn.Module):
         encoder.layer_fn = torch.compile(run_layer, dynamic=False, options=options)
         # its masks and ReLUs fused, its convolutions in the layout Inductor picks (the
         # depthwise 3x3 ran on a slow NCHW kernel uncompiled: 9 of 70 ms at batch 128)
-        encoder.subsample_fn = torch.compile(run_subsampling, dynamic=False)
+        # realize_reads_threshold 1: each conv's output is written once, not recomputed in
+        # each of the next conv's 9 taps (batch 128 x 10 s at 0.6B: 3.33 -> 3.01 ms)
+        encoder.subsample_fn = torch.compile(
+            run_subsampling, dynamic=False, options={"realize_reads_threshold": 1}
+        )
         encoder.pre_encode.taps = True
         for layer in encoder.layers:
             assert isinstance(layer, ConformerLayer)
