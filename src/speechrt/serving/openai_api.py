@@ -290,7 +290,7 @@ TRANSCRIPTION_FORM = Body(
     "OpenAI's transcription form; language, prompt and temperature are accepted and ignored.",
     (
         Field("file", "file", "the audio: any file libsndfile reads, at any rate", required=True),
-        Field("model", "string", required=True, example="asr"),
+        Field("model", "string", required=True),
         Field("response_format", "string", default="json", choices=transcripts.FORMATS),
         Field(
             "timestamp_granularities[]",

@@ -48,8 +48,8 @@ INFER_INPUT = Body(
     "",
     (
         Field("name", "string", required=True),
-        Field("datatype", "string", "a KServe v2 datatype", True, choices=tuple(NUMPY_DTYPES)),
-        Field("shape", "array", "", True, items="integer", minimum=0, max_items=MAX_RANK),
+        Field("datatype", "string", required=True, choices=tuple(NUMPY_DTYPES)),
+        Field("shape", "array", required=True, items="integer", minimum=0, max_items=MAX_RANK),
         Field("data", "array", "flat, or nested as the shape"),
         Field("parameters", "object", body=INPUT_PARAMETERS),
     ),
@@ -78,7 +78,7 @@ INFER_REQUEST = Body(
     "KServe v2 inference request",
     (
         Field("id", "string", "echoed in the response", nullable=True),
-        Field("inputs", "array", "", True, items=INFER_INPUT, min_items=1),
+        Field("inputs", "array", required=True, items=INFER_INPUT, min_items=1),
         Field("outputs", "array", "the outputs to send (all without it)", items=INFER_OUTPUT),
         Field("parameters", "object", body=PARAMETERS),
     ),
