@@ -17,9 +17,16 @@ from fastapi.responses import Response, StreamingResponse
 from speechrt import __version__
 from speechrt.contracts import TensorSpec
 from speechrt.errors import SpeechRTError
+from speechrt.serving.bodies import Body, Field, Json, request_body
 from speechrt.serving.http_errors import ApiError
 from speechrt.serving.metrics import VERSION
-from speechrt.serving.v2codec import HEADER, JsonTooLarge, encode_response_parts, parse_request
+from speechrt.serving.v2codec import (
+    HEADER,
+    INFER_REQUEST,
+    JsonTooLarge,
+    encode_response_parts,
+    parse_request,
+)
 from speechrt.serving.v2metadata import KSERVE_DATATYPES, tensor_metadata
 
 if TYPE_CHECKING:
@@ -123,7 +130,16 @@ def config_of(m: ContractModel, batch: BatchConfig) -> dict[str, Any]:
     }
 
 
-@router.post("/repository/index")
+REPOSITORY_INDEX = Body(
+    "RepositoryIndexRequest",
+    "",
+    (Field("ready", "boolean", "list only the models ready now", default=False, example=True),),
+)
+
+
+@router.post(
+    "/repository/index", openapi_extra=request_body(REPOSITORY_INDEX, "application/json", False)
+)
 async def repository_index(request: Request) -> list[dict[str, str]]:
     """Triton's model repository index: every served model, version "1", READY or UNAVAILABLE,
     then each component graph the server does not serve, UNAVAILABLE with the reason. The
@@ -133,9 +149,10 @@ async def repository_index(request: Request) -> list[dict[str, str]]:
         query = json.loads(body) if body.strip() else {}
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise SpeechRTError("the repository index request is not valid JSON") from None
-    if not isinstance(query, dict) or not isinstance(query.get("ready", False), bool):
+    ready = REPOSITORY_INDEX.get(query, "ready") if isinstance(query, dict) else None
+    if not isinstance(ready, bool):
         raise SpeechRTError('the repository index request is {"ready": true|false} or empty')
-    return repository(server_of(request), query.get("ready", False))
+    return repository(server_of(request), ready)
 
 
 def repository(srv: Server, ready_only: bool) -> list[dict[str, str]]:
@@ -169,8 +186,22 @@ def _decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     return out
 
 
-@router.post("/models/{name}/infer")
-@router.post("/models/{name}/versions/{version}/infer")
+def _infer_openapi() -> dict[str, Json]:
+    """The infer body: INFER_REQUEST as JSON, or Triton's binary extension (a JSON header of
+    `Inference-Header-Content-Length` bytes, then the raw tensors)."""
+    extra = request_body(INFER_REQUEST, "application/json", raw="application/octet-stream")
+    header: Json = {
+        "name": HEADER,
+        "in": "header",
+        "required": False,
+        "description": "binary extension: length of the JSON header that starts the body",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+    return extra | {"parameters": [header]}
+
+
+@router.post("/models/{name}/infer", openapi_extra=_infer_openapi())
+@router.post("/models/{name}/versions/{version}/infer", openapi_extra=_infer_openapi())
 async def infer(name: str, request: Request, version: str | None = None) -> Response:
     srv = server_of(request)
     m = model_of(request, name, version)

@@ -35,11 +35,13 @@ from typing import TYPE_CHECKING, TypedDict
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
-from starlette.datastructures import FormData, UploadFile
+from pydantic import Field as PydanticField
+from starlette.datastructures import UploadFile
 
 from speechrt.audio import codecs
 from speechrt.options import SynthesisOptions
 from speechrt.serving import transcripts
+from speechrt.serving.bodies import Body, Field, FormReader, request_body
 from speechrt.serving.http_errors import ApiError
 from speechrt.serving.metrics import failure_reason
 
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1")
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
+STREAM_FORMATS = ("audio",)  # OpenAI's "sse" is not supported
 # Model names the OpenAI API accepts for each pipeline (besides the pipeline's own name).
 TTS_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 ASR_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
@@ -86,9 +89,14 @@ class SpeechRequest(BaseModel):  # type: ignore[explicit-any]  # Any: pydantic's
     model: str
     input: str
     voice: str | VoiceRef
-    response_format: str = "mp3"  # OpenAI's default
-    speed: float = 1.0
-    stream_format: str | None = None
+    # speech_options checks these three against the constants their schemas show
+    response_format: str = PydanticField("mp3", json_schema_extra={"enum": list(codecs.FORMATS)})
+    speed: float = PydanticField(
+        1.0, json_schema_extra={"minimum": SPEED_RANGE[0], "maximum": SPEED_RANGE[1]}
+    )
+    stream_format: str | None = PydanticField(
+        None, json_schema_extra={"enum": [*STREAM_FORMATS, None]}
+    )
     # speechrt extensions: SynthesisOptions fields (speed is `pace`, voice is `speaker`)
     seed: int = 0
     pitch_shift: float = 0.0
@@ -180,7 +188,7 @@ def speech_options(
     lo, hi = SPEED_RANGE
     if not lo <= body.speed <= hi:
         raise ApiError(400, f"speed must be within [{lo}, {hi}], got {body.speed}", None, "speed")
-    if body.stream_format not in (None, "audio"):
+    if body.stream_format is not None and body.stream_format not in STREAM_FORMATS:
         raise ApiError(
             400, "only stream_format 'audio' is supported", "unsupported_stream", "stream_format"
         )
@@ -277,14 +285,47 @@ async def _stream(
     return StreamingResponse(audio_bytes(), media_type=media, headers=headers)
 
 
-def _form_str(form: FormData, name: str, default: str | None = None) -> str | None:
-    value = form.get(name, default)
+TRANSCRIPTION_FORM = Body(
+    "TranscriptionForm",
+    "OpenAI's transcription form; language, prompt and temperature are accepted and ignored.",
+    (
+        Field("file", "file", "the audio: any file libsndfile reads, at any rate", required=True),
+        Field("model", "string", required=True),
+        Field("response_format", "string", default="json", choices=transcripts.FORMATS),
+        Field(
+            "timestamp_granularities[]",
+            "array",
+            "with response_format verbose_json: word and/or segment times",
+            items="string",
+            choices=transcripts.GRANULARITIES,
+            aliases=("timestamp_granularities",),
+        ),
+        Field(
+            "stream",
+            "boolean",
+            "server-sent events: transcript.text.delta as words are recognised, then "
+            "transcript.text.done with the final text (response_format json or text)",
+            default=False,
+            example=True,
+        ),
+        Field("language", "string", example="en"),
+        Field("prompt", "string", example="a prompt"),
+        Field("temperature", "number", example=0.0),
+    ),
+)
+
+
+def _form_str(form: FormReader, name: str) -> str | None:
+    value = form.value(name)
     if value is not None and not isinstance(value, str):
         raise ApiError(400, f"{name!r} must be a text field, not a file", None, name)
     return value
 
 
-@router.post("/audio/transcriptions")
+@router.post(
+    "/audio/transcriptions",
+    openapi_extra=request_body(TRANSCRIPTION_FORM, "multipart/form-data"),
+)
 async def transcriptions(request: Request) -> Response:
     srv = server_of(request)
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
@@ -293,32 +334,36 @@ async def transcriptions(request: Request) -> Response:
         )
     form = await request.form(max_files=1, max_fields=64)
     try:
-        return await _transcribe(srv, form)
+        return await _transcribe(srv, FormReader(form, TRANSCRIPTION_FORM))
     finally:
         await form.close()
 
 
-async def _transcribe(srv: Server, form: FormData) -> Response:
+async def _transcribe(srv: Server, form: FormReader) -> Response:
+    """The form's fields as TRANSCRIPTION_FORM declares them (language, prompt and temperature
+    are not read), checked in this order: model, file, formats, stream."""
     model = _form_str(form, "model")
     if not model:
         raise ApiError(400, "missing required parameter 'model'", None, "model")
     check_model(model, "asr", _served(srv, "asr"))
     assert srv.asr is not None
-    upload = form.get("file")
+    upload = form.value("file")
     if not isinstance(upload, UploadFile):
         raise ApiError(400, "missing required file 'file'", None, "file")
-    fmt = _form_str(form, "response_format", "json")
-    if fmt not in transcripts.FORMATS:
+    fmt = _form_str(form, "response_format")
+    formats = TRANSCRIPTION_FORM.field("response_format").choices
+    if fmt not in formats:
         raise ApiError(
             400,
-            f"response_format {fmt!r} is not one of {', '.join(transcripts.FORMATS)}",
+            f"response_format {fmt!r} is not one of {', '.join(formats)}",
             "unsupported_format",
             "response_format",
         )
-    fields = [*form.getlist("timestamp_granularities[]"), *form.getlist("timestamp_granularities")]
+    fields = form.values("timestamp_granularities[]")
     grains = [g for g in fields if isinstance(g, str)]
     for g in fields:
-        if g not in transcripts.GRANULARITIES:  # (a file is not one either)
+        if g not in TRANSCRIPTION_FORM.field("timestamp_granularities[]").choices:
+            # (a file is not one either)
             raise ApiError(
                 400, f"unknown timestamp granularity {g!r}", None, "timestamp_granularities"
             )

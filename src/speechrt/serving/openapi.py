@@ -1,10 +1,10 @@
 """`/openapi.json` as the server really answers: bodies, error codes and the served model names.
 
-FastAPI derives the schema from the routes' signatures; the routes that read their body
-themselves (multipart transcription, KServe infer and repository index) and the responses built
-by hand are described here, once. `describe` rewrites FastAPI's schema:
-- request bodies: multipart/form-data for transcription; for infer the JSON request and Triton's
-  binary extension (a JSON header of `Inference-Header-Content-Length` bytes, then raw tensors);
+FastAPI derives the schema from the routes: a body a route takes as a pydantic model from its
+signature; a body a route reads itself (multipart transcription, KServe infer and repository
+index) from the route's `openapi_extra`, which names the `Body` declared beside its parser
+(speechrt.serving.bodies; BODIES here adds their schemas). The responses, built by hand, are
+described here. `describe` rewrites FastAPI's schema:
 - responses: every route's success body and the error codes it uses, with the /v1 (OpenAI) or
   /v2 (KServe) error body; FastAPI's 422 goes, as validation errors are answered with 400;
 - model names: enums of the models this server serves (path parameters and `model` fields).
@@ -12,16 +12,18 @@ by hand are described here, once. `describe` rewrites FastAPI's schema:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
 from speechrt.audio import codecs
-from speechrt.serving import transcripts
+from speechrt.serving.bodies import Body
+from speechrt.serving.kserve import REPOSITORY_INDEX
 from speechrt.serving.metrics import VERSION
-from speechrt.serving.v2codec import HEADER, MAX_RANK
+from speechrt.serving.openai_api import TRANSCRIPTION_FORM
+from speechrt.serving.v2codec import INFER_REQUEST
 from speechrt.serving.v2metadata import NUMPY_DTYPES
 
 if TYPE_CHECKING:
@@ -78,54 +80,10 @@ class Transcription(BaseModel):
     words: list[dict[str, Any]] | None = None
 
 
-class TranscriptionForm(BaseModel):
-    """OpenAI's transcription form; language, prompt and temperature are accepted and ignored."""
-
-    file: bytes
-    model: str
-    response_format: Literal[transcripts.FORMATS] = "json"  # type: ignore[valid-type]
-    timestamp_granularities: list[Literal[transcripts.GRANULARITIES]] | None = Field(  # type: ignore[valid-type]
-        None, alias="timestamp_granularities[]"
-    )
-    stream: bool = Field(
-        False,
-        description="server-sent events: transcript.text.delta as words are recognised, then "
-        "transcript.text.done with the final text (response_format json or text)",
-    )
-    language: str | None = None
-    prompt: str | None = None
-    temperature: float | None = None
-
-
 if TYPE_CHECKING:
     Datatype = str
 else:
     Datatype = Literal[tuple(NUMPY_DTYPES)]  # the KServe v2 datatype names
-
-
-class InferInput(BaseModel):
-    name: str
-    datatype: Datatype
-    shape: list[Annotated[int, Field(ge=0)]] = Field(max_length=MAX_RANK)
-    data: list[Any] | None = Field(None, description="flat, or nested as the shape")
-    parameters: dict[str, Any] | None = Field(
-        None, description="binary_data_size: the tensor is in the binary part of the body"
-    )
-
-
-class InferRequestedOutput(BaseModel):
-    name: str
-    parameters: dict[str, Any] | None = Field(None, description="binary_data: true or false")
-
-
-class InferRequest(BaseModel):
-    """KServe v2 inference request; `parameters` may carry binary_data_output and, for the tts
-    model, SynthesisOptions fields (pace, seed, ...), for the asr model sample_rate."""
-
-    id: str | None = None
-    inputs: list[InferInput] = Field(min_length=1)
-    outputs: list[InferRequestedOutput] | None = None
-    parameters: dict[str, Any] | None = None
 
 
 class InferOutput(BaseModel):
@@ -176,10 +134,6 @@ class ModelConfig(BaseModel):
     dynamic_batching: dict[str, Any]
 
 
-class RepositoryIndexRequest(BaseModel):
-    ready: bool = Field(False, description="list only the models ready now")
-
-
 class RepositoryModel(BaseModel):
     name: str
     version: str
@@ -220,6 +174,8 @@ class Health(BaseModel):
     models: list[str]
 
 
+# the bodies that routes read themselves (their routes' openapi_extra names them)
+BODIES: tuple[Body, ...] = (TRANSCRIPTION_FORM, INFER_REQUEST, REPOSITORY_INDEX)
 MODELS: list[type[BaseModel]] = [
     OpenAIError,
     KServeError,
@@ -228,13 +184,10 @@ MODELS: list[type[BaseModel]] = [
     VoiceList,
     CaptionedSpeech,
     Transcription,
-    TranscriptionForm,
-    InferRequest,
     InferResponse,
     ModelMetadata,
     ServerMetadata,
     ModelConfig,
-    RepositoryIndexRequest,
     RepositoryModel,
     Health,
 ]
@@ -331,35 +284,6 @@ def _responses(path: str, success: int, content: Content, errors: tuple[int, ...
     return out
 
 
-def _request_bodies(schema: dict[str, Any]) -> None:
-    paths = schema["paths"]
-    paths["/v1/audio/transcriptions"]["post"]["requestBody"] = {
-        "required": True,
-        "content": {"multipart/form-data": {"schema": _schema("TranscriptionForm")}},
-    }
-    paths["/v2/repository/index"]["post"]["requestBody"] = {
-        "required": False,
-        "content": {"application/json": {"schema": _schema("RepositoryIndexRequest")}},
-    }
-    binary = {
-        "name": HEADER,
-        "in": "header",
-        "required": False,
-        "description": "binary extension: length of the JSON header that starts the body",
-        "schema": {"type": "integer", "minimum": 1},
-    }
-    for prefix in (_V2_MODEL, _V2_MODEL + "/versions/{version}"):
-        op = paths[prefix + "/infer"]["post"]
-        op["requestBody"] = {
-            "required": True,
-            "content": {
-                "application/json": {"schema": _schema("InferRequest")},
-                "application/octet-stream": {"schema": _schema("binary")},
-            },
-        }
-        op.setdefault("parameters", []).append(binary)
-
-
 def _model_names(schema: dict[str, Any], server: Server) -> None:
     """Enums of the names this server serves: path parameters and `model` fields."""
     v2 = list(server.v2)
@@ -389,6 +313,8 @@ def describe(schema: dict[str, Any], server: Server) -> dict[str, Any]:
         defs = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components |= defs.pop("$defs", {})
         components[model.__name__] = defs
+    for body in BODIES:
+        components |= body.components()
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
     for path, item in schema["paths"].items():
@@ -397,7 +323,6 @@ def describe(schema: dict[str, Any], server: Server) -> dict[str, Any]:
                 op["responses"] = _responses(path, *ROUTES[(method, path)])
             else:  # routes FastAPI describes fully, apart from its 422
                 op["responses"].pop("422", None)
-    _request_bodies(schema)
     _model_names(schema, server)
     return schema
 

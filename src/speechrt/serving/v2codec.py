@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from speechrt.errors import SpeechRTError
+from speechrt.serving.bodies import Body, Field, Json
 from speechrt.serving.v2metadata import NUMPY_DTYPES, datatype_of
 
 HEADER = "Inference-Header-Content-Length"
@@ -27,6 +28,61 @@ MAX_ELEMENTS = 2**40  # product of a shape's dimensions, zeros counted as 1 (bod
 # of them once took up to 1 GB. 8 MiB holds 30 s of mel ([1, 80, 2584] floats written in full,
 # ~4 MB) and costs at most ~100 MB to parse; bigger tensors travel in binary.
 MAX_JSON_BYTES = 8 * 1024 * 1024
+
+
+# The JSON of an infer request, as parse_request reads it and /openapi.json shows it
+INPUT_PARAMETERS = Body(
+    "InferInputParameters",
+    "",
+    (
+        Field(
+            "binary_data_size",
+            "integer",
+            "the tensor is this many bytes of the binary part of the body",
+            minimum=0,
+        ),
+    ),
+)
+INFER_INPUT = Body(
+    "InferInput",
+    "",
+    (
+        Field("name", "string", required=True),
+        Field("datatype", "string", required=True, choices=tuple(NUMPY_DTYPES)),
+        Field("shape", "array", required=True, items="integer", minimum=0, max_items=MAX_RANK),
+        Field("data", "array", "flat, or nested as the shape"),
+        Field("parameters", "object", body=INPUT_PARAMETERS),
+    ),
+)
+OUTPUT_PARAMETERS = Body(
+    "InferOutputParameters",
+    "",
+    (Field("binary_data", "boolean", "this output in the binary part of the reply"),),
+)
+INFER_OUTPUT = Body(
+    "InferRequestedOutput",
+    "",
+    (
+        Field("name", "string", required=True),
+        Field("parameters", "object", body=OUTPUT_PARAMETERS),
+    ),
+)
+PARAMETERS = Body(
+    "InferParameters",
+    "binary_data_output and, for the tts model, SynthesisOptions fields (pace, seed, ...), for "
+    "the asr model sample_rate",
+    (Field("binary_data_output", "boolean", "every output in binary", default=False),),
+)
+INFER_REQUEST = Body(
+    "InferRequest",
+    "KServe v2 inference request",
+    (
+        Field("id", "string", "echoed in the response", nullable=True),
+        Field("inputs", "array", required=True, items=INFER_INPUT, min_items=1),
+        Field("outputs", "array", "the outputs to send (all without it)", items=INFER_OUTPUT),
+        Field("parameters", "object", body=PARAMETERS),
+    ),
+)
 
 
 class JsonTooLarge(SpeechRTError):
@@ -157,67 +213,78 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         raise SpeechRTError(f"request is not valid JSON ({e})") from None
     except RecursionError:  # the parser recurses once per nested list or object
         raise SpeechRTError("request JSON is nested too deeply") from None
-    if not isinstance(req, dict) or not isinstance(req.get("inputs"), list) or not req["inputs"]:
+    return _read_request(req, raw)
+
+
+def _read_request(req: Json, raw: bytes) -> InferRequest:
+    """The parsed JSON of a request (its binary part `raw`), read as INFER_REQUEST declares."""
+    tensors = INFER_REQUEST.get(req, "inputs") if isinstance(req, dict) else None
+    if not isinstance(req, dict) or not isinstance(tensors, list) or not tensors:
         raise SpeechRTError("request must be a JSON object with a non-empty 'inputs' list")
-    params = req.get("parameters", {})
+    params = INFER_REQUEST.get(req, "parameters")
     if not isinstance(params, dict):
         raise SpeechRTError("'parameters' must be an object")
     inputs: dict[str, np.ndarray] = {}
     datatypes: dict[str, str] = {}
     pos = 0
-    for t in req["inputs"]:
-        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
-            raise SpeechRTError("every input needs a 'name'")
-        name = t["name"]
-        if name in inputs:
-            raise SpeechRTError(f"input {name!r} given twice")
-        datatype = t.get("datatype")
-        if not isinstance(datatype, str) or datatype not in NUMPY_DTYPES:
-            raise SpeechRTError(f"input {name!r}: unsupported datatype {_brief(datatype)}")
-        shape = check_shape(t.get("shape"), name)
-        tparams = t.get("parameters", {})
-        if not isinstance(tparams, dict):
-            raise SpeechRTError(f"input {name!r}: 'parameters' must be an object")
-        size = tparams.get("binary_data_size")
-        if size is None:
-            if "data" not in t:
-                raise SpeechRTError(f"input {name!r} has neither 'data' nor binary_data_size")
-            inputs[name] = _from_json(t["data"], datatype, shape, name)
-        else:
-            if (
-                not isinstance(size, int)
-                or isinstance(size, bool)
-                or not 0 <= size <= len(raw) - pos
-            ):
-                raise SpeechRTError(
-                    f"input {name!r}: binary_data_size {_brief(size)} exceeds the body"
-                )
-            chunk, pos = raw[pos : pos + size], pos + size
-            inputs[name] = from_raw(chunk, datatype, shape, name)
-        datatypes[name] = datatype
+    for t in tensors:
+        name, datatype, array, pos = _read_input(t, raw, pos, inputs)
+        inputs[name], datatypes[name] = array, datatype
     if pos != len(raw):
         raise SpeechRTError(f"{len(raw) - pos} bytes of binary data belong to no input")
-    outputs = None
-    if "outputs" in req:
-        if not isinstance(req["outputs"], list):
-            raise SpeechRTError("'outputs' must be a list")
-        outputs = []
-        for o in req["outputs"]:
-            if not isinstance(o, dict) or not isinstance(o.get("name"), str):
-                raise SpeechRTError("every requested output needs a 'name'")
-            op = o.get("parameters", {})
-            if not isinstance(op, dict):
-                raise SpeechRTError(f"output {o['name']!r}: 'parameters' must be an object")
-            if op.get("classification"):
-                raise SpeechRTError("the classification extension is not supported")
-            binary = op.get("binary_data")
-            if binary is not None and not isinstance(binary, bool):
-                raise SpeechRTError(f"output {o['name']!r}: 'binary_data' must be true or false")
-            outputs.append((o["name"], binary))
-    rid = req.get("id")
-    if not isinstance(params.get("binary_data_output", False), bool):
+    outputs = _read_outputs(INFER_REQUEST.get(req, "outputs")) if "outputs" in req else None
+    rid = INFER_REQUEST.get(req, "id")
+    if not isinstance(PARAMETERS.get(params, "binary_data_output"), bool):
         raise SpeechRTError("parameter 'binary_data_output' must be true or false")
     return InferRequest(str(rid) if rid is not None else None, inputs, datatypes, outputs, params)
+
+
+def _read_input(
+    t: Json, raw: bytes, pos: int, seen: dict[str, np.ndarray]
+) -> tuple[str, str, np.ndarray, int]:
+    """One of `inputs` (its data in JSON, or the `raw` binary part from `pos` on) -> (name,
+    datatype, array, where the next binary tensor starts)."""
+    name = INFER_INPUT.get(t, "name") if isinstance(t, dict) else None
+    if not isinstance(t, dict) or not isinstance(name, str):
+        raise SpeechRTError("every input needs a 'name'")
+    if name in seen:
+        raise SpeechRTError(f"input {name!r} given twice")
+    datatype = INFER_INPUT.get(t, "datatype")
+    if not isinstance(datatype, str) or datatype not in INFER_INPUT.field("datatype").choices:
+        raise SpeechRTError(f"input {name!r}: unsupported datatype {_brief(datatype)}")
+    shape = check_shape(INFER_INPUT.get(t, "shape"), name)
+    tparams = INFER_INPUT.get(t, "parameters")
+    if not isinstance(tparams, dict):
+        raise SpeechRTError(f"input {name!r}: 'parameters' must be an object")
+    size = INPUT_PARAMETERS.get(tparams, "binary_data_size")
+    if size is None:
+        if "data" not in t:
+            raise SpeechRTError(f"input {name!r} has neither 'data' nor binary_data_size")
+        return name, datatype, _from_json(INFER_INPUT.get(t, "data"), datatype, shape, name), pos
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= len(raw) - pos:
+        raise SpeechRTError(f"input {name!r}: binary_data_size {_brief(size)} exceeds the body")
+    return name, datatype, from_raw(raw[pos : pos + size], datatype, shape, name), pos + size
+
+
+def _read_outputs(requested: Json) -> list[tuple[str, bool | None]]:
+    """`outputs` -> [(name, binary: true, false or None for the request's default)]."""
+    if not isinstance(requested, list):
+        raise SpeechRTError("'outputs' must be a list")
+    outputs: list[tuple[str, bool | None]] = []
+    for o in requested:
+        name = INFER_OUTPUT.get(o, "name") if isinstance(o, dict) else None
+        if not isinstance(o, dict) or not isinstance(name, str):
+            raise SpeechRTError("every requested output needs a 'name'")
+        op = INFER_OUTPUT.get(o, "parameters")
+        if not isinstance(op, dict):
+            raise SpeechRTError(f"output {name!r}: 'parameters' must be an object")
+        if op.get("classification"):  # Triton's extension, refused (so not declared)
+            raise SpeechRTError("the classification extension is not supported")
+        binary = OUTPUT_PARAMETERS.get(op, "binary_data")
+        if binary is not None and not isinstance(binary, bool):
+            raise SpeechRTError(f"output {name!r}: 'binary_data' must be true or false")
+        outputs.append((name, binary))
+    return outputs
 
 
 def _brief(value: Any) -> str:
