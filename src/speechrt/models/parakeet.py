@@ -217,6 +217,9 @@ class ConvModule(nn.Module):
         # the cuda runner's pointwise_conv1 + GLU in one GEMM (speechrt.runtime.linear_act),
         # over glu_weight and glu_bias, pointwise_conv1's rows interleaved value, gate, ...
         self.kernel: Callable[..., Tensor] | None = None
+        # and its mask, depthwise conv and SiLU in one kernel (speechrt.runtime.depthwise_silu):
+        # (x, keys (B, T) int8 1 on valid frames, w (C, k), bias) -> (B, T, C)
+        self.depthwise_kernel: Callable[..., Tensor] | None = None
 
     def forward(self, x: Tensor, pad: Tensor) -> Tensor:
         """x: (B, T, D), pad: (B, 1, T) True on padded frames -> (B, T, D)"""
@@ -233,9 +236,14 @@ class ConvModule(nn.Module):
             x = self.kernel(x, self.glu_weight, self.glu_bias, "glu")
         else:
             x = F.glu(F.linear(x, pw1.weight[:, :, 0], pw1.bias), dim=-1)
-        x = x.masked_fill(pad.transpose(1, 2), 0.0)  # (B, T, D)
-        x = depthwise_taps(x, self.depthwise_conv, time_dim=1)
-        return F.linear(F.silu(x), pw2.weight[:, :, 0], pw2.bias)
+        dw = self.depthwise_conv
+        if self.depthwise_kernel is not None:
+            keys = (~pad[:, 0]).to(torch.int8)  # (B, T) 1 on valid frames
+            x = self.depthwise_kernel(x, keys, dw.weight[:, 0], dw.bias)
+        else:
+            x = x.masked_fill(pad.transpose(1, 2), 0.0)  # (B, T, D)
+            x = F.silu(depthwise_taps(x, dw, time_dim=1))
+        return F.linear(x, pw2.weight[:, :, 0], pw2.bias)
 
 
 class ConformerLayer(nn.Module):

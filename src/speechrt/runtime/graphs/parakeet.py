@@ -20,14 +20,15 @@ from speechrt.models.parakeet import (
     run_subsampling,
     valid_mask,
 )
-from speechrt.runtime import linear_act
+from speechrt.runtime import depthwise_silu, linear_act
 from speechrt.runtime import relpos_attention as fused
 
 # the cuda runner's attention: one Triton kernel (speechrt.runtime.relpos_attention), or the
 # reference's shifted scores and SDPA (False; scripts/bench_parakeet.py times both)
 FUSED_ATTENTION = True
 # the feed-forwards' SiLU and the conv module's GLU as their GEMM's epilogue (one Triton kernel,
-# speechrt.runtime.linear_act), or cuBLAS and a separate pass (False)
+# speechrt.runtime.linear_act) and the conv module's mask, depthwise conv and SiLU as one
+# (speechrt.runtime.depthwise_silu); False: cuBLAS, then Inductor's kernels
 FUSED_EPILOGUES = True
 
 
@@ -78,6 +79,9 @@ class EncoderGraph(nn.Module):
                     "glu_bias", linear_act.interleave_glu(bias), persistent=False
                 )
                 layer.conv.kernel = linear_act.linear_act
+            if FUSED_EPILOGUES and depthwise_silu.supported(weight):
+                assert layer.conv.depthwise_conv.bias is not None  # BatchNorm folded into it
+                layer.conv.depthwise_kernel = depthwise_silu.depthwise_silu
 
     def derived_sizes(self, sizes: dict[str, int]) -> dict[str, int]:
         return derived_sizes(self.model.dims, sizes)
