@@ -2,9 +2,7 @@
 
 Random weights at the published sizes (speechrt.arch.parakeet presets); 10 s of audio = 1,001
 feature frames (125 encoder frames); timed from features on the GPU to text on the host
-(CTC: argmax, collapse, labels joined; TDT: the greedy loop's tokens). Random weights emit a
-token at nearly every frame: each model's blank score is shifted until greedy decoding emits
-3.5 tokens per second, as speech does (calibrate). Each row is measured in
+(CTC: argmax, collapse, labels joined; TDT: the greedy loop's tokens). Each row is measured in
 the same process as its anchor:
     hf-eager-bf16    transformers' ParakeetForCTC, bf16, eager (what a user would otherwise pick)
     eager-bf16       speechrt's module, bf16, eager
@@ -29,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -141,49 +138,27 @@ def hf_model(d: ParakeetDims, seed: int) -> torch.nn.Module | None:
 TOKENS_PER_SECOND = 3.5  # English speech, in SentencePiece tokens
 
 
-def bisect_blank(tokens_per_item: Callable[[float], float]) -> float:
-    """The shift of the blank's score at which greedy decoding emits TOKENS_PER_SECOND on 10 s
-    (bisection over tokens_per_item(shift), which applies the shift and decodes)."""
-    lo, hi = -50.0, 50.0
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        n = tokens_per_item(mid)
-        lo, hi = (mid, hi) if n > TOKENS_PER_SECOND * SECONDS else (lo, mid)
-    print(f"calibrated blank score +{mid:.2f}: {n:.1f} tokens per 10 s", flush=True)
-    return mid
-
-
 @torch.inference_mode()
-def calibrate(model: torch.nn.Module, d: ParakeetDims, head: torch.nn.Module | None = None) -> None:
-    """Random weights emit a token at nearly every frame (CTC) or step (transducer): shift the
-    blank's score (the bias of `head`, default the model's CTC head or joint output) until
-    greedy decoding emits TOKENS_PER_SECOND on random 10 s features, so the decoding loop and
-    the host's collapse handle as many tokens as on speech. model: speechrt's, or transformers'
-    ParakeetForCTC with its head given."""
+def calibrate(model: torch.nn.Module, d: ParakeetDims) -> None:
+    """Random weights emit a token at nearly every step: shift the blank's score until the
+    greedy decoder emits TOKENS_PER_SECOND on random 10 s features (bisection), so the loop
+    runs as many steps as it would on speech."""
     from speechrt.runtime.transducer_cuda import CudaGreedy
 
     g = torch.Generator(device="cuda").manual_seed(7)
     feats = torch.randn(4, d.n_mels, FRAMES, device="cuda", generator=g)
     lengths = torch.full((4,), FRAMES - 1, device="cuda", dtype=torch.long)
-    if head is None:
-        head = model.joint.out if d.transducer else model.ctc
-    bias = head.bias
+    f, n = model(feats, lengths)
+    bias = model.joint.out.bias
     base = float(bias[d.vocab_size])
-
-    def tokens_per_item(shift: float) -> float:
-        bias[d.vocab_size] = base + shift
-        if d.transducer:  # the loop copies the joint's weights: one loop per shift
-            f, n = model(feats, lengths)
-            return sum(len(t) for t in CudaGreedy(model, compile_step=False)(f.float(), n)) / 4
-        if head is model.ctc:
-            log_probs, n = model(feats, lengths)
-        else:  # transformers: (B, T, n_mels) features, every frame valid
-            x = feats.transpose(1, 2).to(bias.dtype)
-            log_probs = model(input_features=x).logits
-            n = torch.full((4,), encoder_frames(d, FRAMES - 1), device="cuda")
-        return sum(map(len, ctc_text(log_probs.float(), n, d.vocab_size))) / 4
-
-    bisect_blank(tokens_per_item)
+    lo, hi = -50.0, 50.0
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        bias[d.vocab_size] = base + mid
+        loop = CudaGreedy(model, compile_step=False)  # it copies the joint's weights
+        per_item = sum(len(t) for t in loop(f.float(), n)) / 4
+        lo, hi = (mid, hi) if per_item > TOKENS_PER_SECOND * SECONDS else (lo, mid)
+    print(f"calibrated blank bias +{mid:.2f}: {per_item:.1f} tokens per 10 s", flush=True)
 
 
 def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[dict]:
@@ -211,25 +186,14 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
         setattr(parakeet, flag, True)
     eager = EncoderGraph(speechrt_model(d, 0).to(torch.bfloat16)).eval()
     loop, others = None, {}
-    calibrate(model, d)
-    with torch.no_grad():  # the calibrated blank score in every copy of the model
-        for m in (eager.model, runner.graph.model, *(a.graph.model for a in alts.values())):
-            if d.transducer:
-                m.joint.out.bias.copy_(model.joint.out.bias)
-            else:
-                m.ctc.bias.copy_(model.ctc.bias)
     if d.transducer:
+        calibrate(model, d)
+        with torch.no_grad():
+            eager.model.joint.out.bias.copy_(model.joint.out.bias)
+            runner.graph.model.joint.out.bias.copy_(model.joint.out.bias)
         loop = CudaGreedy(model, scan=False, dtype=torch.bfloat16)  # one decision per step
         others = {"cuda-bf16-scan": CudaGreedy(model, scan=True, dtype=torch.bfloat16)}
     hf = hf_model(d, 0) if d.head == "ctc" else None
-    if hf is not None:  # its own weights, so its own calibration; its CTC head: the last layer
-        # with one output per class
-        heads = [m for m in hf.modules() if getattr(m, "out_channels", None) == d.n_classes]
-        heads += [m for m in hf.modules() if getattr(m, "out_features", None) == d.n_classes]
-        if heads:
-            calibrate(hf, d, heads[-1])
-        else:  # reported, not hidden: the anchor then collapses more tokens than speech has
-            print("transformers' CTC head not found: its blank score left uncalibrated")
     rows = []
     for B in batches:
         rows += bench_batch(name, d, B, runner, eager, hf, loop, macs, wbytes, ceil, others, alts)
