@@ -223,7 +223,7 @@ def test_linear_act_interleaves_glu_and_runs_small_layers_on_the_linear(act: str
         wi = la.interleave_glu(w)
         assert torch.equal(wi[0::2], w[:256]) and torch.equal(wi[1::2], w[256:])
         w, b = wi, la.interleave_glu(b)
-    got = la.launch(x, w, b, act)
+    got = la.apply(x, w, b, act)
     assert got.shape == want.shape
     assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
 
@@ -232,9 +232,9 @@ def test_linear_act_interleaves_glu_and_runs_small_layers_on_the_linear(act: str
 @pytest.mark.parametrize("act", ["silu", "glu"])
 @pytest.mark.parametrize("rows", [999, 1500, 4100])
 def test_linear_act_equals_linear_then_activation(act: str, rows: int) -> None:
-    """The activation as the GEMM's epilogue (Triton; cuBLAS below MIN_ROWS) against float32
-    linear + activation, bf16 inputs: within 1e-2 of the output's scale, row counts that are
-    no multiple of a tile and both tile shapes."""
+    """The activation as the GEMM's epilogue (Triton; below MIN_ROWS cuBLAS, then the
+    activation) against float32 linear + activation, bf16 inputs: within 1e-2 of the output's
+    scale, row counts that are no multiple of a tile and both tile shapes."""
     from speechrt.runtime import linear_act as la
 
     torch.manual_seed(0)
@@ -246,7 +246,7 @@ def test_linear_act_equals_linear_then_activation(act: str, rows: int) -> None:
     want = F.glu(want, -1) if act == "glu" else F.silu(want)
     if act == "glu":
         w, b = la.interleave_glu(w), la.interleave_glu(b)
-    got = la.launch(x, w, b, act).float()
+    got = la.apply(x, w, b, act).float()
     assert (got - want).abs().max().item() <= 1e-2 * want.abs().max().item()
 
 

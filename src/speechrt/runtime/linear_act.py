@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 try:
@@ -29,7 +30,7 @@ except ImportError:  # the CPU install has no Triton; the cuda runner needs it
     triton = None
 linear_act: Any = None  # the custom op speechrt::linear_act, where Triton is
 ACTIVATIONS = ("silu", "glu")
-MIN_ROWS = 1000  # fewer rows: cuBLAS and a separate activation (tiles would idle most SMs)
+MIN_ROWS = 1000  # fewer rows: cuBLAS, then the activation (apply; tiles would idle most SMs)
 SMALL_ROWS = 2048  # fewer rows: SMALL_TILES (more tiles to spread over the multiprocessors)
 
 
@@ -41,6 +42,25 @@ def supported(x: Tensor) -> bool:
         and torch.cuda.get_device_capability(x.device)[0] >= 9
         and x.dtype in (torch.bfloat16, torch.float16)
     )
+
+
+def serves(x: Tensor, w: Tensor) -> bool:
+    """Whether the kernel pays at these sizes: enough rows, layers at least a tile wide."""
+    M, K, N = x.numel() // x.shape[-1], x.shape[-1], w.shape[0]
+    return M >= MIN_ROWS and K >= 64 and K % 8 == 0 and N % 256 == 0
+
+
+def apply(x: Tensor, w: Tensor, b: Tensor, act: str) -> Tensor:
+    """The layer as the cuda runner's model calls it (under torch.compile, shapes fixed): the
+    kernel where it serves, else the GEMM then the activation, which Inductor fuses into one
+    pass. x (..., K), w (N, K), b (N,) -> (..., N), or for GLU (interleave_glu) (..., N / 2)"""
+    if serves(x, w):
+        return linear_act(x, w, b, act)
+    y = F.linear(x, w, b)
+    if act == "glu":  # interleaved value, gate pairs
+        y = y.unflatten(-1, (-1, 2))
+        return y[..., 0] * torch.sigmoid(y[..., 1])
+    return F.silu(y)
 
 
 def interleave_glu(w: Tensor) -> Tensor:
@@ -118,13 +138,6 @@ def launch(x: Tensor, w: Tensor, b: Tensor, act: str, tiles: Tiles | None = None
     x2 = x.reshape(-1, K).contiguous()
     M, N = x2.shape[0], w.shape[0]
     glu = act == "glu"
-    # cuBLAS, then the activation: few rows, or a layer narrower than a tile (tiny models)
-    if tiles is None and (M < MIN_ROWS or K < 64 or N < 256 or K % 8 or N % 256):
-        y = torch.nn.functional.linear(x2, w, b)
-        if glu:  # interleaved: value, gate pairs
-            y = y.view(M, N // 2, 2)
-            return (y[..., 0] * torch.sigmoid(y[..., 1])).reshape(*lead, N // 2)
-        return torch.nn.functional.silu(y).reshape(*lead, N)
     out = x.new_empty((M, N // 2 if glu else N))
     tiles = tiles or (TILES if M >= SMALL_ROWS else SMALL_TILES)
     bm, bn, bk, group, warps, stages, ws, subtile, persistent = tiles

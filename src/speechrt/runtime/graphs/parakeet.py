@@ -69,7 +69,7 @@ class EncoderGraph(nn.Module):
                 layer.self_attn.kernel = fused.relpos_attention
             weight = layer.conv.pointwise_conv1.weight
             if FUSED_EPILOGUES and linear_act.supported(weight):
-                layer.feed_forward1.kernel = layer.feed_forward2.kernel = linear_act.linear_act
+                layer.feed_forward1.kernel = layer.feed_forward2.kernel = linear_act.apply
                 bias = layer.conv.pointwise_conv1.bias
                 assert bias is not None
                 layer.conv.register_buffer(
@@ -78,7 +78,7 @@ class EncoderGraph(nn.Module):
                 layer.conv.register_buffer(
                     "glu_bias", linear_act.interleave_glu(bias), persistent=False
                 )
-                layer.conv.kernel = linear_act.linear_act
+                layer.conv.kernel = linear_act.apply
             if FUSED_EPILOGUES and depthwise_silu.supported(weight):
                 assert layer.conv.depthwise_conv.bias is not None  # BatchNorm folded into it
                 layer.conv.depthwise_kernel = depthwise_silu.depthwise_silu
