@@ -201,7 +201,7 @@ class SplitTTS:
 
 def speech_app(tts: SplitTTS) -> FastAPI:
     """POST /v1/audio/speech (the OpenAI body, not streamed) answered by `tts`."""
-    app = FastAPI(title="speechrt split TTS", exception_handlers=HANDLERS, docs_url=None)
+    app = FastAPI(title="speechrt split TTS", exception_handlers=dict(HANDLERS), docs_url=None)
 
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechRequest) -> Response:
