@@ -21,14 +21,14 @@ import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
 from speechrt.contracts import B, Contract, TensorSpec
 from speechrt.errors import SpeechRTError
 from speechrt.limits import Limits
-from speechrt.options import SynthesisOptions
+from speechrt.options import SynthesisKeywords, SynthesisOptions
 from speechrt.registry import derived_sizes, graphs_of
 from speechrt.runtime.base import Runner
 from speechrt.runtime.bounds import stack_rows
@@ -417,20 +417,6 @@ class ComponentModel(ContractModel):
 _OPTION_FIELDS = {f.name for f in fields(SynthesisOptions)}
 
 
-class OptionParams(TypedDict, total=False):
-    """SynthesisOptions' fields as request parameters, once checked (options_from_params)."""
-
-    pace: float
-    pitch_shift: float
-    pitch_scale: float
-    pitch_flatten: bool
-    speaker: int
-    denoise: float
-    sigma: float
-    seed: int
-    max_decoder_steps: int
-
-
 def options_from_params(params: Mapping[str, object]) -> SynthesisOptions:
     """Request parameters named like SynthesisOptions fields (pace, speaker, seed, ...)."""
     given: dict[str, float] = {}
@@ -444,7 +430,7 @@ def options_from_params(params: Mapping[str, object]) -> SynthesisOptions:
         if k in given and not isinstance(given[k], int):
             raise SpeechRTError(f"parameter {k!r} must be an integer")
     # checked above: numbers, bool for pitch_flatten alone, int where the field is one
-    return SynthesisOptions(**cast(OptionParams, given))
+    return SynthesisOptions(**cast(SynthesisKeywords, given))
 
 
 class TTSModel(ContractModel):
