@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,18 +42,6 @@ if TYPE_CHECKING:
 
 AudioInput = np.ndarray | str | Path | bytes
 DECODERS = ("auto", "greedy", "beam", "ctc")  # ctc: a hybrid transducer's CTC head
-
-
-class DecoderOptions(TypedDict, total=False):
-    """ASR's decoder keywords (see ASR), as the CLI and the server pass them on."""
-
-    decoder: str
-    lm: str | Path | None
-    beam_size: int | None
-    alpha: float | None
-    beta: float | None
-    vad: bool | VadOptions | None
-
 
 WINDOW_SECONDS = 20.0  # longer audio is cut into windows of this length ...
 OVERLAP_SECONDS = 4.0  # ... overlapping by this much (each side keeps half of the overlap)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from speechrt.cli.flags import add_runtime_options
 
 if TYPE_CHECKING:
-    from speechrt.asr.pipeline import DecoderOptions
+    from speechrt.asr.decoding import DecoderOptions
 
 FILES_PER_CHUNK = 32
 

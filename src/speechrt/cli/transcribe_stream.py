@@ -24,7 +24,7 @@ import numpy as np
 from speechrt.errors import SpeechRTError
 
 if TYPE_CHECKING:
-    from speechrt.asr.pipeline import DecoderOptions
+    from speechrt.asr.decoding import DecoderOptions
 
 REALTIME_RATE = 24000  # what goes over the WebSocket (OpenAI's pcm16 rate) ...
 SESSION_RATES = (8000, 48000)  # ... for a file outside the rates a session takes (realtime.RATES)

@@ -42,7 +42,7 @@ from speechrt.serving.voices import Voice, loaded
 
 if TYPE_CHECKING:
     from speechrt.asr import ASR
-    from speechrt.asr.pipeline import DecoderOptions
+    from speechrt.asr.decoding import DecoderOptions
 
 log = logging.getLogger("speechrt.serving")
 In = TypeVar("In")  # an engine's batch item
