@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from speechrt.errors import SpeechRTError
 
@@ -38,3 +39,17 @@ class SynthesisOptions:
             )
         if self.sigma is not None and not 0.0 <= self.sigma <= 2.0:
             raise SpeechRTError(f"sigma must be within [0, 2], got {self.sigma}")
+
+
+class SynthesisKeywords(TypedDict, total=False):
+    """SynthesisOptions' fields as keywords (a request's parameters, once checked)."""
+
+    pace: float
+    pitch_shift: float
+    pitch_scale: float
+    pitch_flatten: bool
+    speaker: int
+    denoise: float
+    sigma: float | None
+    seed: int
+    max_decoder_steps: int | None

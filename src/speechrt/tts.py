@@ -38,7 +38,7 @@ from speechrt.pieces import (  # noqa: F401  (re-exported: the pipeline's units)
 from speechrt.repo import ComponentInfo, read_info
 from speechrt.runtime.base import Runner
 from speechrt.runtime.buckets import Buckets
-from speechrt.runtime.stages import TTSStages, VocoderStage, numpy_stages
+from speechrt.runtime.stages import AcousticStage, TTSStages, VocoderStage, numpy_stages
 
 if TYPE_CHECKING:
     import torch
@@ -260,8 +260,6 @@ class TTS:
     @property
     def has_durations(self) -> bool:
         """Whether the acoustic model says how many frames each symbol gets (FastPitch)."""
-        from speechrt.runtime.stages import AcousticStage
-
         stage = self.stages.acoustic
         return (
             isinstance(stage, AcousticStage) and "durations" in stage.runner.contract.output_names
@@ -295,7 +293,9 @@ class TTS:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaxDecoderStepsWarning)
             if timed:
-                out = self.stages.acoustic.outputs(ids, lengths, options, seeds)
+                stage = self.stages.acoustic
+                assert isinstance(stage, AcousticStage)  # ids_to_timed_audio: has_durations
+                out = stage.outputs(ids, lengths, options, seeds)
                 mel, mel_lengths, durations = out["mel"], out["mel_lengths"], out["durations"]
             else:
                 mel, mel_lengths = self.ids_to_mel(ids, lengths, options, seeds)
@@ -336,15 +336,15 @@ class TTS:
         pace = np.float32(options.pace)
         frames = np.floor(d.astype(np.float32) / pace + np.float32(0.5)).astype(np.int64)  # (B, L)
         n_frames = np.asarray(mel_lengths.tolist())
-        out = []
+        timed_audio = []
         for i, (wave, piece) in enumerate(zip(waves, batch, strict=True)):
             mine = frames[i, : len(piece.ids)]
             if int(mine.sum()) != int(n_frames[i]):  # the regulator rounded otherwise
                 raise SpeechRTError(
                     f"durations give {int(mine.sum())} frames, the mel has {int(n_frames[i])}"
                 )
-            out.append(TimedAudio(wave, mine))
-        return out
+            timed_audio.append(TimedAudio(wave, mine))
+        return timed_audio
 
     def synthesize_with_words(
         self, text: str, options: SynthesisOptions | None = None, batch_size: int = 8

@@ -14,7 +14,8 @@ import multiprocessing
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -22,6 +23,20 @@ from speechrt.asr.beam import BeamOptions, beam_tokens
 from speechrt.asr.ctc import Word, collapse, greedy_ids, host, tokens_to_words
 from speechrt.asr.lm import NGramLM
 from speechrt.asr.nemo_text import NemoText
+
+if TYPE_CHECKING:
+    from speechrt.asr.vad import VadOptions
+
+
+class DecoderOptions(TypedDict, total=False):
+    """ASR's decoder keywords (see ASR), as the CLI and the server pass them on."""
+
+    decoder: str
+    lm: str | Path | None
+    beam_size: int | None
+    alpha: float | None
+    beta: float | None
+    vad: bool | VadOptions | None
 
 
 @dataclass

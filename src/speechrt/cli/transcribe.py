@@ -20,9 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from speechrt.cli.flags import add_runtime_options
+
+if TYPE_CHECKING:
+    from speechrt.asr.decoding import DecoderOptions
 
 FILES_PER_CHUNK = 32
 
@@ -75,9 +78,9 @@ def add_decoder_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
+def decoder_options(args: argparse.Namespace) -> DecoderOptions:
     """The ASR(...) keywords of add_decoder_arguments' flags (vad only with --vad/--no-vad)."""
-    options: dict[str, Any] = {
+    options: DecoderOptions = {
         "decoder": args.decoder or "auto",
         "lm": args.lm,
         "beam_size": args.beam_size,

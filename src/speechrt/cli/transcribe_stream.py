@@ -17,11 +17,14 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
 from speechrt.errors import SpeechRTError
+
+if TYPE_CHECKING:
+    from speechrt.asr.decoding import DecoderOptions
 
 REALTIME_RATE = 24000  # what goes over the WebSocket (OpenAI's pcm16 rate) ...
 SESSION_RATES = (8000, 48000)  # ... for a file outside the rates a session takes (realtime.RATES)
@@ -64,7 +67,7 @@ def chunks_of(audio: np.ndarray, size: int, rate: int, realtime: bool) -> Iterat
         yield audio[start : start + size]
 
 
-def run_stream(args: argparse.Namespace, decoding: dict[str, Any]) -> int:
+def run_stream(args: argparse.Namespace, decoding: DecoderOptions) -> int:
     if args.chunk_ms <= 0:
         raise SpeechRTError("--chunk-ms must be positive")
     line = PartialLine()

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from speechrt.errors import SpeechRTError
 from speechrt.options import SynthesisOptions
@@ -30,21 +31,25 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
 # An array is a torch Tensor (eager, cuda) or a numpy array (onnx); these helpers make the one
-# the stage is handed, on its device.
+# the stage is handed, on its device: float32 (mel, audio) or int64 (ids, lengths, seeds) on
+# numpy. (A string: torch is imported for type checking only.)
+Array: TypeAlias = "Tensor | npt.NDArray[np.float32] | npt.NDArray[np.int64]"
 
 
-def full_like_batch(like: Any, value: float | int, integer: bool = False) -> Any:
+def full_like_batch(like: Array, value: float | int, integer: bool = False) -> Array:
     """(B,) filled with `value` (float32, or int64), where `like` (B, ...) lives."""
     B = like.shape[0]
     if isinstance(like, np.ndarray):
-        return np.full((B,), value, dtype=np.int64 if integer else np.float32)
+        if integer:
+            return np.full((B,), value, dtype=np.int64)
+        return np.full((B,), value, dtype=np.float32)
     import torch
 
     dtype = torch.long if integer else torch.float32
     return torch.full((B,), value, dtype=dtype, device=like.device)
 
 
-def as_float32(x: Any) -> Any:
+def as_float32(x: Array) -> Array:
     return x.astype(np.float32, copy=False) if isinstance(x, np.ndarray) else x.float()
 
 
@@ -53,7 +58,7 @@ class TorchOnnx:
 
     backend = "onnx"
 
-    def __init__(self, runner: Any, device: torch.device) -> None:
+    def __init__(self, runner: Runner, device: torch.device) -> None:
         self.runner = runner
         self.contract = runner.contract
         self.device = device
@@ -134,8 +139,8 @@ def make_runner(
 
 
 def acoustic_feeds(
-    names: list[str], ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
-) -> dict[str, Any]:
+    names: list[str], ids: Array, lengths: Array, options: SynthesisOptions, seeds: Array
+) -> dict[str, Array]:
     """The acoustic graph's inputs from a padded id batch and the call's options (arrays of
     the ids' kind, on their device)."""
     every = {
@@ -162,14 +167,14 @@ class AcousticStage:
         self.n_speakers = n_speakers
 
     def __call__(
-        self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
-    ) -> tuple[Any, Any]:
+        self, ids: Array, lengths: Array, options: SynthesisOptions, seeds: Array
+    ) -> tuple[Array, Array]:
         out = self.outputs(ids, lengths, options, seeds)
         return out["mel"], out["mel_lengths"]
 
     def outputs(
-        self, ids: Any, lengths: Any, options: SynthesisOptions, seeds: Any
-    ) -> dict[str, Any]:
+        self, ids: Array, lengths: Array, options: SynthesisOptions, seeds: Array
+    ) -> dict[str, Array]:
         """Every output of the graph by name (FastPitch's durations (B, L) among them)."""
         if options.speaker >= self.n_speakers:
             raise SpeechRTError(f"speaker id {options.speaker} out of range [0, {self.n_speakers})")
@@ -189,8 +194,12 @@ CPU_CHUNK_FRAMES = 512
 
 
 def vocode_span(
-    vocode: Callable[[Any, Any], tuple[Any, Any]], mel: Any, mel_lengths: Any, a: int, b: int
-) -> Any:
+    vocode: Callable[[Array, Array], tuple[Array, Array]],
+    mel: Array,
+    mel_lengths: Array,
+    a: int,
+    b: int,
+) -> Array:
     """audio (B, (b - a) * hop) of mel frames [a, b) of mel (B, n_mels, T), vocoded with
     CHUNK_CONTEXT frames of real context either side, so that spans join without a seam."""
     T = mel.shape[-1]
@@ -202,12 +211,12 @@ def vocode_span(
 
 
 def vocode_in_chunks(
-    vocode: Callable[[Any, Any], tuple[Any, Any]],
-    mel: Any,
-    mel_lengths: Any,
+    vocode: Callable[[Array, Array], tuple[Array, Array]],
+    mel: Array,
+    mel_lengths: Array,
     chunk_frames: int | None,
-    head: tuple[int, Callable[[Any], None]] | None = None,
-) -> tuple[Any, Any]:
+    head: tuple[int, Callable[[Array], None]] | None = None,
+) -> tuple[Array, Array]:
     """vocode(mel (B, n_mels, t), lengths (B,)) -> (audio (B, t * hop), lengths), over chunks.
 
     A mel longer than chunk_frames (+ CHUNK_CONTEXT) runs as chunks of chunk_frames frames, each
@@ -228,18 +237,19 @@ def vocode_in_chunks(
         if split and head is not None and a == 0:
             head[1](pieces[0])
     hop = pieces[0].shape[1] // starts[1] if len(starts) > 1 else pieces[0].shape[1] // T
-    audio: Any
+    # vocode gives back the kind of array it is given: numpy pieces for a numpy mel, else torch
     if isinstance(mel, np.ndarray):
-        audio = np.concatenate(pieces, 1)  # (B, T * hop)
-        audio_lengths = mel_lengths * hop
+        host = cast("list[npt.NDArray[np.float32]]", pieces)
+        audio = np.concatenate(host, 1)  # (B, T * hop)
+        audio_lengths = cast("npt.NDArray[np.int64]", mel_lengths) * hop
         keep = np.arange(audio.shape[1])[None, :] < audio_lengths[:, None]
         return audio * keep, audio_lengths
     import torch
 
-    audio = torch.cat(pieces, 1)
-    audio_lengths = mel_lengths.to(audio.device) * hop
-    keep = torch.arange(audio.shape[1], device=audio.device)[None, :] < audio_lengths[:, None]
-    return audio * keep, audio_lengths
+    joined = torch.cat(cast("list[Tensor]", pieces), 1)
+    joined_lengths = cast("Tensor", mel_lengths).to(joined.device) * hop
+    inside = torch.arange(joined.shape[1], device=joined.device)[None, :] < joined_lengths[:, None]
+    return joined * inside, joined_lengths
 
 
 class VocoderStage:
@@ -251,16 +261,16 @@ class VocoderStage:
 
     def __call__(
         self,
-        mel: Any,
-        mel_lengths: Any,
+        mel: Array,
+        mel_lengths: Array,
         options: SynthesisOptions,
-        seeds: Any,
-        head: tuple[int, Callable[[Any], None]] | None = None,
-    ) -> tuple[Any, Any]:
+        seeds: Array,
+        head: tuple[int, Callable[[Array], None]] | None = None,
+    ) -> tuple[Array, Array]:
         """`head`: see vocode_in_chunks (a stream's first frames, heard before the rest)."""
         return vocode_in_chunks(self.vocode, mel, mel_lengths, self.chunk_frames, head)
 
-    def vocode(self, mel: Any, mel_lengths: Any) -> tuple[Any, Any]:
+    def vocode(self, mel: Array, mel_lengths: Array) -> tuple[Array, Array]:
         out = self.runner.run({"mel": as_float32(mel), "mel_lengths": mel_lengths})
         return out["audio"], out["audio_lengths"]
 
@@ -274,7 +284,7 @@ class DenoiserStage:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
-    def __call__(self, audio: Any, audio_lengths: Any, strength: float) -> Any:
+    def __call__(self, audio: Array, audio_lengths: Array, strength: float) -> Array:
         feeds = {
             "audio": as_float32(audio),
             "audio_lengths": audio_lengths,
@@ -284,6 +294,18 @@ class DenoiserStage:
 
     def runners(self) -> list[Runner]:
         return [self.runner]
+
+
+class Stage(Protocol):
+    """What a voice's acoustic or vocoder stage is: (x, x_lengths, options, seeds) ->
+    (y, y_lengths), the plain ones above or an architecture's own (speechrt.arch.Graph.own_stage:
+    those take torch tensors only, never the numpy arrays of numpy_stages)."""
+
+    def __call__(
+        self, x: Array, x_lengths: Array, options: SynthesisOptions, seeds: Array, /
+    ) -> tuple[Array, Array]: ...
+
+    def runners(self) -> list[Runner]: ...
 
 
 @dataclass(frozen=True)
@@ -331,18 +353,20 @@ class TTSStages:
         # an architecture's own stage (Tacotron 2's decoder loop, WaveGlow's noise), else the
         # plain one: one run of the component's graph per call
         a_info, v_info = acoustic[1], vocoder[1]
-        self.acoustic: Any = self._stage(*acoustic) or AcousticStage(
+        self.acoustic: Stage = self._stage(*acoustic) or AcousticStage(
             self._runner(next(iter(graphs_of(a_info.kind))), *acoustic),
             int(a_info.dims.get("n_speakers", 1)),
         )
         device_type = device if isinstance(device, str) else device.type
         chunk = CPU_CHUNK_FRAMES if device_type == "cpu" else None
-        self.vocoder: Any = self._stage(*vocoder) or VocoderStage(
+        self.vocoder: Stage = self._stage(*vocoder) or VocoderStage(
             self._runner(next(iter(graphs_of(v_info.kind))), *vocoder), chunk
         )
         self._denoiser: DenoiserStage | None = None
 
-    def _stage(self, model: nn.Module | None, info: ComponentInfo, model_dir: str | Path) -> Any:
+    def _stage(
+        self, model: nn.Module | None, info: ComponentInfo, model_dir: str | Path
+    ) -> Stage | None:
         """The architecture's own stage, where its graph module defines one (else None)."""
         from speechrt.runtime.graphs import stage_builder
 

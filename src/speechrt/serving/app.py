@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib.resources import files
-from typing import Any, Protocol
+from typing import Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
@@ -173,7 +173,7 @@ def create_app(server: Server, listeners: Sequence[Listener] = ()) -> FastAPI:
         title="speechrt",
         version=__version__,
         lifespan=lifespan,
-        exception_handlers=HANDLERS,
+        exception_handlers=dict(HANDLERS),
         docs_url="/docs",
         redoc_url=None,
     )
@@ -203,7 +203,7 @@ def create_app(server: Server, listeners: Sequence[Listener] = ()) -> FastAPI:
         return HTMLResponse(page)
 
     @app.get("/health")
-    async def health(request: Request) -> Any:
+    async def health(request: Request) -> JSONResponse:
         ok = server.ready
         body = {"status": "ok" if ok else "unavailable", "models": list(server.v2)}
         return JSONResponse(body, status_code=200 if ok else 503)

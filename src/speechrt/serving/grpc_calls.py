@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -28,7 +28,9 @@ log = logging.getLogger("speechrt.serving")
 OPEN_METHODS = frozenset(
     {"/inference.GRPCInferenceService/ServerLive", "/inference.GRPCInferenceService/ServerReady"}
 )
-R = TypeVar("R")
+R = TypeVar("R")  # a handler's response message
+S = TypeVar("S")  # its servicer
+Q = TypeVar("Q")  # its request message
 
 
 class Refused(Exception):
@@ -68,12 +70,12 @@ async def abort(context: grpc.aio.ServicerContext, e: Exception) -> None:
 
 
 def unary(
-    fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
+    fn: Callable[[S, Q, grpc.aio.ServicerContext], Awaitable[R]],
+) -> Callable[[S, Q, grpc.aio.ServicerContext], Awaitable[R]]:
     """A unary handler whose errors become status codes (status_of)."""
 
     @functools.wraps(fn)
-    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+    async def handler(self: S, request: Q, context: grpc.aio.ServicerContext) -> R:
         try:
             return await fn(self, request, context)
         except grpc.aio.AbortError:
@@ -86,12 +88,12 @@ def unary(
 
 
 def streaming(
-    fn: Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[R]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[R]]:
+    fn: Callable[[S, Q, grpc.aio.ServicerContext], AsyncIterator[R]],
+) -> Callable[[S, Q, grpc.aio.ServicerContext], AsyncIterator[R]]:
     """A handler that yields its responses, whose errors become status codes (status_of)."""
 
     @functools.wraps(fn)
-    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def handler(self: S, request: Q, context: grpc.aio.ServicerContext) -> AsyncIterator[R]:
         try:
             async for response in fn(self, request, context):
                 yield response
@@ -140,7 +142,7 @@ def _refusing(
 ) -> grpc.RpcMethodHandler:
     """A handler of the same kind as `handler` that aborts every call with `code`."""
 
-    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
         await context.abort(code, message, trailing_metadata=trailer)
 
     kind = {

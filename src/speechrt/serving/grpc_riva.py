@@ -30,7 +30,7 @@ import struct
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -43,9 +43,17 @@ from speechrt.errors import SpeechRTError
 from speechrt.serving.grpc_calls import Refused, streaming, unary
 from speechrt.serving.metrics import failure_reason
 from speechrt.serving.streams import RecognitionStream
+from speechrt.serving.voices import Audio
 
 if TYPE_CHECKING:
+    from riva.client.proto import riva_common_pb2 as riva_common
+    from riva.client.proto import riva_tts_pb2 as rtts
+
+    from speechrt.asr.decoding import Transcript
     from speechrt.serving.server import Server
+
+# (nvidia-riva-client ships its generated protobuf modules without type stubs: mypy reads the
+# message classes named here as untyped, and checks no field of them)
 
 LANGUAGE = "en-US"  # the language every speechrt model speaks
 RATES = (8000, 48000)  # the raw sample rates accepted, Hz (as the realtime WebSocket's)
@@ -72,7 +80,7 @@ class Hearing:
     words: bool  # word time offsets
 
 
-def hearing(config: Any, srv: Server, stream: bool) -> Hearing:
+def hearing(config: rasr.RecognitionConfig, srv: Server, stream: bool) -> Hearing:
     """A RecognitionConfig -> Hearing, or a SpeechRTError naming the field it cannot honour."""
     assert srv.asr is not None
     enc = config.encoding
@@ -114,7 +122,7 @@ def hearing(config: Any, srv: Server, stream: bool) -> Hearing:
     return Hearing(enc, rate, channels, config.enable_word_time_offsets)
 
 
-def punctuates(asr: Any) -> bool:
+def punctuates(asr: object) -> bool:
     """Whether the recogniser's vocabulary holds sentence punctuation."""
     return any(ch in label for label in getattr(asr, "labels", ()) for ch in ".,?!")
 
@@ -132,7 +140,7 @@ class RawAudio:
         self.started = self.law is not None  # only LINEAR_PCM may begin with a WAV header
         self.left: int | None = None  # data bytes the WAV header announced, still to come
 
-    def push(self, data: bytes) -> np.ndarray:
+    def push(self, data: bytes) -> Audio:
         if self.started and self.left is not None:  # a WAV file's chunks after its data
             data, self.left = data[: self.left], max(0, self.left - len(data))
         self.pending += data
@@ -147,7 +155,7 @@ class RawAudio:
             x = np.frombuffer(chunk, dtype="<i2").astype(np.float32) / 32768.0
         return x.reshape(-1, self.channels).mean(axis=1) if self.channels > 1 else x
 
-    def end(self) -> np.ndarray:
+    def end(self) -> Audio:
         """The samples still held; the audio must end on a whole frame."""
         if not self.started:
             if not self.pending:
@@ -212,7 +220,9 @@ class RawAudio:
         return False
 
 
-def request_id(request: Any) -> Any:
+def request_id(
+    request: rasr.RecognizeRequest | rasr.StreamingRecognizeRequest | rtts.SynthesizeSpeechRequest,
+) -> riva_common.RequestId | None:
     """The request's id, for its responses (None: it has none)."""
     return request.id if request.HasField("id") else None
 
@@ -221,7 +231,7 @@ def is_file(data: bytes) -> bool:
     return data[:4] in FILE_MAGIC and (data[:4] != b"RIFF" or data[8:12] == b"WAVE")
 
 
-async def offline_audio(srv: Server, data: bytes, h: Hearing) -> np.ndarray:
+async def offline_audio(srv: Server, data: bytes, h: Hearing) -> Audio:
     """Recognize's audio -> (N,) float32 at the recogniser's rate, within the limits."""
     assert srv.asr is not None
     if h.encoding in FILES and not is_file(data):
@@ -244,7 +254,7 @@ async def offline_audio(srv: Server, data: bytes, h: Hearing) -> np.ndarray:
     return await srv.asr.prepare(pcm, raw.rate)  # resampled on the upload threads
 
 
-def result_of(transcript: Any, words: bool) -> Any:
+def result_of(transcript: Transcript, words: bool) -> rasr.SpeechRecognitionAlternative:
     """A Transcript -> Riva's alternative (and word times in ms, where asked)."""
     alt = rasr.SpeechRecognitionAlternative(transcript=transcript.text, language_code=[LANGUAGE])
     if words:
@@ -264,7 +274,9 @@ class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
         self.srv, self.asr = server, server.asr
 
     @unary
-    async def Recognize(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Recognize(
+        self, request: rasr.RecognizeRequest, context: grpc.aio.ServicerContext
+    ) -> rasr.RecognizeResponse:
         h = hearing(request.config, self.srv, stream=False)
         async with self.srv.metrics.track("asr"):
             audio = await offline_audio(self.srv, request.audio, h)
@@ -276,8 +288,10 @@ class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
 
     @streaming
     async def StreamingRecognize(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
+        self,
+        requests: AsyncIterator[rasr.StreamingRecognizeRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[rasr.StreamingRecognizeResponse]:
         it = aiter(requests)
         first = await anext(it, None)
         if first is None:
@@ -299,8 +313,12 @@ class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
             self.srv.metrics.record_request("asr", time.perf_counter() - t0, failure)
 
     async def _stream(
-        self, first: Any, it: AsyncIterator[Any], h: Hearing, interim: bool
-    ) -> AsyncIterator[Any]:
+        self,
+        first: rasr.StreamingRecognizeRequest,
+        it: AsyncIterator[rasr.StreamingRecognizeRequest],
+        h: Hearing,
+        interim: bool,
+    ) -> AsyncIterator[rasr.StreamingRecognizeResponse]:
         raw, stream, said = RawAudio(h), None, ""
         limit = self.srv.config.limits.max_audio_seconds
         ended = False
@@ -333,6 +351,7 @@ class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
             return  # no audio: nothing to recognise
         await stream.finish()
         t = stream.transcript
+        assert t is not None  # finish() sets it
         final = rasr.StreamingRecognitionResult(
             alternatives=[result_of(t, h.words)], is_final=True, audio_processed=stream.seconds
         )
@@ -340,8 +359,8 @@ class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
 
     @unary
     async def GetRivaSpeechRecognitionConfig(
-        self, request: Any, context: grpc.aio.ServicerContext
-    ) -> Any:
+        self, request: rasr.RivaSpeechRecognitionConfigRequest, context: grpc.aio.ServicerContext
+    ) -> rasr.RivaSpeechRecognitionConfigResponse:
         if request.model_name and request.model_name != "asr":
             raise Refused(grpc.StatusCode.NOT_FOUND, f"no model {request.model_name[:60]!r}")
         asr = self.asr.asr

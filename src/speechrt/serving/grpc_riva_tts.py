@@ -26,10 +26,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import grpc
-import numpy as np
 from riva.client.proto import riva_tts_pb2 as rtts
 from riva.client.proto import riva_tts_pb2_grpc as rtts_grpc
 from riva.client.proto.riva_audio_pb2 import AudioEncoding
@@ -44,8 +43,11 @@ from speechrt.serving.http_errors import ApiError
 from speechrt.serving.openai_api import speaker_of, voices_of
 from speechrt.serving.text_stream import Segment, SpeechStream
 from speechrt.serving.v2models import options_from_params
+from speechrt.serving.voices import Audio
 
 if TYPE_CHECKING:
+    from riva.client.proto import riva_common_pb2 as riva_common
+
     from speechrt.serving.pipelines import TTSService
     from speechrt.serving.server import Server
 
@@ -66,7 +68,7 @@ class Speaking:
     rate: int  # Hz of the audio sent
 
 
-def speaking(request: Any, tts: TTSService, stream: bool) -> Speaking:
+def speaking(request: rtts.SynthesizeSpeechRequest, tts: TTSService, stream: bool) -> Speaking:
     """A SynthesizeSpeechRequest -> Speaking, or a SpeechRTError naming what it cannot honour."""
     fmt = FORMATS.get(request.encoding)
     if fmt is None:
@@ -138,7 +140,7 @@ def speaker_for(voice_name: str, tts: TTSService) -> int:
         raise SpeechRTError(e.message) from None
 
 
-def encoded(audio: np.ndarray, sampling_rate: int, s: Speaking) -> bytes:
+def encoded(audio: Audio, sampling_rate: int, s: Speaking) -> bytes:
     """Whole audio (N,) at the voice's rate -> the bytes Synthesize sends."""
     if s.fmt != "opus" and s.rate != sampling_rate:  # (the Opus encoder resamples to 48 kHz)
         audio, sampling_rate = resample(audio, sampling_rate, s.rate), s.rate
@@ -153,7 +155,7 @@ class StreamEncoder:
         self.resampler = StreamResampler(sampling_rate, s.rate) if resampled else None
         self.encoder = codecs.StreamEncoder(s.fmt, s.rate if s.fmt == "pcm" else sampling_rate)
 
-    def push(self, audio: np.ndarray) -> bytes:
+    def push(self, audio: Audio) -> bytes:
         if self.resampler is not None:
             audio = self.resampler.push(audio)
         return self.encoder.push(audio)
@@ -164,7 +166,8 @@ class StreamEncoder:
 
 
 QUEUED_RESPONSES = 8  # audio chunks made ahead of the client's reading (then the stream waits)
-_END = object()  # SynthesizeOnline's queue: the stream is over
+# SynthesizeOnline's queue: a response, the error that ended the stream, or None: it is over
+Queued: TypeAlias = "rtts.SynthesizeSpeechResponse | Exception | None"
 
 
 class Responses:
@@ -173,9 +176,9 @@ class Responses:
     a client that does not read holds the stream's sentences queued, where its text limit
     counts them."""
 
-    def __init__(self, encoder: StreamEncoder, out: asyncio.Queue[Any]) -> None:
+    def __init__(self, encoder: StreamEncoder, out: asyncio.Queue[Queued]) -> None:
         self.encoder, self.out = encoder, out
-        self.last: Any = None  # the last request's id
+        self.last: riva_common.RequestId | None = None  # the last request's id
 
     async def _put(self, data: bytes) -> None:
         if data:
@@ -184,7 +187,7 @@ class Responses:
     async def start(self, segment: Segment) -> None:
         pass
 
-    async def audio(self, segment: Segment, audio: np.ndarray) -> None:
+    async def audio(self, segment: Segment, audio: Audio) -> None:
         await self._put(await asyncio.to_thread(self.encoder.push, audio))
 
     async def done(self, segment: Segment) -> None:
@@ -204,10 +207,12 @@ class RivaTTS(rtts_grpc.RivaSpeechSynthesisServicer):
         self.srv, self.tts = server, server.tts
 
     @unary
-    async def Synthesize(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Synthesize(
+        self, request: rtts.SynthesizeSpeechRequest, context: grpc.aio.ServicerContext
+    ) -> rtts.SynthesizeSpeechResponse:
         s = speaking(request, self.tts, stream=False)
         seed = s.options.seed
-        words: list[dict[str, Any]] = []
+        words: list[dict[str, str | float]] = []
         async with self.srv.metrics.track("tts"):
             if request.enable_word_time_offsets:
                 audio, words = await self.tts.synthesize_with_words(request.text, s.options, seed)
@@ -218,20 +223,24 @@ class RivaTTS(rtts_grpc.RivaSpeechSynthesisServicer):
         response.meta.text = request.text
         for w in words:
             response.meta.words.add(
-                word=w["word"], start_time=round(w["start"] * 1000), end_time=round(w["end"] * 1000)
+                word=w["word"],
+                start_time=round(float(w["start"]) * 1000),
+                end_time=round(float(w["end"]) * 1000),
             )
         return response
 
     @streaming
     async def SynthesizeOnline(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
+        self,
+        requests: AsyncIterator[rtts.SynthesizeSpeechRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[rtts.SynthesizeSpeechResponse]:
         # a reader task feeds the requests' texts to a SpeechStream while this yields its
         # audio: speech for a sentence starts once it is complete, whatever comes after
-        out: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUED_RESPONSES)
+        out: asyncio.Queue[Queued] = asyncio.Queue(maxsize=QUEUED_RESPONSES)
         reader = asyncio.create_task(self._read(requests, out))
         try:
-            while (item := await out.get()) is not _END:
+            while (item := await out.get()) is not None:
                 if isinstance(item, Exception):
                     raise item
                 yield item
@@ -249,9 +258,11 @@ class RivaTTS(rtts_grpc.RivaSpeechSynthesisServicer):
             lambda seconds, failure: metrics.record_request("tts", seconds, failure),
         )
 
-    async def _read(self, requests: AsyncIterator[Any], out: asyncio.Queue[Any]) -> None:
+    async def _read(
+        self, requests: AsyncIterator[rtts.SynthesizeSpeechRequest], out: asyncio.Queue[Queued]
+    ) -> None:
         """The requests' texts into one SpeechStream, whose responses go to `out`; then its
-        end (_END), or the error that ended it."""
+        end (None), or the error that ended it."""
         stream: SpeechStream | None = None
         try:
             first: Speaking | None = None
@@ -280,7 +291,7 @@ class RivaTTS(rtts_grpc.RivaSpeechSynthesisServicer):
             if stream.count == 0:
                 raise SpeechRTError("the stream's text is empty: nothing to speak")
             await sink.finish()
-            await out.put(_END)
+            await out.put(None)
         except Exception as e:  # SynthesizeOnline raises it, ending the call with its status
             await out.put(e)
         finally:
@@ -288,7 +299,9 @@ class RivaTTS(rtts_grpc.RivaSpeechSynthesisServicer):
                 await stream.close()
 
     @unary
-    async def GetRivaSynthesisConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetRivaSynthesisConfig(
+        self, request: rtts.RivaSynthesisConfigRequest, context: grpc.aio.ServicerContext
+    ) -> rtts.RivaSynthesisConfigResponse:
         name, n = self.tts.tts.name, self.tts.tts.n_speakers
         if request.model_name and request.model_name != name:
             raise Refused(grpc.StatusCode.NOT_FOUND, f"no voice {request.model_name[:60]!r}")

@@ -15,7 +15,7 @@ loading, trace and log settings) answer UNIMPLEMENTED.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -29,7 +29,7 @@ from speechrt.serving import kserve
 from speechrt.serving.grpc_calls import unary
 from speechrt.serving.metrics import VERSION
 from speechrt.serving.v2codec import check_shape, encode_bytes, from_raw
-from speechrt.serving.v2metadata import NUMPY_DTYPES, datatype_of
+from speechrt.serving.v2metadata import NUMPY_DTYPES, HostArray, datatype_of
 
 if TYPE_CHECKING:
     from speechrt.serving.server import Server
@@ -51,15 +51,17 @@ CONTENTS = {
     "BYTES": "bytes_contents",
 }
 SHARED_MEMORY = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+# (tritonclient ships its generated protobuf modules without type stubs: mypy reads the message
+# classes named below as untyped, and checks no field of them)
 
 
-def parameter(p: Any) -> Any:
+def parameter(p: pb.InferParameter) -> bool | int | str | float | None:
     """An InferParameter's value (bool, int, str or float); None when unset."""
     which = p.WhichOneof("parameter_choice")
     return getattr(p, which) if which is not None else None
 
 
-def tensor(t: Any, raw: bytes | None) -> np.ndarray:
+def tensor(t: pb.ModelInferRequest.InferInputTensor, raw: bytes | None) -> HostArray:
     """One InferInputTensor (its raw bytes, or None: its `contents`) -> its array."""
     name, datatype = t.name, t.datatype
     if datatype not in NUMPY_DTYPES:
@@ -86,7 +88,7 @@ def tensor(t: Any, raw: bytes | None) -> np.ndarray:
         raise SpeechRTError(f"input {name!r}: a value does not fit {datatype}") from None
 
 
-def inputs_of(request: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def inputs_of(request: pb.ModelInferRequest) -> tuple[dict[str, HostArray], dict[str, str]]:
     """A ModelInferRequest's inputs -> ({name: array}, {name: datatype})."""
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
@@ -95,7 +97,7 @@ def inputs_of(request: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         )
     if not request.inputs:
         raise SpeechRTError("the request has no inputs")
-    inputs: dict[str, np.ndarray] = {}
+    inputs: dict[str, HostArray] = {}
     datatypes: dict[str, str] = {}
     for i, t in enumerate(request.inputs):
         if t.name in inputs:
@@ -105,7 +107,9 @@ def inputs_of(request: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     return inputs, datatypes
 
 
-def response_of(m: ContractModel, request: Any, outputs: dict[str, np.ndarray]) -> Any:
+def response_of(
+    m: ContractModel, request: pb.ModelInferRequest, outputs: dict[str, HostArray]
+) -> pb.ModelInferResponse:
     """The requested outputs (all, if none named) as raw tensors."""
     wanted = [o.name for o in request.outputs] or list(outputs)
     for o in request.outputs:
@@ -132,31 +136,43 @@ class TritonService(pb_grpc.GRPCInferenceServiceServicer):
         self.srv = server
 
     @unary
-    async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
 
     @unary
-    async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self.srv.ready)
 
     @unary
-    async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelReadyResponse:
         m = kserve.find_model(self.srv, request.name, request.version)
         return pb.ModelReadyResponse(ready=kserve.is_ready(self.srv, m.name))
 
     @unary
-    async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerMetadataResponse:
         return ParseDict(kserve.SERVER_METADATA, pb.ServerMetadataResponse())
 
     @unary
-    async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelMetadataResponse:
         m = kserve.find_model(self.srv, request.name, request.version)
         # (each input's max_shape, speechrt's, has no field here: ModelConfig has the limits)
         meta = m.metadata()
         return ParseDict(meta, pb.ModelMetadataResponse(), ignore_unknown_fields=True)
 
     @unary
-    async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelConfigResponse:
         m = kserve.find_model(self.srv, request.name, request.version)
         config = kserve.config_of(m, self.srv.config.batch)
         # (max_dims, speechrt's, has no field in Triton's ModelConfig: see ModelMetadata)
@@ -164,7 +180,9 @@ class TritonService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelConfigResponse(config=parsed)
 
     @unary
-    async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RepositoryIndexResponse:
         if request.repository_name:
             raise SpeechRTError(
                 "this server has one model repository, without a name; leave repository_name out"
@@ -175,11 +193,13 @@ class TritonService(pb_grpc.GRPCInferenceServiceServicer):
         )
 
     @unary
-    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse:
         m = kserve.find_model(self.srv, request.model_name, request.model_version)
         async with self.srv.metrics.track(m.name):
             inputs, datatypes = inputs_of(request)
-            params = {k: parameter(v) for k, v in request.parameters.items()}
+            params: dict[str, object] = {k: parameter(v) for k, v in request.parameters.items()}
             outputs = await m.infer(m.check(inputs, datatypes), params)
             return response_of(m, request, outputs)
 

@@ -7,8 +7,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -49,7 +48,9 @@ class PayloadTooLarge(ApiError):
         super().__init__(413, f"request body exceeds {limit} bytes", "payload_too_large")
 
 
-def error_body(path: str, status: int, message: str, code: str | None, param: str | None) -> Any:
+def error_body(
+    path: str, status: int, message: str, code: str | None, param: str | None
+) -> dict[str, str] | dict[str, dict[str, str | None]]:
     if path.startswith("/v2"):
         return {"error": message}
     err_type = _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
@@ -122,7 +123,9 @@ async def on_internal(request: Request, e: Exception) -> JSONResponse:
     return error_response(request, 500, f"internal error: {type(e).__name__}: {e}", "internal")
 
 
-HANDLERS: dict[Any, Any] = {
+# FastAPI's exception_handlers (pass a dict() of it: FastAPI's own value type names Any)
+Handler = Callable[[Request, Exception], Coroutine[object, None, JSONResponse]]
+HANDLERS: Mapping[int | type[Exception], Handler] = {
     ApiError: on_api_error,
     SpeechRTError: on_speechrt_error,
     Overloaded: on_overloaded,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
@@ -56,7 +56,7 @@ def find_model(srv: Server, name: str, version: str | None = None) -> ContractMo
     return srv.v2[name]
 
 
-SERVER_METADATA = {
+SERVER_METADATA: dict[str, object] = {
     "name": "speechrt",
     "version": __version__,
     "extensions": ["binary_tensor_data", "model_configuration"],
@@ -64,7 +64,7 @@ SERVER_METADATA = {
 
 
 @router.get("")
-async def server_metadata() -> dict[str, Any]:
+async def server_metadata() -> dict[str, object]:
     return SERVER_METADATA
 
 
@@ -80,7 +80,7 @@ async def ready(request: Request) -> Response:
 
 @router.get("/models/{name}")
 @router.get("/models/{name}/versions/{version}")
-async def model_metadata(name: str, request: Request, version: str | None = None) -> Any:
+async def model_metadata(name: str, request: Request, version: str | None = None) -> object:
     return model_of(request, name, version).metadata()
 
 
@@ -98,20 +98,20 @@ def is_ready(srv: Server, name: str) -> bool:
 
 @router.get("/models/{name}/config")
 @router.get("/models/{name}/versions/{version}/config")
-async def model_config(name: str, request: Request, version: str | None = None) -> Any:
+async def model_config(name: str, request: Request, version: str | None = None) -> object:
     """Triton's model configuration (enough for perf_analyzer and tritonclient)."""
     return config_of(model_of(request, name, version), server_of(request).config.batch)
 
 
-def config_of(m: ContractModel, batch: BatchConfig) -> dict[str, Any]:
+def config_of(m: ContractModel, batch: BatchConfig) -> dict[str, object]:
     """A model's Triton configuration, as JSON (the ModelConfig protobuf's JSON form)."""
 
-    def dims(t: TensorSpec) -> dict[str, Any]:
+    def dims(t: TensorSpec) -> dict[str, object]:
         shape = tensor_metadata(t)["shape"][1:] or [1]  # without the batch axis
         datatype = KSERVE_DATATYPES[t.dtype].replace("BYTES", "STRING")
         return {"name": t.name, "data_type": f"TYPE_{datatype}", "dims": shape}
 
-    def input_dims(t: TensorSpec) -> dict[str, Any]:
+    def input_dims(t: TensorSpec) -> dict[str, object]:
         # max_dims (speechrt's): the largest size of each dim, without the batch axis
         limits = {"optional": m.is_optional(t.name), "max_dims": m.max_shape(t)[1:] or [1]}
         return {**dims(t), **limits}

@@ -32,7 +32,6 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -99,7 +98,7 @@ def shared_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV)
 
 
-def _metric(name: str, registry: CollectorRegistry) -> Any:
+def _metric(name: str, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
     kind, help_, extra = _SPEC[name]
     labels = (*LABELS, *extra)
     if kind == "counter":  # prometheus_client keeps the name without `_total`
@@ -136,10 +135,14 @@ class Metrics:
         self._pending: dict[str, Callable[[], int]] = {}
 
     def _inc(self, name: str, model: str, value: float = 1.0, **extra: str) -> None:
-        self._m[name].labels(model=model, version=VERSION, **extra).inc(value)
+        metric = self._m[name]
+        assert isinstance(metric, Counter)
+        metric.labels(model=model, version=VERSION, **extra).inc(value)
 
     def _observe(self, name: str, model: str, value: float) -> None:
-        self._m[name].labels(model=model, version=VERSION).observe(value)
+        metric = self._m[name]
+        assert isinstance(metric, Histogram)
+        metric.labels(model=model, version=VERSION).observe(value)
 
     def value(self, name: str, model: str, **extra: str) -> float:
         """A counter's or gauge's current value (for tests and the client)."""
@@ -155,8 +158,10 @@ class Metrics:
 
     def _refresh_pending(self) -> None:
         # Written, not read at scrape time: another process's /metrics must see it too.
+        gauge = self._m["nv_inference_pending_request_count"]
+        assert isinstance(gauge, Gauge)
         for model, pending in self._pending.items():
-            self._m["nv_inference_pending_request_count"].labels(model, VERSION).set(pending())
+            gauge.labels(model, VERSION).set(pending())
 
     def record_batch(self, stats: BatchStats) -> None:
         m = stats.engine

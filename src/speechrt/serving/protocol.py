@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -38,14 +37,12 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     header_timeout = HEADER_TIMEOUT_S  # a subclass per server sets its own (guarded_protocol)
     body_timeout = BODY_TIMEOUT_S
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.head_bytes = 0
-        self.reading_head = False  # between a request's first byte and its headers' end
-        self.head_timer: asyncio.TimerHandle | None = None
-        self.body_timer: asyncio.TimerHandle | None = None  # between a head and its body's end
-        self.lingering = False  # refused: the rest of the input is dropped (_refuse)
+    # a connection's state, from these defaults (immutable: each connection assigns its own)
+    head_bytes = 0
+    reading_head = False  # between a request's first byte and its headers' end
+    head_timer: asyncio.TimerHandle | None = None
+    body_timer: asyncio.TimerHandle | None = None  # between a head and its body's end
+    lingering = False  # refused: the rest of the input is dropped (_refuse)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)

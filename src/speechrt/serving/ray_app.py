@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ray import serve
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,6 +23,7 @@ from speechrt.serving.metrics import MULTIPROC_ENV, shared_dir
 
 if TYPE_CHECKING:
     from ray.serve import Application
+    from typing_extensions import Unpack  # (typing's own from Python 3.11)
 
     from speechrt.serving.server import Server
 
@@ -93,6 +94,17 @@ class SpeechServer:
         return ReplicaHeader(create_app(self.server), replica)
 
 
+class ReplicaOptions(TypedDict, total=False):
+    """replica_options' keywords but `env` (server_app passes them on)."""
+
+    replicas: int
+    autoscale: tuple[int, int] | None
+    gpus: float
+    cpus: float
+    max_batch_size: int
+    max_queue_size: int
+
+
 def replica_options(
     *,
     replicas: int = 1,
@@ -102,9 +114,9 @@ def replica_options(
     max_batch_size: int = 8,
     max_queue_size: int = 256,
     env: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """serve.deployment options for `replicas` (or `autoscale` = (min, max)) copies."""
-    options: dict[str, Any] = {
+    options: dict[str, object] = {
         # As many as the replica's engine holds (a batch running, a full queue), which answers
         # 503 itself beyond that. Fewer would leave requests in Ray's router, which retries a
         # full replica with growing back-off: one replica capped at 16 ongoing served 161
@@ -129,7 +141,9 @@ def replica_options(
     return options
 
 
-def server_app(load: Callable[[], Server], metrics_dir: str | None, **options: Any) -> Application:
+def server_app(
+    load: Callable[[], Server], metrics_dir: str | None, **options: Unpack[ReplicaOptions]
+) -> Application:
     """The Serve application: `load()` runs in every replica (it must pickle: a function of
     the package, or a functools.partial of one); `options`: replica_options' keywords.
     `metrics_dir`: the shared prometheus-client directory (None: each replica counts alone)."""

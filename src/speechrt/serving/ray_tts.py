@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from fastapi import FastAPI
 from fastapi.responses import Response
 from ray import serve
@@ -42,9 +43,19 @@ from speechrt.serving.http_errors import HANDLERS, ApiError
 from speechrt.serving.openai_api import TTS_ALIASES, SpeechRequest, speech_options
 from speechrt.serving.pipelines import SpeechFrontEnd
 from speechrt.serving.ray_app import replica_env
+from speechrt.serving.voices import Audio
+
+if TYPE_CHECKING:
+    from ray.serve import Application
+    from ray.serve.handle import DeploymentHandle
+
+    from speechrt.runtime.stages import Array
 
 MAX_BATCH = 8  # items per stage batch (split_tts_app(max_batch_size=...) sets it)
 WAIT_S = 0.005  # longest wait for batch-mates
+Mel = npt.NDArray[np.float32]  # (n_mels, T) of one piece
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _groups(keys: Sequence[Hashable]) -> list[list[int]]:
@@ -67,38 +78,38 @@ class _Stage:
         self.tts = TTS(acoustic, vocoder, device=device, precision=precision, backend=backend)
         self.run.set_max_batch_size(batch)  # type: ignore[attr-defined]
 
-    def _host(self, x: Any) -> np.ndarray:
+    def _host(self, x: Array) -> npt.NDArray[np.float32] | npt.NDArray[np.int64]:
         return x if isinstance(x, np.ndarray) else x.float().cpu().numpy()
 
-    def _device(self, x: np.ndarray) -> Any:
+    def _device(self, x: npt.NDArray[np.float32] | npt.NDArray[np.int64]) -> Array:
         if self.tts.numpy:
             return x
         import torch
 
         return torch.from_numpy(x).to(self.tts.device)
 
-    def _inference(self, fn: Any, *args: Any) -> Any:
+    def _inference(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         if self.tts.numpy:
-            return fn(*args)
+            return fn(*args, **kwargs)
         import torch
 
         with torch.inference_mode():
-            return fn(*args)
+            return fn(*args, **kwargs)
 
 
 class AcousticModel(_Stage):
     @serve.batch(max_batch_size=MAX_BATCH, batch_wait_timeout_s=WAIT_S)
     async def run(
         self, ids: list[list[int]], seeds: list[int], options: list[SynthesisOptions]
-    ) -> list[np.ndarray]:
+    ) -> list[Mel]:
         """Per piece (serve.batch gathers each argument into a list): its symbol ids, seed and
         options -> its mel (n_mels, T) float32."""
         return await asyncio.to_thread(self._inference, self._mels, ids, seeds, options)
 
     def _mels(
         self, ids: list[list[int]], seeds: list[int], options: list[SynthesisOptions]
-    ) -> list[np.ndarray]:
-        out: list[np.ndarray] = [np.empty(0)] * len(ids)
+    ) -> list[Mel]:
+        out: list[Mel] = [np.empty(0, np.float32)] * len(ids)
         for idx in _groups(options):
             batch = [Piece(0, j, ids[i], seeds[i]) for j, i in enumerate(idx)]
             tokens, lengths, seed_array = self.tts.batch_to_tensors(batch)
@@ -112,8 +123,8 @@ class AcousticModel(_Stage):
 class VocoderModel(_Stage):
     @serve.batch(max_batch_size=MAX_BATCH, batch_wait_timeout_s=WAIT_S)
     async def run(
-        self, mels: list[np.ndarray], seeds: list[int], options: list[SynthesisOptions]
-    ) -> list[np.ndarray]:
+        self, mels: list[Mel], seeds: list[int], options: list[SynthesisOptions]
+    ) -> list[Audio]:
         """Per piece: its mel (n_mels, T), seed and options -> its audio (S,) float32."""
         return await asyncio.to_thread(self._inference, self._audio, mels, seeds, options)
 
@@ -122,16 +133,16 @@ class VocoderModel(_Stage):
         return self.tts.denoiser_missing
 
     def _audio(
-        self, mels: list[np.ndarray], seeds: list[int], options: list[SynthesisOptions]
-    ) -> list[np.ndarray]:
-        out: list[np.ndarray] = [np.empty(0)] * len(mels)
+        self, mels: list[Mel], seeds: list[int], options: list[SynthesisOptions]
+    ) -> list[Audio]:
+        out: list[Audio] = [np.empty(0, np.float32)] * len(mels)
         for idx in _groups(options):
             opts = options[idx[0]]
             lengths = np.array([mels[i].shape[1] for i in idx], dtype=np.int64)
             mel = np.zeros((len(idx), mels[idx[0]].shape[0], int(lengths.max())), np.float32)
             for j, i in enumerate(idx):  # zero-padded, as the acoustic stage pads its output
                 mel[j, :, : lengths[j]] = mels[i]
-            seed_array: Any = np.array([seeds[i] for i in idx], dtype=np.int64)
+            seed_array: Array = np.array([seeds[i] for i in idx], dtype=np.int64)
             if not self.tts.numpy:
                 import torch
 
@@ -150,7 +161,12 @@ class SplitTTS:
     """The text front end and the HTTP route; the models run in the two stage deployments."""
 
     def __init__(
-        self, acoustic: Any, vocoder: Any, acoustic_dir: str, sampling_rate: int, limits: Limits
+        self,
+        acoustic: DeploymentHandle,  # AcousticModel's
+        vocoder: DeploymentHandle,  # VocoderModel's
+        acoustic_dir: str,
+        sampling_rate: int,
+        limits: Limits,
     ) -> None:
         from speechrt.defaults import voice_name
         from speechrt.text import TextProcessor
@@ -167,7 +183,7 @@ class SplitTTS:
 
     async def synthesize(
         self, texts: list[str], options: SynthesisOptions, seeds: list[int]
-    ) -> list[np.ndarray]:
+    ) -> list[Audio]:
         """As TTS.synthesize: one float32 waveform per text, pieces joined by short pauses.
         Texts are checked and split by the server's own front end (pipelines.SpeechFrontEnd:
         characters, symbols after normalisation and SSML, pieces, the denoiser)."""
@@ -201,7 +217,7 @@ class SplitTTS:
 
 def speech_app(tts: SplitTTS) -> FastAPI:
     """POST /v1/audio/speech (the OpenAI body, not streamed) answered by `tts`."""
-    app = FastAPI(title="speechrt split TTS", exception_handlers=HANDLERS, docs_url=None)
+    app = FastAPI(title="speechrt split TTS", exception_handlers=dict(HANDLERS), docs_url=None)
 
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechRequest) -> Response:
@@ -235,7 +251,7 @@ def split_tts_app(
     cpus: float = 1.0,
     gpus: float = 0.0,
     limits: Limits | None = None,
-) -> Any:
+) -> Application:
     """The split pipeline as one Serve application (ingress SplitTTS); `cpus`, `gpus`: per
     stage replica; `max_queue_size`: requests a deployment holds beyond one batch;
     `limits`: the text limits apply (max_text_chars, max_text_symbols, max_pieces)."""

@@ -36,7 +36,7 @@ import binascii
 import json
 import logging
 import uuid
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -45,6 +45,7 @@ from speechrt.asr.vad import TurnDetector
 from speechrt.audio.telephone import G711_RATE, g711_decode
 from speechrt.errors import SpeechRTError
 from speechrt.serving.streams import RecognitionStream
+from speechrt.serving.voices import Audio
 
 router = APIRouter(prefix="/v1")
 log = logging.getLogger("speechrt.serving")
@@ -60,6 +61,15 @@ SERVER_VAD = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
               "silence_duration_ms": 500}  # OpenAI's defaults  # fmt: skip
 
 
+class Turn(TypedDict):
+    """server_vad's settings, as a session serves them (SERVER_VAD's keys, in its order)."""
+
+    type: str
+    threshold: float
+    prefix_padding_ms: int
+    silence_duration_ms: int
+
+
 def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
@@ -72,7 +82,7 @@ class EventError(Exception):
         self.message, self.code, self.param = message, code, param
 
 
-def law_of(name: Any, known: dict[str, str | None], what: str, param: str) -> str | None:
+def law_of(name: object, known: dict[str, str | None], what: str, param: str) -> str | None:
     """A format's name -> its G.711 law (None: 16-bit PCM); an error event for another."""
     if not isinstance(name, str) or name not in known:
         raise EventError(
@@ -97,11 +107,11 @@ class Session:
         self.stream: RecognitionStream | None = None
         self.item_id = _id("item")
         self.previous_item: str | None = None
-        self.turn: dict[str, Any] | None = None  # server_vad settings, None: the client commits
+        self.turn: Turn | None = None  # server_vad settings, None: the client commits
         self.detector: TurnDetector | None = None
         self.heard = 0  # samples appended since the detector started (its positions)
 
-    async def send(self, event: dict[str, Any]) -> None:
+    async def send(self, event: dict[str, object]) -> None:
         await self.ws.send_text(json.dumps({"event_id": _id("event"), **event}))
 
     async def error(self, e: EventError, client_event: str | None) -> None:
@@ -109,7 +119,7 @@ class Session:
         err.update(message=e.message, param=e.param, event_id=client_event)
         await self.send({"type": "error", "error": err})
 
-    def session_object(self, beta: bool = False) -> dict[str, Any]:
+    def session_object(self, beta: bool = False) -> dict[str, object]:
         transcription = {"model": self.model, "language": "en", "prompt": ""}
         if beta:
             return {
@@ -120,7 +130,7 @@ class Session:
                 "input_audio_transcription": transcription,
                 "turn_detection": self.turn,
             }
-        fmt: dict[str, Any] = {"type": {v: k for k, v in FORMATS.items()}[self.law]}
+        fmt: dict[str, str | int] = {"type": {v: k for k, v in FORMATS.items()}[self.law]}
         if self.law is None:
             fmt["rate"] = self.rate
         return {
@@ -134,7 +144,7 @@ class Session:
 
     # -- client events ---------------------------------------------------------------------------
 
-    async def handle(self, event: dict[str, Any]) -> None:
+    async def handle(self, event: dict[str, object]) -> None:
         kind = event.get("type")
         if kind == "input_audio_buffer.append":
             await self.append(event.get("audio"))
@@ -156,7 +166,7 @@ class Session:
                 "type",
             )
 
-    def update(self, session: Any, beta: bool) -> None:
+    def update(self, session: object, beta: bool) -> None:
         if not isinstance(session, dict):
             raise EventError("`session` must be an object", "invalid_session", "session")
         law, rate = self.law, self.rate  # a session.update without a format keeps the format
@@ -212,7 +222,7 @@ class Session:
                 self.detector = TurnDetector(rate, silence=turn["silence_duration_ms"] / 1000)
 
     @staticmethod
-    def turn_settings(turn: Any) -> dict[str, Any] | None:
+    def turn_settings(turn: object) -> Turn | None:
         """turn_detection as asked -> the settings served (None: the client commits)."""
         if turn is None:
             return None
@@ -225,17 +235,25 @@ class Session:
         if not isinstance(turn, dict) or turn.get("type") != "server_vad":
             raise bad
         out = {**SERVER_VAD, **{k: v for k, v in turn.items() if v is not None}}
-        ms = out["silence_duration_ms"], out["prefix_padding_ms"]
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ms):
+        silence, pad = out["silence_duration_ms"], out["prefix_padding_ms"]
+        if isinstance(silence, bool) or isinstance(pad, bool):
+            raise bad
+        if not isinstance(silence, int) or not isinstance(pad, int):
             raise bad
         threshold = out["threshold"]
-        if not 100 <= ms[0] <= 10000 or not 0 <= ms[1] <= 10000:
+        if not 100 <= silence <= 10000 or not 0 <= pad <= 10000:
             raise bad
         if not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
             raise bad
-        return {k: out[k] for k in SERVER_VAD}  # create_response etc.: nothing to create
+        # create_response etc.: nothing to create
+        return Turn(
+            type="server_vad",
+            threshold=threshold,
+            prefix_padding_ms=pad,
+            silence_duration_ms=silence,
+        )
 
-    async def append(self, audio: Any) -> None:
+    async def append(self, audio: object) -> None:
         if not isinstance(audio, str):
             raise EventError("`audio` must be a base64 string", "invalid_audio", "audio")
         try:
@@ -279,7 +297,7 @@ class Session:
                 await self.commit()
         await self.feed(pcm[done:])
 
-    async def feed(self, pcm: np.ndarray) -> None:
+    async def feed(self, pcm: Audio) -> None:
         """Samples into the utterance being heard; its deltas out."""
         if pcm.size == 0:
             return

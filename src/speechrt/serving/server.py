@@ -42,6 +42,7 @@ from speechrt.serving.voices import Voice, loaded
 
 if TYPE_CHECKING:
     from speechrt.asr import ASR
+    from speechrt.asr.decoding import DecoderOptions
 
 log = logging.getLogger("speechrt.serving")
 In = TypeVar("In")  # an engine's batch item
@@ -175,7 +176,7 @@ class Server:
             self.v2[name] = model
 
     @classmethod
-    def load(  # type: ignore[explicit-any]  # decoding: ASR keywords
+    def load(
         cls,
         acoustic: str | Path | None = None,
         vocoder: str | Path | None = None,
@@ -185,7 +186,7 @@ class Server:
         backend: str = "auto",
         config: ServeConfig | None = None,
         batch_invariant: bool = False,
-        decoding: dict[str, Any] | None = None,  # Any: ASR's decoder keywords, of mixed types
+        decoding: DecoderOptions | None = None,
     ) -> Server:
         """Load the pipelines from model directories (see `speechrt convert`).
 

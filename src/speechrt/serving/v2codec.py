@@ -12,13 +12,12 @@ import json
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from speechrt.errors import SpeechRTError
 from speechrt.serving.bodies import Body, Field, Json
-from speechrt.serving.v2metadata import NUMPY_DTYPES, datatype_of
+from speechrt.serving.v2metadata import NUMPY_DTYPES, HostArray, datatype_of
 
 HEADER = "Inference-Header-Content-Length"
 MAX_RANK = 8  # dimensions of a request tensor (no contract has more than 3, plus [B, 1] TEXT)
@@ -92,17 +91,17 @@ class JsonTooLarge(SpeechRTError):
 @dataclass
 class InferRequest:
     id: str | None
-    inputs: dict[str, np.ndarray]
+    inputs: dict[str, HostArray]
     datatypes: dict[str, str]
     outputs: list[tuple[str, bool | None]] | None  # requested (name, binary?); None = all
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: dict[str, object] = field(default_factory=dict)  # the request's, as JSON
 
     @property
     def binary_default(self) -> bool:
         return bool(self.parameters.get("binary_data_output", False))
 
 
-def check_shape(value: Any, name: str) -> tuple[int, ...]:
+def check_shape(value: object, name: str) -> tuple[int, ...]:
     """A request's shape for input `name`: non-negative ints, at most MAX_RANK of them."""
     if not isinstance(value, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
@@ -117,14 +116,14 @@ def check_shape(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _flatten(data: Any, rank: int, name: str) -> list[Any]:
+def _flatten(data: object, rank: int, name: str) -> list[object]:
     """JSON tensor data, flat or nested at most `rank` lists deep -> its elements in order (a
     flat list as it is: no copy)."""
     if not isinstance(data, list):
         return [data]
     if not any(isinstance(x, list) for x in data):
         return data
-    out: list[Any] = []
+    out: list[object] = []
     # iterative, one iterator per level (data from a client may be nested deep enough to
     # overflow a recursion), and nothing held per element but the element itself
     stack = [iter(data)]
@@ -142,7 +141,7 @@ def _flatten(data: Any, rank: int, name: str) -> list[Any]:
     return out
 
 
-def decode_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
+def decode_bytes(raw: bytes, count: int, name: str) -> HostArray:
     """Length-prefixed BYTES elements -> object array of `count` bytes objects."""
     out, pos = [], 0
     for _ in range(count):
@@ -159,7 +158,7 @@ def decode_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
     return np.array(out, dtype=object).reshape(-1)
 
 
-def encode_bytes(values: np.ndarray) -> bytes:
+def encode_bytes(values: HostArray) -> bytes:
     parts = []
     for v in values.reshape(-1):
         b = v if isinstance(v, bytes) else str(v).encode("utf-8")
@@ -167,16 +166,17 @@ def encode_bytes(values: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def _from_json(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+def _from_json(data: object, datatype: str, shape: tuple[int, ...], name: str) -> HostArray:
     flat = _flatten(data, len(shape), name)
     if len(flat) != math.prod(shape):
         raise SpeechRTError(
             f"input {name!r}: shape {list(shape)} needs {math.prod(shape)} values, got {len(flat)}"
         )
     if datatype == "BYTES":
-        if not all(isinstance(x, str) for x in flat):
+        texts = [x for x in flat if isinstance(x, str)]
+        if len(texts) != len(flat):
             raise SpeechRTError(f"input {name!r}: BYTES data must be strings in JSON")
-        return np.array([x.encode("utf-8") for x in flat], dtype=object).reshape(shape)
+        return np.array([x.encode("utf-8") for x in texts], dtype=object).reshape(shape)
     if any(isinstance(x, (str, dict, type(None))) for x in flat):
         raise SpeechRTError(f"input {name!r}: {datatype} data must be numbers")
     if datatype == "BOOL":
@@ -224,7 +224,7 @@ def _read_request(req: Json, raw: bytes) -> InferRequest:
     params = INFER_REQUEST.get(req, "parameters")
     if not isinstance(params, dict):
         raise SpeechRTError("'parameters' must be an object")
-    inputs: dict[str, np.ndarray] = {}
+    inputs: dict[str, HostArray] = {}
     datatypes: dict[str, str] = {}
     pos = 0
     for t in tensors:
@@ -236,12 +236,15 @@ def _read_request(req: Json, raw: bytes) -> InferRequest:
     rid = INFER_REQUEST.get(req, "id")
     if not isinstance(PARAMETERS.get(params, "binary_data_output"), bool):
         raise SpeechRTError("parameter 'binary_data_output' must be true or false")
-    return InferRequest(str(rid) if rid is not None else None, inputs, datatypes, outputs, params)
+    parameters: dict[str, object] = dict(params)
+    return InferRequest(
+        str(rid) if rid is not None else None, inputs, datatypes, outputs, parameters
+    )
 
 
 def _read_input(
-    t: Json, raw: bytes, pos: int, seen: dict[str, np.ndarray]
-) -> tuple[str, str, np.ndarray, int]:
+    t: Json, raw: bytes, pos: int, seen: dict[str, HostArray]
+) -> tuple[str, str, HostArray, int]:
     """One of `inputs` (its data in JSON, or the `raw` binary part from `pos` on) -> (name,
     datatype, array, where the next binary tensor starts)."""
     name = INFER_INPUT.get(t, "name") if isinstance(t, dict) else None
@@ -287,13 +290,13 @@ def _read_outputs(requested: Json) -> list[tuple[str, bool | None]]:
     return outputs
 
 
-def _brief(value: Any) -> str:
+def _brief(value: object) -> str:
     """A client's value for an error message, cut short."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def from_raw(chunk: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+def from_raw(chunk: bytes, datatype: str, shape: tuple[int, ...], name: str) -> HostArray:
     """A raw (little-endian, or length-prefixed BYTES) tensor -> its array, or SpeechRTError."""
     count = math.prod(shape)
     if datatype == "BYTES":
@@ -312,7 +315,7 @@ JSON_CHUNK = 1 << 16
 
 
 def encode_response(
-    model: str, version: str, request: InferRequest, outputs: dict[str, np.ndarray]
+    model: str, version: str, request: InferRequest, outputs: dict[str, HostArray]
 ) -> tuple[bytes, dict[str, str]]:
     """Response body and headers; requested outputs only, binary where asked."""
     parts, headers = encode_response_parts(model, version, request, outputs)
@@ -320,7 +323,7 @@ def encode_response(
 
 
 def encode_response_parts(
-    model: str, version: str, request: InferRequest, outputs: dict[str, np.ndarray]
+    model: str, version: str, request: InferRequest, outputs: dict[str, HostArray]
 ) -> tuple[list[bytes], dict[str, str]]:
     """encode_response's body as the parts it joins: the numbers of a JSON output are written
     JSON_CHUNK at a time, so that no list of them and no second copy of the text is held."""
@@ -329,10 +332,10 @@ def encode_response_parts(
         if name not in outputs:
             raise SpeechRTError(f"model {model!r} has no output {name!r}")
     entries, blobs = [], []
-    numbers: list[np.ndarray] = []  # the JSON outputs' values, flat
+    numbers: list[HostArray] = []  # the JSON outputs' values, flat
     for name, binary in wanted:
         arr = outputs[name]
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {
             "name": name,
             "datatype": datatype_of(arr),
             "shape": list(arr.shape),
@@ -353,7 +356,7 @@ def encode_response_parts(
             entry["data"] = f"\0data {len(numbers)}\0"
             numbers.append(arr.reshape(-1))
         entries.append(entry)
-    resp: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": entries}
+    resp: dict[str, object] = {"model_name": model, "model_version": version, "outputs": entries}
     if request.id is not None:
         resp["id"] = request.id
     text = json.dumps(resp, separators=(",", ":"))

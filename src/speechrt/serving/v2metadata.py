@@ -15,22 +15,49 @@ it (speechrt.serving.v2models.ContractModel.check).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeAlias, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from speechrt.contracts import DATATYPES as KSERVE_DATATYPES
 from speechrt.contracts import Contract, TensorSpec
 from speechrt.registry import component_names as component_names
 
+# A host tensor of any KServe datatype: numbers, bools, or BYTES as an object array. (A string:
+# numpy's scalar types take no subscript at run time.)
+HostArray: TypeAlias = "npt.NDArray[np.generic[object]]"
 
-def tensor_metadata(t: TensorSpec) -> dict[str, Any]:
+
+class _Tensor(TypedDict):
+    name: str
+    datatype: str
+    shape: list[int]  # -1: a dynamic axis
+
+
+class TensorMetadata(_Tensor, total=False):
+    """A KServe v2 metadata tensor, as JSON."""
+
+    max_shape: list[int]  # an input's largest shape, where the server says it (v2models)
+
+
+class ModelMetadata(TypedDict):
+    """The KServe v2 `GET /v2/models/{name}` body, as JSON."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+def tensor_metadata(t: TensorSpec) -> TensorMetadata:
     """KServe v2 metadata tensor: {"name", "datatype", "shape"} with -1 for dynamic axes."""
     shape = [-1 if isinstance(a, str) else a for a in t.shape]
     return {"name": t.name, "datatype": KSERVE_DATATYPES[t.dtype], "shape": shape}
 
 
-def model_metadata(c: Contract, model_name: str, platform: str = "speechrt") -> dict[str, Any]:
+def model_metadata(c: Contract, model_name: str, platform: str = "speechrt") -> ModelMetadata:
     """The KServe v2 `GET /v2/models/{name}` response body for a graph's contract."""
     return {
         "name": model_name,
@@ -41,7 +68,7 @@ def model_metadata(c: Contract, model_name: str, platform: str = "speechrt") -> 
     }
 
 
-def _numpy_dtypes() -> dict[str, np.dtype]:
+def _numpy_dtypes() -> dict[str, np.dtype[np.generic[object]]]:
     """KServe datatype -> little-endian numpy dtype, for those numpy has (not BF16)."""
     out = {}
     for name, datatype in KSERVE_DATATYPES.items():
@@ -52,10 +79,10 @@ def _numpy_dtypes() -> dict[str, np.dtype]:
     return out
 
 
-NUMPY_DTYPES: dict[str, np.dtype] = _numpy_dtypes()
+NUMPY_DTYPES: dict[str, np.dtype[np.generic[object]]] = _numpy_dtypes()
 
 
-def datatype_of(arr: np.ndarray) -> str:
+def datatype_of(arr: HostArray) -> str:
     """The KServe datatype of a numpy array."""
     for datatype, dtype in NUMPY_DTYPES.items():
         if dtype == arr.dtype.newbyteorder("<"):

@@ -18,28 +18,43 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
 from speechrt.contracts import B, Contract, TensorSpec
 from speechrt.errors import SpeechRTError
 from speechrt.limits import Limits
-from speechrt.options import SynthesisOptions
+from speechrt.options import SynthesisKeywords, SynthesisOptions
 from speechrt.registry import derived_sizes, graphs_of
 from speechrt.runtime.base import Runner
 from speechrt.runtime.bounds import stack_rows
 from speechrt.serving.engine import Engine
 from speechrt.serving.pipelines import ASRService, TTSService
-from speechrt.serving.v2metadata import ASR, KSERVE_DATATYPES, TTS, component_names, model_metadata
+from speechrt.serving.v2metadata import (
+    ASR,
+    KSERVE_DATATYPES,
+    TTS,
+    HostArray,
+    ModelMetadata,
+    component_names,
+    model_metadata,
+)
+from speechrt.serving.voices import Voice
 
-Arrays = dict[str, np.ndarray]
+if TYPE_CHECKING:
+    from torch import nn
+
+    from speechrt.asr import ASR as Recogniser
+    from speechrt.repo import ComponentInfo
+
+Arrays = dict[str, HostArray]
 
 
-def pad_stack(arrays: list[np.ndarray], axis: int) -> tuple[np.ndarray, np.ndarray]:
+def pad_stack(arrays: Sequence[HostArray], axis: int) -> tuple[HostArray, HostArray]:
     """Right-pad arrays along `axis` with zeros and stack -> (B, ...), lengths (B,) int64."""
     axis = axis % arrays[0].ndim
     lengths = np.array([a.shape[axis] for a in arrays], dtype=np.int64)
@@ -53,7 +68,7 @@ def pad_stack(arrays: list[np.ndarray], axis: int) -> tuple[np.ndarray, np.ndarr
     return out, lengths
 
 
-def split_rows(x: np.ndarray, lengths: np.ndarray | None, axis: int, name: str) -> list[np.ndarray]:
+def split_rows(x: HostArray, lengths: HostArray | None, axis: int, name: str) -> list[HostArray]:
     """(B, ...) padded along `axis` (an axis of one row) + lengths (B,) -> B trimmed rows."""
     if lengths is None:
         return [row for row in x]
@@ -66,7 +81,7 @@ def split_rows(x: np.ndarray, lengths: np.ndarray | None, axis: int, name: str) 
     return [np.take(row, np.arange(int(n)), axis=axis) for row, n in zip(x, lengths, strict=True)]
 
 
-def axis_limits(info: Any, limits: Limits, max_batch: int) -> dict[str, int]:
+def axis_limits(info: ComponentInfo, limits: Limits, max_batch: int) -> dict[str, int]:
     """{dynamic axis: largest size a request may give} for a component (its
     speechrt.repo.ComponentInfo): `batch`, `symbols`, and each audio-time axis long enough for
     `limits.max_component_seconds` of audio at the component's own rates: mel `frames` and
@@ -119,7 +134,7 @@ class ContractModel:
         """The largest shape a request may give for input `t` (with the batch axis)."""
         return [a if isinstance(a, int) else self.max_sizes[a] for a in t.shape]
 
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> ModelMetadata:
         """The `/v2/models/{name}` body: the contract's, each input with its `max_shape`."""
         meta = model_metadata(self.contract, self.name, self.platform)
         for entry, t in zip(meta["inputs"], self.contract.inputs, strict=True):
@@ -170,7 +185,7 @@ class ContractModel:
             t.check_values(value, sizes, self.name)
         return feeds
 
-    async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
+    async def infer(self, inputs: Arrays, params: dict[str, object]) -> Arrays:
         raise NotImplementedError
 
 
@@ -188,10 +203,12 @@ class Component(NamedTuple):
     name: str
     runner: Runner
     derived_sizes: Callable[[dict[str, int]], dict[str, int]] | None
-    info: Any
+    info: ComponentInfo
 
 
-def component_runners(tts: Any, asr: Any) -> tuple[list[Component], dict[str, str]]:
+def component_runners(
+    tts: Voice | None, asr: Recogniser | None
+) -> tuple[list[Component], dict[str, str]]:
     """Every graph of the loaded components of a voice (speechrt.tts.TTS) and an ASR model
     (speechrt.asr.ASR), each on its pipeline's backend, running the pipeline's own runners
     (`runners()`): one onnxruntime session, one compiled copy per graph, whatever the route, and
@@ -201,16 +218,18 @@ def component_runners(tts: Any, asr: Any) -> tuple[list[Component], dict[str, st
     (a vocoder's denoiser: the bundled voice ships only its main graphs). Any other graph the
     backend cannot run raises SpeechRTError here, at startup, naming the component.
     """
+    from speechrt.asr import ASR as Recogniser
     from speechrt.runtime.stages import make_runner
+    from speechrt.tts import TTS
 
-    parts = []
-    if tts is not None and hasattr(tts, "acoustic_info"):
+    parts: list[tuple[nn.Module | None, ComponentInfo, TTS | Recogniser, Path | None]] = []
+    if isinstance(tts, TTS):
         parts += [
-            (tts.acoustic, tts.acoustic_info, tts, getattr(tts, "acoustic_dir", None)),
-            (tts.vocoder, tts.vocoder_info, tts, getattr(tts, "vocoder_dir", None)),
+            (tts.acoustic, tts.acoustic_info, tts, tts.acoustic_dir),
+            (tts.vocoder, tts.vocoder_info, tts, tts.vocoder_dir),
         ]
-    if asr is not None and hasattr(asr, "info"):
-        parts.append((asr.model, asr.info, asr, getattr(asr, "model_dir", None)))
+    if isinstance(asr, Recogniser):
+        parts.append((asr.model, asr.info, asr, asr.model_dir))
     out, unserved = [], {}
     for module, info, owner, model_dir in parts:
         backend = getattr(owner, "backend", "eager")
@@ -266,7 +285,7 @@ def rows_per_call(contract: Contract, feeds: Arrays, max_sizes: dict[str, int]) 
     return max(1, min(rows, per_call))
 
 
-def row_slices(rows: int, per_call: int) -> list[np.ndarray]:
+def row_slices(rows: int, per_call: int) -> list[HostArray]:
     return [np.arange(a, min(a + per_call, rows)) for a in range(0, rows, per_call)]
 
 
@@ -378,7 +397,7 @@ class ComponentModel(ContractModel):
         self.backend, self.platform = backend, PLATFORMS[backend]
         self.timeout = 60.0
 
-    async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
+    async def infer(self, inputs: Arrays, params: dict[str, object]) -> Arrays:
         """One batch item per group of rows holding at most one item's worth of every axis
         (rows_per_call): a request of 8 x 30 s mels is 8 items, so that other requests take
         their turns on the device between them."""
@@ -398,16 +417,20 @@ class ComponentModel(ContractModel):
 _OPTION_FIELDS = {f.name for f in fields(SynthesisOptions)}
 
 
-def options_from_params(params: dict[str, Any]) -> SynthesisOptions:
+def options_from_params(params: Mapping[str, object]) -> SynthesisOptions:
     """Request parameters named like SynthesisOptions fields (pace, speaker, seed, ...)."""
-    given = {k: v for k, v in params.items() if k in _OPTION_FIELDS}
-    for k, v in given.items():
+    given: dict[str, float] = {}
+    for k, v in params.items():
+        if k not in _OPTION_FIELDS:
+            continue
         if isinstance(v, bool) != (k == "pitch_flatten") or not isinstance(v, (int, float)):
             raise SpeechRTError(f"parameter {k!r} has the wrong type ({type(v).__name__})")
+        given[k] = v
     for k in ("seed", "speaker", "max_decoder_steps"):
         if k in given and not isinstance(given[k], int):
             raise SpeechRTError(f"parameter {k!r} must be an integer")
-    return SynthesisOptions(**given)
+    # checked above: numbers, bool for pitch_flatten alone, int where the field is one
+    return SynthesisOptions(**cast(SynthesisKeywords, given))
 
 
 class TTSModel(ContractModel):
@@ -431,7 +454,7 @@ class TTSModel(ContractModel):
             inputs = {**inputs, "TEXT": text.reshape(-1)}
         return super().check(inputs, datatypes)
 
-    async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
+    async def infer(self, inputs: Arrays, params: dict[str, object]) -> Arrays:
         texts = []
         for i, t in enumerate(inputs["TEXT"].reshape(-1)):
             try:
@@ -460,14 +483,17 @@ class ASRModel(ContractModel):
         self.service = service
         self.backend = getattr(service.asr, "backend", "eager")
 
-    async def infer(self, inputs: Arrays, params: dict[str, Any]) -> Arrays:
+    async def infer(self, inputs: Arrays, params: dict[str, object]) -> Arrays:
         sr = params.get("sample_rate", self.service.sampling_rate)
         if not isinstance(sr, int) or isinstance(sr, bool) or not 1000 <= sr <= 384_000:
             raise SpeechRTError(f"parameter 'sample_rate' must be an integer in Hz, got {sr!r}")
         rows = split_rows(inputs["AUDIO"], inputs.get("AUDIO_LENGTHS"), 0, self.name)
         if not rows:
             raise SpeechRTError("AUDIO holds no rows")
-        audios = await asyncio.gather(*(self.service.prepare(r, sr) for r in rows))
+        # FP32 (check): astype is a no-op that names the dtype
+        audios = await asyncio.gather(
+            *(self.service.prepare(r.astype(np.float32, copy=False), sr) for r in rows)
+        )
         transcripts = await self.service.transcribe(audios)
         text = np.array([t.text.encode("utf-8") for t in transcripts], dtype=object)
         return {"TEXT": text}

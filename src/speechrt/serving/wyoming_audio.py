@@ -4,9 +4,10 @@ channels in, as a file of that format is heard; 16-bit mono at the voice's rate 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TypeGuard
 
 import numpy as np
+import numpy.typing as npt
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
@@ -29,7 +30,12 @@ class RequestError(Exception):
         self.text, self.code = text, code
 
 
-def to_mono(data: bytes, width: int, channels: int) -> np.ndarray:
+def whole(v: object) -> TypeGuard[int]:
+    """An int that is not a bool (an event's field, as JSON gave it)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def to_mono(data: bytes, width: int, channels: int) -> npt.NDArray[np.float32]:
     """Interleaved little-endian PCM -> (N,) float32 in [-1, 1), channels averaged."""
     if width == 1:  # unsigned, as WAV and audioop's 8-bit
         x = (np.frombuffer(data, np.uint8).astype(np.float32) - 128.0) / 128.0
@@ -45,9 +51,11 @@ def to_mono(data: bytes, width: int, channels: int) -> np.ndarray:
 class Utterance:
     """Audio of one transcription, as it arrives: float32 mono at its own rate."""
 
-    def __init__(self, rate: Any, width: Any, channels: Any, max_seconds: float) -> None:
-        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (rate, width, channels))
-        if not ints or not RATES[0] <= rate <= RATES[1]:
+    def __init__(self, rate: object, width: object, channels: object, max_seconds: float) -> None:
+        if (
+            not (whole(rate) and whole(width) and whole(channels))
+            or not RATES[0] <= rate <= RATES[1]
+        ):
             raise RequestError(
                 f"audio rate must be an integer in [{RATES[0]}, {RATES[1]}] Hz, got {rate!r}"[:200],
                 "unsupported_audio_format",
@@ -61,7 +69,7 @@ class Utterance:
         self.format = (rate, width, channels)
         self.max_samples = int(max_seconds * rate)
         self.max_seconds = max_seconds
-        self.parts: list[np.ndarray] = []
+        self.parts: list[npt.NDArray[np.float32]] = []
         self.samples = 0
 
     def add(self, chunk: AudioChunk) -> None:
@@ -83,7 +91,7 @@ class Utterance:
         self.parts.append(to_mono(chunk.audio, width, channels))
         self.samples += n
 
-    def audio(self) -> np.ndarray:
+    def audio(self) -> npt.NDArray[np.float32]:
         return np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
 
 
@@ -98,7 +106,7 @@ class AudioOut:
     async def start(self, segment: Segment | None) -> None:
         await self.write(AudioStart(rate=self.rate, width=2, channels=1).event())
 
-    async def audio(self, segment: Segment | None, audio: np.ndarray) -> None:
+    async def audio(self, segment: Segment | None, audio: npt.NDArray[np.float32]) -> None:
         data = self.encoder.push(audio)
         step = 2 * SAMPLES_PER_CHUNK
         for i in range(0, len(data), step):

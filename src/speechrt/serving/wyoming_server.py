@@ -31,7 +31,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, TypedDict
 
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -77,7 +78,17 @@ PROGRAM = "speechrt"  # the asr and tts programs' name (select-program)
 LANGUAGES = ["en"]  # the models read and hear English
 LINGER_S = 2.0  # at most this long, a closing connection's input is read and dropped (close)
 ATTRIBUTION = Attribution(name="speechrt", url="")
-ARTIFACT: dict[str, Any] = {"attribution": ATTRIBUTION, "installed": True, "version": __version__}
+
+
+class Artifact(TypedDict):
+    """What every model and voice of the info event says of where it comes from."""
+
+    attribution: Attribution
+    installed: bool
+    version: str
+
+
+ARTIFACT = Artifact(attribution=ATTRIBUTION, installed=True, version=__version__)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -185,7 +196,7 @@ class Connection:
         streaming = self.stream is not None and not self.stream.idle
         return streaming or (self.answer is not None and not self.answer.done())
 
-    async def close(self, reading: asyncio.Future[Any] | None, linger: bool) -> None:
+    async def close(self, reading: asyncio.Future[Event | None] | None, linger: bool) -> None:
         """Cancel whatever is queued or being answered (first, before the answer runs on) and
         the event being read, and close the socket: with `linger`, first our side (after the
         last event), then the socket once the client has closed its side or LINGER_S have
@@ -251,7 +262,7 @@ class Connection:
             raise RequestError(f"malformed {kind[:40]} event ({type(e).__name__}: {e})"[:300],
                                "bad_event") from None  # fmt: skip
 
-    def _begin(self, work: Any) -> None:
+    def _begin(self, work: Coroutine[object, None, None]) -> None:
         """Answer a request in its own task (the connection goes on reading, so that a client
         that goes away cancels it)."""
         if self.answer is not None and not self.answer.done():
@@ -259,7 +270,7 @@ class Connection:
             raise RequestError("a request is being answered on this connection", "busy")
         self.answer = asyncio.create_task(self._answer(work))
 
-    async def _answer(self, work: Any) -> None:
+    async def _answer(self, work: Coroutine[object, None, None]) -> None:
         try:
             await work
         except RequestError as e:
@@ -295,7 +306,7 @@ class Connection:
         self.utterance, self.failed = None, True
         return RequestError(text, code)
 
-    def start_audio(self, rate: Any, width: Any, channels: Any) -> None:
+    def start_audio(self, rate: object, width: object, channels: object) -> None:
         self._recogniser()
         if self.failed:
             return
@@ -338,7 +349,7 @@ class Connection:
 
     # -- synthesis -------------------------------------------------------------------------------
 
-    def _options(self, voice: SynthesizeVoice | None, text_format: Any) -> SynthesisOptions:
+    def _options(self, voice: SynthesizeVoice | None, text_format: object) -> SynthesisOptions:
         tts = self.srv.tts
         if tts is None:
             raise RequestError("this server has no speech synthesis model", "no_tts")
@@ -398,7 +409,7 @@ class Connection:
             lambda seconds, failure: metrics.record_request("tts", seconds, failure),
         )
 
-    async def push(self, text: Any) -> None:
+    async def push(self, text: object) -> None:
         if self.stream is None:
             raise RequestError("synthesize-chunk outside synthesize-start/stop", "no_stream")
         if not isinstance(text, str):
@@ -422,7 +433,7 @@ class Connection:
         await self.write(SynthesizeStopped().event())
 
 
-def _english(language: Any) -> bool:
+def _english(language: object) -> bool:
     """ "en", "en-US", "en_GB", ... (Home Assistant sends the pipeline's language)."""
     return isinstance(language, str) and language.lower().replace("_", "-").split("-")[0] == "en"
 
