@@ -9,6 +9,9 @@
                 cuBLAS then Inductor's pass, cuBLAS alone, and speechrt.runtime.linear_act (one
                 GEMM, the activation as its epilogue) at several tile shapes; each timed inside
                 a CUDA graph of 20 calls (no launch overhead), at several row counts
+    subsampling the dw_striding subsampling at 0.6B dims (80 and 128 mels), compiled with its
+                strided convs as taps (Inductor's default, or each conv's output realised)
+                or on cuDNN
     layer       a whole conformer layer as the cuda runner compiles it, with either attention,
                 and with Inductor realising values read by more than two consumers (the conv
                 module's GLU output, which its depthwise taps otherwise recompute per tap)
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -173,6 +177,31 @@ def epilogue_shape(rows: list[dict], M: int, K: int, N: int, act: str) -> None:
         print(rows[-1], flush=True)
 
 
+def subsampling(rows: list[dict], B: int, T: int) -> None:
+    frames = T * 8
+    for name in ("parakeet-ctc-0.6b", "parakeet-tdt-0.6b-v2"):
+        d = preset(bench_parakeet.kind_of(name), name)
+        torch.manual_seed(0)
+        sub = parakeet.Subsampling(d).cuda().to(torch.bfloat16).eval()
+        x = torch.randn(B, frames, d.n_mels, device="cuda", dtype=torch.bfloat16)
+        n = torch.full((B,), frames - 1, device="cuda")
+        with torch.inference_mode():
+            want = sub(x, n)[0].float()
+            for label, taps, options in (
+                ("taps, Inductor's default", True, {}),
+                ("taps, each conv's output realised", True, {"realize_reads_threshold": 1}),
+                ("cuDNN", False, {}),
+            ):
+                sub.taps = taps
+                fn = torch.compile(parakeet.run_subsampling, dynamic=False, options=options)
+                got = fn(sub, x, n)[0].float()
+                err = ((got - want).abs().max() / want.abs().max()).item()
+                ms = timed(lambda f=fn, s=sub, x=x, n=n: f(s, x, n))
+                rows.append(dict(part="subsampling", model=name, variant=label, ms=ms, err=err))
+                print(rows[-1], flush=True)
+                torch._dynamo.reset()
+
+
 def layer(rows: list[dict], B: int, T: int) -> None:
     from speechrt.runtime.relpos_attention import relpos_attention
 
@@ -216,17 +245,27 @@ def layer(rows: list[dict], B: int, T: int) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--parts", default="attention,ff,epilogue,layer")
+    p.add_argument("--parts", default="attention,ff,epilogue,subsampling,layer")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--frames", type=int, default=125)
+    p.add_argument("--commit", help="the commit of the tree (default: git's HEAD)")
     args = p.parse_args()
     rows: list[dict] = []
     for part in args.parts.split(","):
-        parts = {"attention": attention, "ff": feed_forward, "epilogue": epilogue, "layer": layer}
+        parts = {
+            "attention": attention, "ff": feed_forward, "epilogue": epilogue,
+            "subsampling": subsampling, "layer": layer,
+        }  # fmt: skip
         parts[part](rows, args.batch, args.frames)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    stamp = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "commit": args.commit or commit.stdout.strip(),
+        "command": " ".join(sys.argv),
+    }
     (out / "parts.json").write_text(json.dumps({**stamp, "rows": rows}, indent=1))
     return 0
 

@@ -57,7 +57,8 @@ class EncoderGraph(nn.Module):
         # its masks and ReLUs fused, its convolutions in the layout Inductor picks (the
         # depthwise 3x3 ran on a slow NCHW kernel uncompiled: 9 of 70 ms at batch 128)
         # realize_reads_threshold 1: each conv's output is written once, not recomputed in
-        # each of the next conv's 9 taps (batch 128 x 10 s at 0.6B: 3.33 -> 3.01 ms)
+        # each of the next conv's 9 taps (batch 128 x 10 s at 0.6B: 3.33 -> 3.01 ms; the
+        # subsampling part of scripts/sweep_parakeet_parts.py)
         encoder.subsample_fn = torch.compile(
             run_subsampling, dynamic=False, options={"realize_reads_threshold": 1}
         )
