@@ -79,11 +79,11 @@ def check_model(model: str, want: str, served: Sequence[str]) -> None:
         )
 
 
-class VoiceRef(BaseModel):  # type: ignore[explicit-any]  # Any: pydantic's BaseModel
+class VoiceRef(BaseModel):
     id: str
 
 
-class SpeechRequest(BaseModel):  # type: ignore[explicit-any]  # Any: pydantic's BaseModel
+class SpeechRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # e.g. `instructions`, which we cannot follow
 
     model: str

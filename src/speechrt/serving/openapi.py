@@ -12,14 +12,14 @@ described here. `describe` rewrites FastAPI's schema:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
 from speechrt.audio import codecs
-from speechrt.serving.bodies import Body
+from speechrt.serving.bodies import Body, Json, Schema
 from speechrt.serving.kserve import REPOSITORY_INDEX
 from speechrt.serving.metrics import VERSION
 from speechrt.serving.openai_api import TRANSCRIPTION_FORM
@@ -35,6 +35,9 @@ DESCRIPTION = (
 )
 
 # -- bodies ----------------------------------------------------------------------------------------
+# A field whose value is any JSON is typed `object`: pydantic cannot build a schema from the
+# recursive bodies.Json alias, and `object` gives any JSON's schema (`{}`, or an object's
+# `additionalProperties: true`).
 
 
 class ErrorDetail(BaseModel):
@@ -76,8 +79,8 @@ class Transcription(BaseModel):
     task: str | None = None
     language: str | None = None
     duration: float | None = None
-    segments: list[dict[str, Any]] | None = None
-    words: list[dict[str, Any]] | None = None
+    segments: list[dict[str, object]] | None = None
+    words: list[dict[str, object]] | None = None
 
 
 if TYPE_CHECKING:
@@ -90,8 +93,8 @@ class InferOutput(BaseModel):
     name: str
     datatype: Datatype
     shape: list[int]
-    data: list[Any] | None = None
-    parameters: dict[str, Any] | None = None
+    data: list[object] | None = None
+    parameters: dict[str, object] | None = None
 
 
 class InferResponse(BaseModel):
@@ -129,9 +132,9 @@ class ModelConfig(BaseModel):
     platform: str
     backend: str
     max_batch_size: int
-    input: list[dict[str, Any]]
-    output: list[dict[str, Any]]
-    dynamic_batching: dict[str, Any]
+    input: list[dict[str, object]]
+    output: list[dict[str, object]]
+    dynamic_batching: dict[str, object]
 
 
 class RepositoryModel(BaseModel):
@@ -202,11 +205,14 @@ ERRORS = {
     503: "not ready, shutting down, or the queue is full (see Retry-After)",
     504: "not finished within the request timeout",
 }
-RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+RETRY_AFTER: Schema = {
+    "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
+}
 INFERENCE = (400, 404, 413, 503, 504)
 
-# (method, path) -> (success status, its content {media type: schema or None}, error statuses)
-Content = dict[str, Any]
+# (method, path) -> (success status, its content {media type: schema name}, error statuses); a
+# schema name is "binary", "string", "RepositoryIndex" (an array) or a component's name
+Content = dict[str, str]
 _V2_MODEL = "/v2/models/{name}"
 ROUTES: dict[tuple[str, str], tuple[int, Content, tuple[int, ...]]] = {
     ("post", "/v1/audio/speech"): (
@@ -252,7 +258,7 @@ for _prefix in (_V2_MODEL, _V2_MODEL + "/versions/{version}"):
     }
 
 
-def _schema(kind: str | None) -> dict[str, Any]:
+def _schema(kind: str) -> Schema:
     if kind == "binary":
         return {"type": "string", "format": "binary"}
     if kind == "string":
@@ -262,67 +268,93 @@ def _schema(kind: str | None) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{kind}"}
 
 
-def _response(description: str, content: Content) -> dict[str, Any]:
-    out: dict[str, Any] = {"description": description if content else f"{description} (no body)"}
+def _response(description: str, content: Content) -> Schema:
+    out: Schema = {"description": description if content else f"{description} (no body)"}
     if content:
-        out["content"] = {media: {"schema": _schema(kind)} for media, kind in content.items()}
+        media_types: Schema = {media: {"schema": _schema(kind)} for media, kind in content.items()}
+        out["content"] = media_types
     return out
 
 
-def _responses(path: str, success: int, content: Content, errors: tuple[int, ...]) -> Any:
+def _responses(path: str, success: int, content: Content, errors: tuple[int, ...]) -> Schema:
     error = {"application/json": "KServeError" if path.startswith("/v2") else "OpenAIError"}
-    out = {str(success): _response("OK", content)}
+    out: Schema = {str(success): _response("OK", content)}
     for status in sorted(errors):
         if status == 503 and path.endswith("/ready"):  # readiness: the status alone
             out["503"] = _response("not ready", {})
         elif status == 503 and path == "/health":
             out["503"] = _response("not ready", content)
         else:
-            out[str(status)] = _response(ERRORS[status], error)
+            response = _response(ERRORS[status], error)
             if status == 503:
-                out["503"]["headers"] = RETRY_AFTER
+                response["headers"] = RETRY_AFTER
+            out[str(status)] = response
     return out
 
 
-def _model_names(schema: dict[str, Any], server: Server) -> None:
+def _object(node: Json) -> Schema:
+    """`node`, a JSON object of the document (an operation, a parameter, a schema)."""
+    if not isinstance(node, dict):
+        raise TypeError(f"OpenAPI document: expected an object, got {node!r}")
+    return node
+
+
+def _array(node: Json) -> list[Json]:
+    if not isinstance(node, list):
+        raise TypeError(f"OpenAPI document: expected an array, got {node!r}")
+    return node
+
+
+def _names(names: list[str]) -> Schema:
+    """A string that is one of `names`."""
+    enum: list[Json] = list(names)
+    return {"type": "string", "enum": enum}
+
+
+def _model_names(schema: Schema, server: Server) -> None:
     """Enums of the names this server serves: path parameters and `model` fields."""
     v2 = list(server.v2)
     openai = server.openai_models()
-    by_pipeline = {p: [n for n in openai if server.pipeline_of(n) == p] for p in ("tts", "asr")}
-    for path, item in schema["paths"].items():
-        for op in item.values():
-            for param in op.get("parameters", []):
+    by_pipeline: dict[str, list[Json]] = {
+        p: [n for n in openai if server.pipeline_of(n) == p] for p in ("tts", "asr")
+    }
+    for path, item in _object(schema["paths"]).items():
+        for op in _object(item).values():
+            for node in _array(_object(op).get("parameters", [])):
+                param = _object(node)
                 if param["in"] != "path":
                     continue
                 if param["name"] == "name":
-                    param["schema"] = {"type": "string", "enum": v2}
+                    param["schema"] = _names(v2)
                 elif param["name"] == "version":
-                    param["schema"] = {"type": "string", "enum": [VERSION]}
+                    param["schema"] = _names([VERSION])
                 elif param["name"] == "model" and path.startswith("/v1/models"):
-                    param["schema"] = {"type": "string", "enum": openai}
-    components = schema["components"]["schemas"]
+                    param["schema"] = _names(openai)
+    components = _object(_object(schema["components"])["schemas"])
     for body, pipeline in (("SpeechRequest", "tts"), ("TranscriptionForm", "asr")):
         if by_pipeline[pipeline] and body in components:
-            components[body]["properties"]["model"]["enum"] = by_pipeline[pipeline]
+            model = _object(_object(_object(components[body])["properties"])["model"])
+            model["enum"] = by_pipeline[pipeline]
 
 
-def describe(schema: dict[str, Any], server: Server) -> dict[str, Any]:
+def describe(schema: Schema, server: Server) -> Schema:
     """FastAPI's schema of the app -> what the server really takes and returns (see above)."""
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components = _object(_object(schema.setdefault("components", {})).setdefault("schemas", {}))
     for model in MODELS:
-        defs = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        components |= defs.pop("$defs", {})
+        defs: Schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components |= _object(defs.pop("$defs", {}))
         components[model.__name__] = defs
     for body in BODIES:
         components |= body.components()
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
-    for path, item in schema["paths"].items():
-        for method, op in item.items():
+    for path, item in _object(schema["paths"]).items():
+        for method, node in _object(item).items():
+            op = _object(node)
             if (method, path) in ROUTES:
                 op["responses"] = _responses(path, *ROUTES[(method, path)])
             else:  # routes FastAPI describes fully, apart from its 422
-                op["responses"].pop("422", None)
+                _object(op["responses"]).pop("422", None)
     _model_names(schema, server)
     return schema
 
@@ -330,7 +362,7 @@ def describe(schema: dict[str, Any], server: Server) -> dict[str, Any]:
 def install(app: FastAPI, server: Server) -> None:
     """Serve the described schema at /openapi.json (built once, on first request)."""
 
-    def openapi() -> dict[str, Any]:
+    def openapi() -> Schema:
         if app.openapi_schema is None:
             schema = get_openapi(
                 title=app.title, version=app.version, routes=app.routes, description=DESCRIPTION
