@@ -155,6 +155,15 @@ def speech_server(start_server, tiny_voice: tuple[Path, Path], tiny_asr: Path) -
 
 
 @pytest.fixture(scope="session")
+def grpc_server(start_server) -> tuple[str, str]:
+    """(HTTP base URL, gRPC host:port) of one server with the bundled voice and recogniser and
+    its gRPC port open, shared by the gRPC test modules (its limits: tests/grpc_speech.py)."""
+    from grpc_speech import serve
+
+    return serve(start_server)
+
+
+@pytest.fixture(scope="session")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny synthetic training corpus (speechrt_train.synthetic: no synthesizer), read-only."""
     from speechrt_train.synthetic import write_corpus
