@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -39,6 +40,7 @@ KEY = "sk-page-test"
 TEXT = "Speech recognition works on this machine."
 SAID = "speech recognition works on this machine"  # what the recogniser hears of it
 TIMEOUT_MS = 120_000
+LEAD = 1.0  # seconds of silence before the microphone's speech
 
 
 def chromium_missing() -> str | None:
@@ -82,8 +84,14 @@ def browser(wav):
         pytest.fail(f"{missing} (SPEECHRT_SKIP_BROWSER=1 skips the browser tests)")
     from playwright.sync_api import sync_playwright
 
-    # the microphone: chromium's fake capture device plays the WAV once, then silence
-    capture = f"--use-file-for-fake-audio-capture={wav[0]}%noloop"
+    # the microphone: chromium's fake capture device plays the WAV once, then silence. It plays
+    # from the moment the device opens, before getUserMedia's promise resolves and the page's
+    # tap is connected (a loaded CI machine lost the first word): the speaker starts LEAD
+    # seconds after pressing Record, as a person does
+    audio, rate = sf.read(wav[0], dtype="int16")
+    mic = wav[0].with_name("microphone.wav")
+    sf.write(mic, np.concatenate([np.zeros(int(LEAD * rate), np.int16), audio]), rate)
+    capture = f"--use-file-for-fake-audio-capture={mic}%noloop"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[*ARGS, capture])
         yield browser
@@ -136,7 +144,8 @@ def test_the_page_speaks_and_transcribes_a_file_and_the_microphone(server, brows
     partial = page.text_content("#partial")
     # stop once the whole WAV (and some of the silence after it) went to the server
     page.wait_for_function(
-        f"Number(document.getElementById('listen-info').dataset.seconds || 0) > {seconds + 1}"
+        f"Number(document.getElementById('listen-info').dataset.seconds || 0) > "
+        f"{LEAD + seconds + 1}"
     )
     page.click("#record")
     page.wait_for_function("/recorded$/.test(document.getElementById('listen-info').textContent)")
