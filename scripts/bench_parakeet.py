@@ -78,6 +78,18 @@ def ceilings() -> dict[str, float]:
     return {"bf16_tflops": 2 * 8192**3 / mm / 1e12, "copy_gbs": 2 * x.numel() * 2 / cp / 1e9}
 
 
+def run_stamp(commit: str | None) -> dict[str, str]:
+    """What a result file records of its run: device, torch, commit and command. The device
+    machine's copy of the tree may carry an older HEAD: `commit` (--commit) names the tree."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "commit": commit or head.stdout.strip(),
+        "command": " ".join(sys.argv),
+    }
+
+
 def timed(fn, reps: int) -> float:
     """Median seconds of fn() over reps (after 3 warm-ups), synchronised."""
     for _ in range(3):
@@ -332,14 +344,7 @@ def main() -> int:
     args = p.parse_args()
     global PROFILE, COMPARE
     PROFILE, COMPARE = args.profile, [w for w in args.compare.split(",") if w]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    # the device machine's copy of the tree may carry an older HEAD: --commit names the tree
-    stamp = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "commit": args.commit or commit.stdout.strip(),
-        "command": " ".join(sys.argv),
-    }
+    stamp = run_stamp(args.commit)
     ceil = ceilings()
     print(json.dumps({**stamp, **ceil}), flush=True)
     rows = []

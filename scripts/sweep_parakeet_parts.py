@@ -7,8 +7,9 @@
                 templates that can take SiLU as an epilogue)
     epilogue    the feed-forward's linear1 + SiLU and the conv module's pointwise_conv1 + GLU:
                 cuBLAS then Inductor's pass, cuBLAS alone, and speechrt.runtime.linear_act (one
-                GEMM, the activation as its epilogue) at several tile shapes; each timed inside
-                a CUDA graph of 20 calls (no launch overhead), at several row counts
+                GEMM, the activation as its epilogue) at several tile shapes; each timed as a
+                CUDA graph's replay (no launch overhead; gpu_timing.graph_time_ms), at several
+                row counts
     subsampling the dw_striding subsampling at 0.6B dims (80 and 128 mels), compiled with its
                 strided convs as taps (Inductor's default, or each conv's output realised)
                 or on cuDNN
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import bench_parakeet  # noqa: E402  (this directory is on the path of a script)
+from gpu_timing import graph_time_ms  # noqa: E402
 
 from speechrt.models import parakeet  # noqa: E402
 from speechrt.registry import preset  # noqa: E402
@@ -108,21 +109,6 @@ def feed_forward(rows: list[dict], B: int, T: int) -> None:
             torch._dynamo.reset()
 
 
-def graph_ms(fn, n: int = 20) -> float:  # noqa: ANN001
-    """Milliseconds per call of fn(), n calls captured in one CUDA graph, replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            fn()
-    return timed(graph.replay, 20) / n
-
-
 # (BM, BN, BK, GROUP_M, warps, stages, warp-specialised, split epilogue, persistent)
 EPILOGUE_TILES = [
     (128, 256, 64, 8, 8, 3, 0, 0, 1), (128, 256, 64, 8, 8, 3, 1, 0, 1),
@@ -166,7 +152,7 @@ def epilogue_shape(rows: list[dict], M: int, K: int, N: int, act: str) -> None:
     }
     for name, fn in variants.items():
         try:
-            ms = graph_ms(fn)
+            ms = graph_time_ms(fn)
         except Exception as e:  # a tile shape the GPU cannot hold
             rows.append(dict(shape, variant=name, error=repr(e)[:120]))
             continue
@@ -259,13 +245,7 @@ def main() -> int:
         parts[part](rows, args.batch, args.frames)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    stamp = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "commit": args.commit or commit.stdout.strip(),
-        "command": " ".join(sys.argv),
-    }
+    stamp = bench_parakeet.run_stamp(args.commit)
     (out / "parts.json").write_text(json.dumps({**stamp, "rows": rows}, indent=1))
     return 0
 
