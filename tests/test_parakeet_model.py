@@ -150,6 +150,35 @@ def test_cuda_runner_matches_eager_fp32(kind: str, wide: bool) -> None:
                 assert loop(f.cuda(), n.cuda()) == want
 
 
+@requires_cuda
+@pytest.mark.parametrize(
+    "dims",
+    [{}, dict(head="rnnt", durations=()), dict(pred_hidden=64, joint_hidden=64, pred_layers=2)],
+    ids=["tdt", "rnnt", "two-layers"],
+)
+def test_fused_step_takes_the_reference_greedy_decisions(dims: dict) -> None:
+    """The captured loop with the Triton step (speechrt.runtime.transducer_step), fp32, against
+    the NumPy reference: the same tokens, frames and skips at several batch sizes (buckets
+    padded with inactive items) and ragged lengths, with and without the scan."""
+    model = talkative("parakeet_transducer", **dims)
+    predict, joint, spec = steps_of(model)
+    J = model.dims.joint_hidden
+    g = torch.Generator().manual_seed(5)
+    emitted = 0
+    for scan in (False, True):
+        loop = CudaGreedy(copy.deepcopy(model).cuda(), fused_step=True, scan=scan)
+        assert loop.fused
+        for B, T in ((1, 7), (3, 40), (13, 33), (64, 90)):
+            f = torch.randn(B, T, J, generator=g) * 3
+            lengths = torch.randint(0, T + 1, (B,), generator=g)
+            lengths[0] = T
+            want = greedy(f.numpy(), lengths.numpy(), predict, joint, spec)
+            for _ in range(2):  # capture, then replay
+                assert loop(f.cuda(), lengths.cuda()) == want
+            emitted += sum(len(w) for w in want)
+    assert emitted > 200
+
+
 def test_strided_taps_equal_the_convolutions() -> None:
     """The cuda runner's convolutions as shifted slices (subsampling, conv module) against
     nn.Conv2d and nn.Conv1d."""

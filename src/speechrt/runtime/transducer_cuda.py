@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from speechrt.models.parakeet import ParakeetTransducer
+from speechrt.runtime import transducer_step
 from speechrt.runtime.cuda import allow_recompiles
 
 SCAN_BATCH = 8  # batches up to this size skip blanks in one pass per token (scan)
@@ -42,21 +43,35 @@ class CudaGreedy:
         compile_step: bool | None = None,
         scan: bool | None = None,
         dtype: torch.dtype = torch.float32,
+        fused_step: bool | None = None,
     ) -> None:
         """compile_step (default: on a GPU): torch.compile the step, fusing its small ops.
         scan: each step first skips the blanks before the next token in one pass over the
         frames (skip_blanks), so a step emits a token: fewer, larger steps; None: for batches
         up to SCAN_BATCH (on an H200, batch 1: 6.9 ms against 10.1 ms; batch 128: slower).
-        dtype: of the matrix products (the LSTM state stays float32)."""
+        dtype: of the matrix products (the LSTM state stays float32).
+        fused_step (default: on a GPU with Triton): the step's small ops as Triton kernels
+        between its products (speechrt.runtime.transducer_step); then only skip_blanks is
+        compiled. On the CPU only under Triton's interpreter (TRITON_INTERPRET=1)."""
         self.scan, self.dtype = scan, dtype
         d = model.dims
         self.d, self.block, self.frame_bucket = d, block, frame_bucket
         self.device = next(model.parameters()).device
         if compile_step is None:
             compile_step = self.device.type == "cuda"
+        if fused_step is None:
+            fused_step = self.device.type == "cuda" and transducer_step.supported(self.device)
+        if fused_step and not transducer_step.supported(self.device):
+            raise ValueError("fused_step needs Triton and a GPU (or TRITON_INTERPRET=1)")
+        self.fused = fused_step
         if compile_step:  # one compiled step per (batch, frames) bucket, all of them kept
             allow_recompiles()
-        self.step_fn = torch.compile(self.step, dynamic=False) if compile_step else self.step
+        self.step_fn = self.step
+        self.skip_fn = self.skip_blanks
+        if compile_step and fused_step:
+            self.skip_fn = torch.compile(self.skip_blanks, dynamic=False)
+        elif compile_step:
+            self.step_fn = torch.compile(self.step, dynamic=False)
         dev, f32 = self.device, dtype  # the weights in the products' dtype
         lstm = model.predictor.lstm
         # per layer: W = [W_ih | W_hh] (4H, in + H), b = b_ih + b_hh
@@ -128,6 +143,9 @@ class CudaGreedy:
         s["t"].copy_(nxt.gather(1, s["t"].clamp(max=T)[:, None])[:, 0])
 
     def step(self, s: dict[str, Tensor], scan: bool) -> None:
+        if self.fused:
+            self.fused_step(s, scan)
+            return
         d = self.d
         if scan:
             self.skip_blanks(s)
@@ -157,6 +175,24 @@ class CudaGreedy:
         t.add_(skip * active + force)
         s["running"].copy_((t < s["lengths"]).any())
 
+    def fused_step(self, s: dict[str, Tensor], scan: bool) -> None:
+        """step() as 3 + pred_layers Triton kernels between the same four products. g is
+        selected at the start of the next step (s["token"], s["g_new"]), h and c in the cells."""
+        ts = transducer_step
+        if scan:  # skip_blanks reads g
+            ts.joint_input(s, select=True, gather=False)
+            self.skip_fn(s)
+            ts.joint_input(s, select=False, gather=True)
+        else:
+            ts.joint_input(s, select=True, gather=True)
+        logits = F.linear(s["hidden"], self.out_w, self.out_b)
+        durations = self.durations if self.d.durations else None
+        ts.decide(logits, s, self.embed, durations, self.d.max_symbols)
+        for i in range(self.d.pred_layers):
+            ts.cell(F.linear(s["xh"][i], self.w[i], self.b[i]), s, i)
+        # into a buffer: the next step (in the next graph replay, after a block) reads it
+        torch.addmm(self.pred_b, s["x_out"], self.pred_w.t(), out=s["g_new"])
+
     # -- buffers, capture, replay ---------------------------------------------------------------
 
     def buffers(self, B: int, T: int) -> dict[str, Tensor]:
@@ -164,7 +200,7 @@ class CudaGreedy:
         state = torch.zeros(d.pred_layers, B, d.pred_hidden, device=dev)
         M = T * max(d.max_symbols, 1) + 1  # the most tokens an item can emit
         long = torch.long
-        return {
+        s = {
             "f": torch.zeros(B, T, d.joint_hidden, device=dev),
             "lengths": torch.zeros(B, device=dev, dtype=long),
             "t": torch.zeros(B, device=dev, dtype=long),
@@ -177,11 +213,19 @@ class CudaGreedy:
             "labels": torch.zeros(B, M, device=dev, dtype=long),
             "frames": torch.zeros(B, M, device=dev, dtype=long),
             "skips": torch.zeros(B, M, device=dev, dtype=long),
-            "running": torch.zeros((), device=dev, dtype=torch.bool),
+            "running": torch.zeros((), device=dev, dtype=torch.int32),
             "g0": torch.zeros(B, d.joint_hidden, device=dev),
             "h0": state.clone(),
             "c0": state.clone(),
         }
+        if self.fused:  # the kernels' rows: token emitted (B,), the products' inputs, g'
+            H2, dt = 2 * d.pred_hidden, self.dtype
+            s["token"] = torch.zeros(B, device=dev, dtype=torch.int8)
+            s["hidden"] = torch.zeros(B, d.joint_hidden, device=dev, dtype=dt)
+            s["xh"] = torch.zeros(d.pred_layers, B, H2, device=dev, dtype=dt)
+            s["x_out"] = torch.zeros(B, d.pred_hidden, device=dev, dtype=dt)
+            s["g_new"] = torch.zeros(B, d.joint_hidden, device=dev, dtype=dt)
+        return s
 
     def reset(self, s: dict[str, Tensor]) -> None:
         s["t"].zero_()
@@ -191,6 +235,8 @@ class CudaGreedy:
         s["last_frame"].fill_(-1)
         s["on_frame"].zero_()
         s["count"].zero_()
+        if self.fused:
+            s["token"].zero_()
         s["running"].copy_((s["t"] < s["lengths"]).any())
 
     def block_fn(self, s: dict[str, Tensor], scan: bool) -> None:
