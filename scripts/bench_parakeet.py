@@ -12,6 +12,10 @@ the same process as its anchor:
     cuda-bf16-sdpa   (--compare attention) the reference's attention: shifted scores + SDPA
     cuda-bf16-cublas (--compare epilogues) without speechrt's GEMM epilogues (the SiLU and
                      GLU after cuBLAS) and depthwise kernel: Inductor's kernels instead
+    cuda-bf16-inductor-subsampling (--compare subsampling) the subsampling's first two
+                     convolutions as Inductor compiles them, not speechrt's kernel
+    cuda-bf16[-scan]-torch-step (--compare step) TDT: the greedy step as compiled torch ops,
+                     without speechrt's Triton step kernels
 Floors: FLOPs (counted below) over the measured bf16 matmul rate, weight + activation bytes over
 the measured copy bandwidth; the larger is the floor.
 
@@ -205,6 +209,9 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
             runner.graph.model.joint.out.bias.copy_(model.joint.out.bias)
         loop = CudaGreedy(model, scan=False, dtype=torch.bfloat16)  # one decision per step
         others = {"cuda-bf16-scan": CudaGreedy(model, scan=True, dtype=torch.bfloat16)}
+        if "step" in COMPARE:  # the transducer step without its Triton kernels
+            for v, scan in (("cuda-bf16-torch-step", False), ("cuda-bf16-scan-torch-step", True)):
+                others[v] = CudaGreedy(model, scan=scan, dtype=torch.bfloat16, fused_step=False)
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:
@@ -339,7 +346,7 @@ def main() -> int:
     p.add_argument(
         "--compare", default="",
         help="also time the cuda runner without its fused attention or epilogues: "
-        "attention,epilogues",
+        "attention,epilogues,subsampling,step",
     )  # fmt: skip
     args = p.parse_args()
     global PROFILE, COMPARE
