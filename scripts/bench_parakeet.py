@@ -12,8 +12,6 @@ the same process as its anchor:
     cuda-bf16-sdpa   (--compare attention) the reference's attention: shifted scores + SDPA
     cuda-bf16-cublas (--compare epilogues) without speechrt's GEMM epilogues (the SiLU and
                      GLU after cuBLAS) and depthwise kernel: Inductor's kernels instead
-    cuda-bf16-inductor-subsampling (--compare subsampling) the subsampling's first two
-                     convolutions as Inductor compiles them, not speechrt's kernel
     cuda-bf16[-scan]-torch-step (--compare step) TDT: the greedy step as compiled torch ops,
                      without speechrt's Triton step kernels
 Floors: FLOPs (counted below) over the measured bf16 matmul rate, weight + activation bytes over
@@ -346,7 +344,7 @@ def main() -> int:
     p.add_argument(
         "--compare", default="",
         help="also time the cuda runner without its fused attention or epilogues: "
-        "attention,epilogues,subsampling,step",
+        "attention,epilogues,step",
     )  # fmt: skip
     args = p.parse_args()
     global PROFILE, COMPARE
