@@ -108,13 +108,9 @@ def timed(fn, reps: int) -> float:
 
 def ctc_text(log_probs: torch.Tensor, lengths: torch.Tensor, blank: int) -> list[list[int]]:
     """Greedy CTC on the host from the device argmax: what the pipeline decodes."""
-    from speechrt.asr.ctc import collapse
+    from speechrt.asr.ctc import greedy_tokens
 
-    best = log_probs.argmax(-1).cpu().numpy()
-    return [
-        [t[0] for t in collapse(row[:n], blank)]
-        for row, n in zip(best, lengths.tolist(), strict=True)
-    ]
+    return [[t[0] for t in row] for row in greedy_tokens(log_probs, lengths, blank)]
 
 
 def speechrt_model(d: ParakeetDims, seed: int) -> torch.nn.Module:

@@ -10,6 +10,7 @@
                 GEMM, the activation as its epilogue) at several tile shapes; each timed as a
                 CUDA graph's replay (no launch overhead; gpu_timing.graph_time_ms), at several
                 row counts
+    depthwise   the conv module's mask + depthwise conv + SiLU kernel at several tile sizes
     subsampling the dw_striding subsampling at 0.6B dims (80 and 128 mels), compiled with its
                 strided convs as taps (Inductor's default, or each conv's output realised)
                 or on cuDNN
@@ -65,7 +66,7 @@ def attention(rows: list[dict], B: int, T: int) -> None:
             dict(part="attention", variant="reference", ms=timed(lambda: ref(x, pe, mask, pad)))
         )
         print(rows[-1], flush=True)
-        att.kernel = relpos_attention
+        att.use_kernel(relpos_attention)
         fused = torch.compile(att, dynamic=False)
         got = fused(x, pe, mask, pad).float()
         err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(lengths))
@@ -192,6 +193,34 @@ def subsampling(rows: list[dict], B: int, T: int) -> None:
                 torch._dynamo.reset()
 
 
+DEPTHWISE_TILES = [(32, 128, 4), (64, 128, 4), (64, 128, 8), (128, 128, 8), (32, 256, 4),
+                   (32, 64, 4), (16, 128, 4), (64, 64, 4), (16, 256, 4)]  # fmt: skip
+
+
+def depthwise(rows: list[dict], B: int, T: int) -> None:
+    from speechrt.runtime import depthwise_silu as dw
+
+    d = preset("parakeet_ctc", "parakeet-ctc-0.6b")
+    C, k = d.d_model, d.conv_kernel
+    torch.manual_seed(0)
+    x = torch.randn(B, T, C, device="cuda", dtype=torch.bfloat16)
+    lengths = torch.randint(T // 2, T + 1, (B,), device="cuda")
+    keys = parakeet.valid_mask(lengths, T).to(torch.int8)
+    w = torch.randn(C, k, device="cuda", dtype=torch.bfloat16) * 0.3
+    bias = torch.randn(C, device="cuda", dtype=torch.bfloat16) * 0.1
+    base = dw.launch(x, keys, w, bias, dw.TILES).float()
+    floor_ms = 2 * x.numel() * 2 / 4.0e9  # read x once, write out once, at 4 TB/s
+    for tiles in DEPTHWISE_TILES:
+        try:
+            ms = graph_time_ms(lambda t=tiles: dw.launch(x, keys, w, bias, t))
+            same = (dw.launch(x, keys, w, bias, tiles).float() - base).abs().max().item()
+        except Exception as e:  # a tile the GPU cannot hold
+            ms, same = float("nan"), repr(e)[:80]
+        rows.append(dict(part="depthwise", variant=str(tiles), ms=ms, floor_ms=floor_ms,
+                         vs_default=same))  # fmt: skip
+        print(rows[-1], flush=True)
+
+
 def layer(rows: list[dict], B: int, T: int) -> None:
     from speechrt.runtime.relpos_attention import relpos_attention
 
@@ -218,7 +247,7 @@ def layer(rows: list[dict], B: int, T: int) -> None:
     ]
     with torch.inference_mode():
         for name, kernel, act, options in variants:
-            lay.self_attn.kernel = kernel
+            lay.self_attn.use_kernel(kernel)
             lay.feed_forward1.kernel = lay.feed_forward2.kernel = lay.conv.kernel = (
                 la.apply if act else None
             )
@@ -244,7 +273,7 @@ def main() -> int:
     for part in args.parts.split(","):
         parts = {
             "attention": attention, "ff": feed_forward, "epilogue": epilogue,
-            "subsampling": subsampling, "layer": layer,
+            "subsampling": subsampling, "layer": layer, "depthwise": depthwise,
         }  # fmt: skip
         parts[part](rows, args.batch, args.frames)
     out = Path(args.out)

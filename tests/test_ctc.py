@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from speechrt.asr.ctc import Word, collapse, greedy_decode, tokens_to_words
+from speechrt.asr.ctc import Word, collapse, greedy_decode, greedy_tokens, tokens_to_words
 
 LABELS = [" ", *"abcdefghijklmnopqrstuvwxyz", "'"]
 B = 28  # blank, the last class
@@ -32,6 +33,21 @@ def test_collapse_merges_repeats_and_drops_blanks() -> None:
         (BE, 10, 10),
     ]
     assert collapse([B, B], B) == [] and collapse([], B) == []
+
+
+def test_greedy_tokens_is_collapse_of_every_row() -> None:
+    """The batched decoding finds each row's runs as collapse() does on the row's own frames,
+    for any lengths (0 and the full width included) and runs that cross a row's end."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        b, t, v = rng.integers(1, 9), rng.integers(1, 30), rng.integers(2, 5)
+        lp = rng.standard_normal((b, t, v))
+        lengths = rng.integers(0, t + 1, b)
+        lengths[0] = t
+        best = lp.argmax(-1)
+        want = [collapse(best[i, : lengths[i]], v - 1) for i in range(b)]
+        assert greedy_tokens(lp, lengths, v - 1) == want
+        assert greedy_tokens(torch.from_numpy(lp), torch.from_numpy(lengths), v - 1) == want
 
 
 def test_words_and_times() -> None:

@@ -232,7 +232,7 @@ def test_fused_attention_equals_the_reference(att_context: int | None, dtype: to
     pe, pad = relative_positions(T, 256, x.device), ~valid[:, None, :]
     with torch.inference_mode():
         want = att(x, pe, ~see[:, None], pad).float()
-        att.kernel = relpos_attention
+        att.use_kernel(relpos_attention)
         got = att(x, pe, ~see[:, None], pad).float()
     err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(lengths))
     assert err <= (1e-4 if dtype == torch.float32 else 2e-2) * want.abs().max().item()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from speechrt.asr.beam import BeamOptions, beam_tokens
-from speechrt.asr.ctc import Word, collapse, greedy_ids, host, tokens_to_words
+from speechrt.asr.ctc import Word, greedy_tokens, host, tokens_to_words
 from speechrt.asr.lm import NGramLM
 from speechrt.asr.nemo_text import NemoText
 
@@ -112,7 +112,7 @@ class Decoder:
     def tokens(self, log_probs: Any, lengths: Any) -> list[list[tuple[int, int, int]]]:
         """log_probs (B, T', V), frames (B,) -> per window (label, first, last frame) tokens."""
         if self.lm is None or self.beam is None:
-            return [collapse(ids, len(self.labels)) for ids in greedy_ids(log_probs, lengths)]
+            return greedy_tokens(log_probs, lengths, len(self.labels))
         lp = host(log_probs).astype(np.float32, copy=False)  # (B, T', V)
         return [
             beam_tokens(lp[i, : int(n)], list(self.labels), self.lm, self.beam)

@@ -153,18 +153,31 @@ class RelPositionAttention(nn.Module):
         self.pos_bias_v = nn.Parameter(torch.zeros(H, self.d_k))
         self.context = -1 if d.att_context is None else d.att_context
         # the cuda runner's fused attention (speechrt.runtime.relpos_attention): (q, k, v, bd,
-        # keys, pos_bias_u, scale, context) -> (B, T, H, d_k); None: the reference below
+        # keys, pos_bias_u, scale, context) -> (B, T, H, d_k); None: the reference below.
+        # Set by use_kernel, with the path's one q, k, v GEMM
         self.kernel: Callable[..., Tensor] | None = None
+
+    def use_kernel(self, kernel: Callable[..., Tensor] | None) -> None:
+        """Attention by `kernel` (None: the reference), its q, k and v from one GEMM over
+        linear_q's, linear_k's and linear_v's weights and biases concatenated (qkv_weight
+        (3D, D), qkv_bias (3D,): buffers not saved, copied from the weights now)."""
+        self.kernel = kernel
+        lin = (self.linear_q, self.linear_k, self.linear_v)
+        with torch.no_grad():
+            w, b = torch.cat([m.weight for m in lin]), torch.cat([m.bias for m in lin])
+        self.register_buffer("qkv_weight", w, persistent=False)
+        self.register_buffer("qkv_bias", b, persistent=False)
 
     def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
         """x: (B, T, D), pe: (2T - 1, D), bias_mask: (B, 1, T, T) True where a query may not
         see a key, pad: (B, 1, T) True on padded frames -> (B, T, D)"""
         B, T, D = x.shape
-        q = self.linear_q(x).view(B, T, self.h, self.d_k)
-        k = self.linear_k(x).view(B, T, self.h, self.d_k)
-        v = self.linear_v(x).view(B, T, self.h, self.d_k)
         scale = 1.0 / math.sqrt(self.d_k)
         if self.kernel is not None:  # shift, scale, mask and attention in one kernel
+            # q, k, v as one GEMM over the cuda runner's concatenated weight (qkv_weight,
+            # qkv_bias: linear_q's, linear_k's, linear_v's rows): (B, T, 3, H, d_k) views
+            qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, 3, self.h, self.d_k)
+            q, k, v = qkv.unbind(2)
             # the position term as one GEMM per head over all frames of the batch (a matmul
             # broadcasting p over the batch copies it per item), its 2T - 1 positions padded
             # to a multiple of 64 (cuBLAS's fast kernels want aligned rows): (H, B * T, P)
@@ -176,6 +189,9 @@ class RelPositionAttention(nn.Module):
             keys = (~pad[:, 0]).to(torch.int8)  # (B, T) 1 on valid frames
             out = self.kernel(q, k, v, bd, keys, self.pos_bias_u, scale, self.context)
             return self.linear_out(out.reshape(B, T, D))
+        q = self.linear_q(x).view(B, T, self.h, self.d_k)
+        k = self.linear_k(x).view(B, T, self.h, self.d_k)
+        v = self.linear_v(x).view(B, T, self.h, self.d_k)
         p = self.linear_pos(pe.to(x.dtype)).view(-1, self.h, self.d_k).permute(1, 2, 0)
         q_v = (q + self.pos_bias_v).transpose(1, 2)  # (B, H, T, d_k)
         bd = torch.matmul(q_v, p)  # (B, H, T, 2T - 1): position term, before the shift

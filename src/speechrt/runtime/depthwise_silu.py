@@ -22,7 +22,9 @@ try:
 except ImportError:  # the CPU install has no Triton; the cuda runner needs it
     triton = None
 depthwise_silu: Any = None  # the custom op speechrt::depthwise_silu, where Triton is
-BLOCK_T, BLOCK_C, WARPS = 32, 128, 4
+# (frames, channels, warps) of a program's tile
+Tiles = tuple[int, int, int]
+TILES: Tiles = (32, 128, 4)
 
 
 def supported(x: Tensor) -> bool:
@@ -66,13 +68,14 @@ if triton is not None:
         return x.new_empty(x.shape)
 
 
-def launch(x: Tensor, keys: Tensor, w: Tensor, bias: Tensor) -> Tensor:
+def launch(x: Tensor, keys: Tensor, w: Tensor, bias: Tensor, tiles: Tiles = TILES) -> Tensor:
     B, T, C = x.shape
     x, keys, w = x.contiguous(), keys.contiguous(), w.contiguous()
     out = torch.empty_like(x)
-    grid = (triton.cdiv(T, BLOCK_T), triton.cdiv(C, BLOCK_C), B)
+    bt, bc, warps = tiles
+    grid = (triton.cdiv(T, bt), triton.cdiv(C, bc), B)
     _depthwise_silu_kernel[grid](
         x, keys, w, bias, out, T, C, x.stride(0), x.stride(1), keys.stride(0),
-        out.stride(0), out.stride(1), K=w.shape[1], BT=BLOCK_T, BC=BLOCK_C, num_warps=WARPS,
+        out.stride(0), out.stride(1), K=w.shape[1], BT=bt, BC=bc, num_warps=warps,
     )  # fmt: skip
     return out

@@ -108,9 +108,10 @@ if triton is not None:
         q: Tensor, k: Tensor, v: Tensor, bd: Tensor, keys: Tensor, pos_bias_u: Tensor,
         scale: float, context: int,
     ) -> Tensor:  # fmt: skip
-        """q, k, v (B, T, H, d_k) (any row strides, d_k contiguous), bd (B, H, T, 2T - 1)
-        contiguous, keys (B, T) int8 (1 on valid frames), pos_bias_u (H, d_k); context: the
-        band's half width, -1 for full attention -> (B, T, H, d_k) contiguous."""
+        """q, k, v (B, T, H, d_k) (any batch and frame strides, heads of d_k contiguous),
+        bd (B, H, T, 2T - 1) contiguous, keys (B, T) int8 (1 on valid frames), pos_bias_u
+        (H, d_k); context: the band's half width, -1 for full attention -> (B, T, H, d_k)
+        contiguous."""
         return launch(q, k, v, bd, keys, pos_bias_u, scale, context)
 
     @relpos_attention.register_fake
@@ -130,7 +131,8 @@ def launch(
     the last (e.g. a (H, B, T, P >= 2T - 1) GEMM output, transposed and cropped)."""
     B, T, H, DK = q.shape
     # (B, T, H, d_k) views of (B, T, D) rows, as the kernel indexes them
-    q, k, v, keys = (x.contiguous() for x in (q, k, v, keys))
+    q, k, v = (x if x.stride(3) == 1 and x.stride(2) == DK else x.contiguous() for x in (q, k, v))
+    keys = keys.contiguous()
     if bd.stride(3) != 1:
         bd = bd.contiguous()
     out = q.new_empty((B, T, H, DK))
@@ -149,4 +151,6 @@ def launch(
 
 def tile_sizes(T: int, d_k: int) -> Tiles:
     """(BLOCK_M, BLOCK_N, warps, stages) for T frames of d_k channels per head."""
-    return (64, 64, 4, 2)  # the fastest of a sweep at 0.6B dims (sweep_parakeet_parts.py)
+    # the fastest of a sweep at 0.6B dims, batch 128 x 10 s (125 frames; sweep_parakeet_parts.py):
+    # all keys in one block, 81 us; (64, 64, 4, 2) 95 us
+    return (64, 128, 4, 1) if T <= 128 else (64, 64, 4, 2)

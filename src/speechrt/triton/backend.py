@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from speechrt.asr.ctc import collapse, greedy_ids, tokens_to_words
+from speechrt.asr.ctc import greedy_tokens, tokens_to_words
 from speechrt.audio.features import FeatureConfig, batch_features_numpy
 from speechrt.errors import SpeechRTError
 from speechrt.runtime.buckets import Buckets
@@ -153,7 +153,7 @@ class CTCGreedy(_Model):
             raise SpeechRTError("inputs log_probs and log_prob_lengths are required")
         blank = len(self.labels)
         texts = [
-            tokens_to_words(collapse(ids, blank), self.labels, 1.0).text
-            for ids in greedy_ids(log_probs, lengths.reshape(-1))
+            tokens_to_words(tokens, self.labels, 1.0).text
+            for tokens in greedy_tokens(log_probs, lengths.reshape(-1), blank)
         ]
         return [np.array([[t.encode()] for t in texts], dtype=object)]

@@ -67,7 +67,7 @@ class EncoderGraph(nn.Module):
             assert isinstance(layer, ConformerLayer)
             layer.conv.taps = True
             if FUSED_ATTENTION and fused.supported(layer.self_attn.d_k):
-                layer.self_attn.kernel = fused.relpos_attention
+                layer.self_attn.use_kernel(fused.relpos_attention)
             weight = layer.conv.pointwise_conv1.weight
             if FUSED_EPILOGUES and linear_act.supported(weight):
                 layer.feed_forward1.kernel = layer.feed_forward2.kernel = linear_act.apply
