@@ -142,6 +142,9 @@ def rel_shift(x: Tensor) -> Tensor:
 
 
 class RelPositionAttention(nn.Module):
+    qkv_weight: Tensor  # buffers of the kernel path (use_kernel)
+    qkv_bias: Tensor
+
     def __init__(self, d: ParakeetDims) -> None:
         super().__init__()
         D, H = d.d_model, d.n_heads
