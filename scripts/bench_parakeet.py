@@ -14,8 +14,6 @@ the same process as its anchor:
                      GLU after cuBLAS) and depthwise kernel: Inductor's kernels instead
     cuda-bf16[-scan]-torch-step (--compare step) TDT: the greedy step as compiled torch ops,
                      without speechrt's Triton step kernels
-    cuda-bf16[-scan]-unguarded (--compare guard) TDT: blocks of 16 steps that all run, not
-                     64 steps each inside a CUDA graph conditional node
 Floors: FLOPs (counted below) over the measured bf16 matmul rate, weight + activation bytes over
 the measured copy bandwidth; the larger is the floor.
 
@@ -187,7 +185,7 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     buckets = Buckets({"batch": tuple(sorted(set(batches))), "feature_frames": (FRAMES,)})
     runner = CudaRunner("parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets)
     alts = {}  # the same runner with one of its fused kernels switched off (COMPARE)
-    for what in (w for w in COMPARE if w in ALTERNATIVES):  # "step", "guard": the loop
+    for what in (w for w in COMPARE if w in ALTERNATIVES):  # "step": the loop, below
         import speechrt.runtime.graphs.parakeet as parakeet
 
         flag, variant = ALTERNATIVES[what]
@@ -208,9 +206,6 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
         if "step" in COMPARE:  # the transducer step without its Triton kernels
             for v, scan in (("cuda-bf16-torch-step", False), ("cuda-bf16-scan-torch-step", True)):
                 others[v] = CudaGreedy(model, scan=scan, dtype=torch.bfloat16, fused_step=False)
-        if "guard" in COMPARE:  # blocks of 16 steps, none of them guarded by a conditional node
-            for v, scan in (("cuda-bf16-unguarded", False), ("cuda-bf16-scan-unguarded", True)):
-                others[v] = CudaGreedy(model, scan=scan, dtype=torch.bfloat16, guarded=False)
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:
@@ -345,7 +340,7 @@ def main() -> int:
     p.add_argument(
         "--compare", default="",
         help="also time the cuda runner without its fused attention or epilogues: "
-        "attention,epilogues,step,guard",
+        "attention,epilogues,step",
     )  # fmt: skip
     args = p.parse_args()
     global PROFILE, COMPARE

@@ -6,7 +6,6 @@ Parity with NeMo itself is tests/test_parakeet_nemo.py (recorded NeMo outputs)."
 from __future__ import annotations
 
 import copy
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -160,18 +159,15 @@ def test_cuda_runner_matches_eager_fp32(kind: str, wide: bool) -> None:
 def test_fused_step_takes_the_reference_greedy_decisions(dims: dict) -> None:
     """The captured loop with the Triton step (speechrt.runtime.transducer_step), fp32, against
     the NumPy reference: the same tokens, frames and skips at several batch sizes (buckets
-    padded with inactive items) and ragged lengths, with and without the scan, with each step
-    guarded by a conditional node (long blocks) and without (blocks of 16 and of 5)."""
+    padded with inactive items) and ragged lengths, with and without the scan."""
     model = talkative("parakeet_transducer", **dims)
     predict, joint, spec = steps_of(model)
     J = model.dims.joint_hidden
     g = torch.Generator().manual_seed(5)
     emitted = 0
-    for scan, guarded, block in itertools.product((False, True), (True, False), (None, 5)):
-        loop = CudaGreedy(
-            copy.deepcopy(model).cuda(), fused_step=True, scan=scan, guarded=guarded, block=block
-        )
-        assert loop.fused and loop.guarded == guarded
+    for scan in (False, True):
+        loop = CudaGreedy(copy.deepcopy(model).cuda(), fused_step=True, scan=scan)
+        assert loop.fused
         for B, T in ((1, 7), (3, 40), (13, 33), (64, 90)):
             f = torch.randn(B, T, J, generator=g) * 3
             lengths = torch.randint(0, T + 1, (B,), generator=g)

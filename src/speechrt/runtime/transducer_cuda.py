@@ -9,12 +9,9 @@ a time for every item at once, with no branch on the host:
 Per item this is the reference's sequence of (frame, g) evaluations: its inner loop over blanks
 is this loop's blank steps. A block of `block` steps is captured once per (batch, frames)
 bucket as a CUDA graph; the host replays blocks and reads one flag per block (any item still
-before its end). Guarded (where torch captures CUDA graph conditional nodes), each step of the
-block runs inside an if-node on that flag, so the steps after the last item's end cost the
-device only the flag's test: blocks are then longer (GUARDED_BLOCK), and a batch of one
-usually decodes in one replay. The LSTM step is written out over nn.LSTM's own weights (one
-GEMM per layer for both inputs) and the loop runs in float32, so its decisions are the
-reference's up to float rounding.
+before its end). The LSTM step is written out over nn.LSTM's own weights (one GEMM per layer
+for both inputs) and the loop runs in float32, so its decisions are the reference's up to
+float rounding.
 """
 
 from __future__ import annotations
@@ -28,12 +25,6 @@ from speechrt.runtime import transducer_step
 from speechrt.runtime.cuda import allow_recompiles
 
 SCAN_BATCH = 8  # batches up to this size skip blanks in one pass per token (scan)
-GUARDED_BLOCK = 64  # steps per block when each step is guarded by a conditional node
-
-
-def conditional_nodes() -> bool:
-    """Whether this torch captures CUDA graph if-nodes (torch.cond's capture uses them)."""
-    return hasattr(torch.cuda.CUDAGraph, "get_currently_capturing_graph")
 
 
 def _bucket(n: int, step: int) -> int:
@@ -47,13 +38,12 @@ class CudaGreedy:
     def __init__(
         self,
         model: ParakeetTransducer,
-        block: int | None = None,
+        block: int = 16,
         frame_bucket: int = 32,
         compile_step: bool | None = None,
         scan: bool | None = None,
         dtype: torch.dtype = torch.float32,
         fused_step: bool | None = None,
-        guarded: bool | None = None,
     ) -> None:
         """compile_step (default: on a GPU): torch.compile the step, fusing its small ops.
         scan: each step first skips the blanks before the next token in one pass over the
@@ -62,21 +52,11 @@ class CudaGreedy:
         dtype: of the matrix products (the LSTM state stays float32).
         fused_step (default: on a GPU with Triton): the step's small ops as Triton kernels
         between its products (speechrt.runtime.transducer_step); then only skip_blanks is
-        compiled. On the CPU only under Triton's interpreter (TRITON_INTERPRET=1).
-        guarded (default: on a GPU, where torch has conditional nodes): each captured step
-        runs only while an item is left (an if-node); block (default 16, guarded
-        GUARDED_BLOCK): steps per replay."""
+        compiled. On the CPU only under Triton's interpreter (TRITON_INTERPRET=1)."""
         self.scan, self.dtype = scan, dtype
         d = model.dims
-        self.device = next(model.parameters()).device
-        if guarded is None:
-            guarded = self.device.type == "cuda" and conditional_nodes()
-        if guarded and not (self.device.type == "cuda" and conditional_nodes()):
-            raise ValueError("guarded steps need a GPU and torch's CUDA graph conditional nodes")
-        self.guarded = guarded
-        if block is None:
-            block = GUARDED_BLOCK if guarded else 16
         self.d, self.block, self.frame_bucket = d, block, frame_bucket
+        self.device = next(model.parameters()).device
         if compile_step is None:
             compile_step = self.device.type == "cuda"
         if fused_step is None:
@@ -234,7 +214,6 @@ class CudaGreedy:
             "frames": torch.zeros(B, M, device=dev, dtype=long),
             "skips": torch.zeros(B, M, device=dev, dtype=long),
             "running": torch.zeros((), device=dev, dtype=torch.int32),
-            "live": torch.zeros((), device=dev, dtype=torch.bool),  # running, as an if's test
             "g0": torch.zeros(B, d.joint_hidden, device=dev),
             "h0": state.clone(),
             "c0": state.clone(),
@@ -259,22 +238,10 @@ class CudaGreedy:
         if self.fused:
             s["token"].zero_()
         s["running"].copy_((s["t"] < s["lengths"]).any())
-        s["live"].copy_(s["running"] != 0)
 
     def block_fn(self, s: dict[str, Tensor], scan: bool) -> None:
         for _ in range(self.block):
             self.step_fn(s, scan)
-
-    def guarded_block(self, s: dict[str, Tensor], scan: bool) -> None:
-        """block_fn under capture, each step inside a conditional node on s["live"]."""
-        graph = torch.cuda.CUDAGraph.get_currently_capturing_graph()
-        for _ in range(self.block):
-            graph.begin_capture_to_if_node(s["live"])
-            try:
-                self.step_fn(s, scan)
-                torch.ne(s["running"], 0, out=s["live"])
-            finally:
-                graph.end_capture_to_conditional_node()
 
     def capture(
         self, B: int, T: int, scan: bool
@@ -297,7 +264,7 @@ class CudaGreedy:
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            (self.guarded_block if self.guarded else self.block_fn)(s, scan)
+            self.block_fn(s, scan)
         return graph, s
 
     @torch.inference_mode()
