@@ -14,6 +14,8 @@ the same process as its anchor:
                      GLU after cuBLAS) and depthwise kernel: Inductor's kernels instead
     cuda-bf16[-scan]-torch-step (--compare step) TDT: the greedy step as compiled torch ops,
                      without speechrt's Triton step kernels
+    cuda-bf16-scan-block{4,8} (--compare blocks) TDT: the scan loop replayed in blocks of 4 or
+                     8 steps, not 16
 Floors: FLOPs (counted below) over the measured bf16 matmul rate, weight + activation bytes over
 the measured copy bandwidth; the larger is the floor.
 
@@ -185,7 +187,7 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     buckets = Buckets({"batch": tuple(sorted(set(batches))), "feature_frames": (FRAMES,)})
     runner = CudaRunner("parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets)
     alts = {}  # the same runner with one of its fused kernels switched off (COMPARE)
-    for what in (w for w in COMPARE if w in ALTERNATIVES):  # "step": the loop, below
+    for what in (w for w in COMPARE if w in ALTERNATIVES):  # "step", "blocks": the loop, below
         import speechrt.runtime.graphs.parakeet as parakeet
 
         flag, variant = ALTERNATIVES[what]
@@ -206,6 +208,11 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
         if "step" in COMPARE:  # the transducer step without its Triton kernels
             for v, scan in (("cuda-bf16-torch-step", False), ("cuda-bf16-scan-torch-step", True)):
                 others[v] = CudaGreedy(model, scan=scan, dtype=torch.bfloat16, fused_step=False)
+        if "blocks" in COMPARE:  # shorter blocks of scan steps: fewer steps past the end
+            for n in (4, 8):
+                others[f"cuda-bf16-scan-block{n}"] = CudaGreedy(
+                    model, scan=True, dtype=torch.bfloat16, block=n
+                )
     hf = hf_model(d, 0) if d.head == "ctc" else None
     rows = []
     for B in batches:
@@ -340,7 +347,7 @@ def main() -> int:
     p.add_argument(
         "--compare", default="",
         help="also time the cuda runner without its fused attention or epilogues: "
-        "attention,epilogues,step",
+        "attention,epilogues,step,blocks",
     )  # fmt: skip
     args = p.parse_args()
     global PROFILE, COMPARE
