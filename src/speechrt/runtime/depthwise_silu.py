@@ -4,9 +4,12 @@
 
 x (B, T, C): the GLU's output; padded frames (valid 0) and frames outside [0, T) read as zero,
 as the reference zeroes padded frames and pads the depthwise conv ('same', BatchNorm folded into
-w and bias). Inductor compiles the same taps into a kernel that spends its time on index
-arithmetic (about 95 us per layer at parakeet-0.6b dims, batch 128 x 10 s, for 64 MB of
-traffic); here a program loads k shifted (frames x channels) tiles, channels contiguous.
+w and bias). A program slides along the frames of one item and a block of channels, its 9 taps
+held in registers: each step reads one new frame row and writes one output row, so x is read
+about once (a 2-D tile kernel that loaded its 9 shifted tiles reread x from L2 per tap: 64 us
+against 44 us at parakeet-0.6b dims, batch 128 x 10 s; Inductor's kernel for the same taps about
+95 us). Written for FastConformer's kernel size 9 (every published Parakeet); others stay on
+Inductor's taps.
 """
 
 from __future__ import annotations
@@ -22,45 +25,63 @@ try:
 except ImportError:  # the CPU install has no Triton; the cuda runner needs it
     triton = None
 depthwise_silu: Any = None  # the custom op speechrt::depthwise_silu, where Triton is
-# (frames, channels, warps) of a program's tile
-Tiles = tuple[int, int, int]
-TILES: Tiles = (32, 128, 4)
+KERNEL_SIZE = 9
+# (channels, frames, warps, stages) of a program: the fastest of a sweep on an H200 at
+# parakeet-0.6b dims (scripts/sweep_parakeet_parts.py --parts depthwise)
+Tiles = tuple[int, int, int, int]
+TILES: Tiles = (128, 16, 1, 3)
 
 
-def supported(x: Tensor) -> bool:
-    return triton is not None and x.is_cuda
+def supported(x: Tensor, kernel_size: int) -> bool:
+    return triton is not None and x.is_cuda and kernel_size == KERNEL_SIZE
 
 
 if triton is not None:
 
     @triton.jit
+    def _row(xb, kb, s, T, sxt, cin):
+        """Frame s of an item's channel block as float32; 0 outside [0, T) or padded."""
+        inside = (s >= 0) & (s < T)
+        valid = tl.load(kb + s, mask=inside, other=0) != 0
+        return tl.load(xb + s * sxt, mask=cin & valid, other=0.0).to(tl.float32)
+
+    @triton.jit
     def _depthwise_silu_kernel(
-        x, keys, w, bias, out, T, C, sxb, sxt, skb, sob, sot,
-        K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+        x, keys, w, bias, out, T, C, sxb, sxt, skb, sob, sot, BC: tl.constexpr, TT: tl.constexpr,
     ):  # fmt: skip
-        b = tl.program_id(2)
-        t = tl.program_id(0) * BT + tl.arange(0, BT)  # (BT,) output frames
-        c = tl.program_id(1) * BC + tl.arange(0, BC)  # (BC,) channels
+        c = tl.program_id(0) * BC + tl.arange(0, BC)  # (BC,) channels
+        b = tl.program_id(1)
+        t0 = tl.program_id(2) * TT  # frames [t0, t0 + TT)
         cin = c < C
-        acc = tl.zeros((BT, BC), dtype=tl.float32)
-        for i in tl.static_range(K):  # tap i reads frame t + i - (K - 1) // 2
-            src = t + (i - (K - 1) // 2)
-            inside = (src >= 0) & (src < T)
-            valid = tl.load(keys + b * skb + src, mask=inside, other=0) != 0
-            m = valid[:, None] & cin[None, :]
-            xv = tl.load(x + b * sxb + src[:, None] * sxt + c[None, :], mask=m, other=0.0)
-            wi = tl.load(w + c * K + i, mask=cin, other=0.0).to(tl.float32)
-            acc += wi[None, :] * xv.to(tl.float32)
-        acc += tl.load(bias + c, mask=cin, other=0.0).to(tl.float32)[None, :]
-        y = acc * tl.sigmoid(acc)
-        tl.store(out + b * sob + t[:, None] * sot + c[None, :], y.to(out.dtype.element_ty),
-                 mask=(t < T)[:, None] & cin[None, :])  # fmt: skip
+        wc = w + c * 9
+        w0 = tl.load(wc + 0, mask=cin, other=0.0).to(tl.float32)
+        w1 = tl.load(wc + 1, mask=cin, other=0.0).to(tl.float32)
+        w2 = tl.load(wc + 2, mask=cin, other=0.0).to(tl.float32)
+        w3 = tl.load(wc + 3, mask=cin, other=0.0).to(tl.float32)
+        w4 = tl.load(wc + 4, mask=cin, other=0.0).to(tl.float32)
+        w5 = tl.load(wc + 5, mask=cin, other=0.0).to(tl.float32)
+        w6 = tl.load(wc + 6, mask=cin, other=0.0).to(tl.float32)
+        w7 = tl.load(wc + 7, mask=cin, other=0.0).to(tl.float32)
+        w8 = tl.load(wc + 8, mask=cin, other=0.0).to(tl.float32)
+        acc0 = tl.load(bias + c, mask=cin, other=0.0).to(tl.float32)
+        xb, kb = x + b * sxb + c, keys + b * skb
+        # the window: frames t - 4 ... t + 3 before the step that reads t + 4
+        r0, r1 = _row(xb, kb, t0 - 4, T, sxt, cin), _row(xb, kb, t0 - 3, T, sxt, cin)
+        r2, r3 = _row(xb, kb, t0 - 2, T, sxt, cin), _row(xb, kb, t0 - 1, T, sxt, cin)
+        r4, r5 = _row(xb, kb, t0, T, sxt, cin), _row(xb, kb, t0 + 1, T, sxt, cin)
+        r6, r7 = _row(xb, kb, t0 + 2, T, sxt, cin), _row(xb, kb, t0 + 3, T, sxt, cin)
+        for t in range(t0, tl.minimum(t0 + TT, T)):
+            r8 = _row(xb, kb, t + 4, T, sxt, cin)
+            acc = acc0 + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3 + w4 * r4
+            acc += w5 * r5 + w6 * r6 + w7 * r7 + w8 * r8
+            y = acc * tl.sigmoid(acc)
+            tl.store(out + b * sob + t * sot + c, y.to(out.dtype.element_ty), mask=cin)
+            r0, r1, r2, r3, r4, r5, r6, r7 = r1, r2, r3, r4, r5, r6, r7, r8
 
     # Opaque to torch.compile (it traces the fake below), like speechrt::relpos_attention
     @torch.library.custom_op("speechrt::depthwise_silu", mutates_args=())
     def depthwise_silu(x: Tensor, keys: Tensor, w: Tensor, bias: Tensor) -> Tensor:
-        """x (B, T, C), keys (B, T) int8 (1 on valid frames), w (C, k) (odd k), bias (C,)
-        -> (B, T, C)"""
+        """x (B, T, C), keys (B, T) int8 (1 on valid frames), w (C, 9), bias (C,) -> (B, T, C)"""
         return launch(x, keys, w, bias)
 
     @depthwise_silu.register_fake
@@ -70,12 +91,14 @@ if triton is not None:
 
 def launch(x: Tensor, keys: Tensor, w: Tensor, bias: Tensor, tiles: Tiles = TILES) -> Tensor:
     B, T, C = x.shape
+    if w.shape != (C, KERNEL_SIZE):
+        raise ValueError(f"depthwise weights must be ({C}, {KERNEL_SIZE}), got {tuple(w.shape)}")
     x, keys, w = x.contiguous(), keys.contiguous(), w.contiguous()
     out = torch.empty_like(x)
-    bt, bc, warps = tiles
-    grid = (triton.cdiv(T, bt), triton.cdiv(C, bc), B)
+    bc, tt, warps, stages = tiles
+    grid = (triton.cdiv(C, bc), B, triton.cdiv(T, tt))
     _depthwise_silu_kernel[grid](
         x, keys, w, bias, out, T, C, x.stride(0), x.stride(1), keys.stride(0),
-        out.stride(0), out.stride(1), K=w.shape[1], BT=bt, BC=bc, num_warps=warps,
+        out.stride(0), out.stride(1), BC=bc, TT=tt, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out

@@ -7,7 +7,7 @@ a time for every item at once, with no branch on the host:
     token: record (label, t_b, skip); g_b, state_b = predict(label, state_b); t_b += skip,
            + 1 more when it is the max_symbols-th token on a frame it did not leave
 Per item this is the reference's sequence of (frame, g) evaluations: its inner loop over blanks
-is this loop's blank steps. A block of `block` steps is captured once per (batch, frames)
+is this loop's blank steps. A block of steps is captured once per (batch, frames)
 bucket as a CUDA graph; the host replays blocks and reads one flag per block (any item still
 before its end). The LSTM step is written out over nn.LSTM's own weights (one GEMM per layer
 for both inputs) and the loop runs in float32, so its decisions are the reference's up to
@@ -25,6 +25,10 @@ from speechrt.runtime import transducer_step
 from speechrt.runtime.cuda import allow_recompiles
 
 SCAN_BATCH = 8  # batches up to this size skip blanks in one pass per token (scan)
+# steps per replayed block (one host read each): the scan emits a token per step, so shorter
+# blocks run fewer steps past the end (tdt-0.6b-v2, batch 1, H200: 4.61 ms in blocks of 8,
+# 4.91 in blocks of 16; batch 4: 6.15 and 6.25; bench_parakeet --compare blocks)
+BLOCK, SCAN_BLOCK = 16, 8
 
 
 def _bucket(n: int, step: int) -> int:
@@ -38,14 +42,15 @@ class CudaGreedy:
     def __init__(
         self,
         model: ParakeetTransducer,
-        block: int = 16,
+        block: int | None = None,
         frame_bucket: int = 32,
         compile_step: bool | None = None,
         scan: bool | None = None,
         dtype: torch.dtype = torch.float32,
         fused_step: bool | None = None,
     ) -> None:
-        """compile_step (default: on a GPU): torch.compile the step, fusing its small ops.
+        """block: steps per replay (default BLOCK, SCAN_BLOCK with the scan).
+        compile_step (default: on a GPU): torch.compile the step, fusing its small ops.
         scan: each step first skips the blanks before the next token in one pass over the
         frames (skip_blanks), so a step emits a token: fewer, larger steps; None: for batches
         up to SCAN_BATCH (on an H200, batch 1: 6.9 ms against 10.1 ms; batch 128: slower).
@@ -240,7 +245,8 @@ class CudaGreedy:
         s["running"].copy_((s["t"] < s["lengths"]).any())
 
     def block_fn(self, s: dict[str, Tensor], scan: bool) -> None:
-        for _ in range(self.block):
+        n = self.block or (SCAN_BLOCK if scan else BLOCK)
+        for _ in range(n):
             self.step_fn(s, scan)
 
     def capture(

@@ -80,7 +80,8 @@ class EncoderGraph(nn.Module):
                     "glu_bias", linear_act.interleave_glu(bias), persistent=False
                 )
                 layer.conv.kernel = linear_act.apply
-            if FUSED_EPILOGUES and depthwise_silu.supported(weight):
+            k = layer.conv.depthwise_conv.kernel_size[0]
+            if FUSED_EPILOGUES and depthwise_silu.supported(weight, k):
                 assert layer.conv.depthwise_conv.bias is not None  # BatchNorm folded into it
                 layer.conv.depthwise_kernel = depthwise_silu.depthwise_silu
 
