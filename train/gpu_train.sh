@@ -29,8 +29,9 @@
 # .carry/packed/VOICE.pt (a voice this image cannot make: `python -m speechrt_train corpus
 # --plan piper` where piper-tts runs, then `pack corpus/joe.pt --out .carry/packed/joe.pt`) is
 # unpacked into corpus/ beside the voices made here, and trains with them.
-# PEOPLE_VOICES="queen drascula" makes those voices of speechrt_train.people into corpus/ from the .debs
-# in $PEOPLE_CACHE/downloads (default /tmp/people: carried there in a call before this one).
+# PEOPLE_VOICES="queen drascula steelsky" makes those voices of speechrt_train.people into corpus/
+# from the .debs in $PEOPLE_CACHE/downloads (default /tmp/people: carried there in a call before
+# this one).
 # CORPUS_MINUTES (default 3) caps the corpus's wall time (a cut corpus keeps each voice's share).
 # PLAN=wide (default full) makes the corpus with the extra text of .carry/text/*.deb (fortune-
 # anarchism, dict-jargon, dict-devil, wordnet-base): ~54 h, every sentence read about once.

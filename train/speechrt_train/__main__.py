@@ -123,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shard", help="corpus/VOICE.pt")
     p.add_argument("--out", required=True, help="the packed file")
     p = sub.add_parser("people", help="real people's speech from Debian packages: voices")
-    p.add_argument("--out-dir", required=True, help="where VOICE.pt go (people, queen, drascula)")
+    p.add_argument(
+        "--out-dir", required=True, help="where VOICE.pt go (people, queen, drascula, steelsky)"
+    )
     p.add_argument("--cache", default="out/people", help="downloads and unpacked packages")
     p.add_argument("--voices", nargs="+", help="only these (default: all)")
     p = sub.add_parser("unpack", help="a packed shard back to a corpus shard (int16 audio)")

@@ -26,6 +26,8 @@ voice queen: a game's voice actors, about 4 hours, 13 actors (5 % of the lines h
 | flight-of-the-amazon-queen | the adventure game's spoken lines | its script (talkie.py) |
 voice drascula: another game's voice actors, about 45 minutes, 10 characters (5 % held out)
 | drascula | the adventure game's spoken lines (English) | its text tables (drascula.py) |
+voice steelsky: a third game's voice actors, about 1.8 hours, one label "bass" (5 % held out)
+| beneath-a-steel-sky | the adventure game's spoken lines | its text sections (steelsky.py) |
 """
 
 from __future__ import annotations
@@ -243,6 +245,15 @@ def drascula(root: Path) -> list[Clip]:
             for name, data, words, speaker in spoken_lines(root)]  # fmt: skip
 
 
+def steelsky(root: Path) -> list[Clip]:
+    """Beneath a Steel Sky's voice actors, each line with the game's English text for it
+    (speechrt_train.steelsky); the game does not say who speaks a line."""
+    from speechrt_train.steelsky import spoken_lines
+
+    return [(name, data, words, f"steelsky/{speaker}")
+            for name, data, words, speaker in spoken_lines(root)]  # fmt: skip
+
+
 LETTERS_PER_SECOND = (3.0, 18.0)  # a script line read at a speaking rate (not a letter spelt)
 
 
@@ -281,10 +292,18 @@ SOURCES = (
     ),  # fmt: skip
     Source("flight-of-the-amazon-queen", "free to copy and modify", talkie, "queen", True),
     Source("drascula", "free to use, copy, modify (Alcachofa Soft)", drascula, "drascula", True),
+    Source(
+        "beneath-a-steel-sky",
+        "free to distribute and modify, no fee for the game itself (Revolution Software)",
+        steelsky,
+        "steelsky",
+        True,
+    ),
 )
 HELDOUT_SHARE = {
     "queen": 0.05,
     "drascula": 0.05,
+    "steelsky": 0.05,
 }  # of a voice's clips (a hash of the key): held-out lines
 
 
