@@ -9,6 +9,9 @@ os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 import torch  # noqa: E402
 
+# the Triton repository tests' fixtures (dirs, repo), shared by their modules
+pytest_plugins = ["triton_harness"]
+
 # Tiny models: one intra-op thread is many times faster than two on a 2-core machine, and oneDNN
 # spends seconds building a primitive for every new conv shape.
 torch.set_num_threads(1)

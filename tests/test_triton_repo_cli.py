@@ -12,13 +12,7 @@ from pathlib import Path
 import pytest
 
 from speechrt.cli import main
-from triton_harness import components, config
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The exported tiny components (triton_harness.components)."""
-    return components(tmp_path_factory)
+from triton_harness import config
 
 
 def test_cli_writes_a_repository(dirs: dict[str, Path], tmp_path: Path, capsys) -> None:

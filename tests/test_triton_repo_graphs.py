@@ -19,20 +19,7 @@ from speechrt.contracts import DATATYPES
 from speechrt.registry import contract
 from speechrt.repo import read_info
 from speechrt.triton.writer import write_repository
-from triton_harness import OPTIONS, components, config, repository
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The exported tiny components (triton_harness.components)."""
-    return components(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def repo(dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository written from them (triton_harness.repository)."""
-    return repository(dirs, tmp_path_factory)
-
+from triton_harness import OPTIONS, config
 
 TYPES = {f"TYPE_{v}".replace("BYTES", "STRING"): k for k, v in DATATYPES.items()}
 

@@ -21,20 +21,7 @@ from speechrt.models.jasper import LABELS
 from speechrt.repo import read_info
 from speechrt.runtime.buckets import Buckets
 from speechrt.text import TextProcessor
-from triton_harness import FEATURES, components, config, repository
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The exported tiny components (triton_harness.components)."""
-    return components(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def repo(dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository written from them (triton_harness.repository)."""
-    return repository(dirs, tmp_path_factory)
-
+from triton_harness import FEATURES, config
 
 # -- the python models, with a stand-in for Triton's triton_python_backend_utils -----------------
 

@@ -1,6 +1,7 @@
 """What the Triton repository tests share: the tiny exported components (the QuartzNet given
 labels and features), a repository written from them, and config.pbtxt parsed by Triton's
-ModelConfig."""
+ModelConfig. The fixtures `dirs` and `repo` (one per test module) reach the tests through
+conftest.py's pytest_plugins."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ OPTIONS = RepoOptions(max_batch_size=4, queue_delay_us=2500)
 FEATURES = FeatureConfig(n_mels=12)  # the tiny QuartzNet's inputs
 
 
-def components(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The exported tiny components; the QuartzNet copied and given labels and features."""
     out = dict(exported())
     asr = tmp_path_factory.mktemp("asr") / "quartznet"
@@ -33,7 +35,8 @@ def components(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def repository(dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module")
+def repo(dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository of the tiny FastPitch, HiFi-GAN and QuartzNet (with OPTIONS): their graphs,
     python models and ensembles."""
     out = tmp_path_factory.mktemp("triton") / "repo"
