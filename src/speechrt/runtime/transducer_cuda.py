@@ -71,12 +71,13 @@ class CudaGreedy:
         self.fused = fused_step
         if compile_step:  # one compiled step per (batch, frames) bucket, all of them kept
             allow_recompiles()
-        self.step_fn = self.step
         self.skip_fn = self.skip_blanks
-        if compile_step and fused_step:
-            self.skip_fn = torch.compile(self.skip_blanks, dynamic=False)
-        elif compile_step:
-            self.step_fn = torch.compile(self.step, dynamic=False)
+        if fused_step:  # the Triton step; only its scan's skip_blanks compiled
+            self.step_fn = self.fused_step
+            if compile_step:
+                self.skip_fn = torch.compile(self.skip_blanks, dynamic=False)
+        else:
+            self.step_fn = torch.compile(self.step, dynamic=False) if compile_step else self.step
         dev, f32 = self.device, dtype  # the weights in the products' dtype
         lstm = model.predictor.lstm
         # per layer: W = [W_ih | W_hh] (4H, in + H), b = b_ih + b_hh
@@ -148,9 +149,6 @@ class CudaGreedy:
         s["t"].copy_(nxt.gather(1, s["t"].clamp(max=T)[:, None])[:, 0])
 
     def step(self, s: dict[str, Tensor], scan: bool) -> None:
-        if self.fused:
-            self.fused_step(s, scan)
-            return
         d = self.d
         if scan:
             self.skip_blanks(s)
