@@ -12,6 +12,8 @@ the same process as its anchor:
     cuda-bf16-sdpa   (--compare attention) the reference's attention: shifted scores + SDPA
     cuda-bf16-cublas (--compare epilogues) without speechrt's GEMM epilogues (the SiLU and
                      GLU after cuBLAS) and depthwise kernel: Inductor's kernels instead
+    cuda-bf16-no-stem (--compare stem) the subsampling's first two convs as compiled shifted
+                     slices, not speechrt's stem kernel
     cuda-bf16[-scan]-torch-step (--compare step) TDT: the greedy step as compiled torch ops,
                      without speechrt's Triton step kernels
     cuda-bf16-scan-block{4,8} (--compare blocks) TDT: the scan loop replayed in blocks of 4 or
@@ -228,11 +230,12 @@ COMPARE: list[str] = []
 ALTERNATIVES = {
     "attention": ("FUSED_ATTENTION", "cuda-bf16-sdpa"),
     "epilogues": ("FUSED_EPILOGUES", "cuda-bf16-cublas"),
+    "stem": ("FUSED_STEM", "cuda-bf16-no-stem"),
 }
 
 
 def profile(what: str, variants: dict) -> None:
-    """The CUDA kernels of each speechrt variant over 3 calls, the 12 costliest."""
+    """The CUDA kernels of each speechrt variant over 3 calls, the 24 costliest."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -246,7 +249,7 @@ def profile(what: str, variants: dict) -> None:
         print(f"--- {what} {v}")
         print(
             prof.key_averages().table(
-                sort_by="cuda_time_total", row_limit=12, max_name_column_width=60
+                sort_by="cuda_time_total", row_limit=24, max_name_column_width=60
             )
         )
 
@@ -347,7 +350,7 @@ def main() -> int:
     p.add_argument(
         "--compare", default="",
         help="also time the cuda runner without its fused attention or epilogues: "
-        "attention,epilogues,step,blocks",
+        "attention,epilogues,stem,step,blocks",
     )  # fmt: skip
     args = p.parse_args()
     global PROFILE, COMPARE

@@ -11,9 +11,11 @@
                 CUDA graph's replay (no launch overhead; gpu_timing.graph_time_ms), at several
                 row counts
     depthwise   the conv module's mask + depthwise conv + SiLU kernel at several tile sizes
+    stem        the subsampling's first conv + ReLU + mask + depthwise conv as one kernel at
+                several tile sizes, beside the two convs compiled as shifted slices
     subsampling the dw_striding subsampling at 0.6B dims (80 and 128 mels), compiled with its
                 strided convs as taps (Inductor's default, or each conv's output realised)
-                or on cuDNN
+                or on cuDNN, or its first two convs as the stem kernel
     layer       a whole conformer layer as the cuda runner compiles it, with either attention,
                 and with Inductor realising values read by more than two consumers (the conv
                 module's GLU output, which its depthwise taps otherwise recompute per tap)
@@ -154,6 +156,7 @@ def epilogue_shape(rows: list[dict], M: int, K: int, N: int, act: str) -> None:
         "cublas + inductor": partial(torch.compile(unfused), x),
         "cublas alone": partial(F.linear, x, w, b),
         **{str(t): partial(la.launch, x, wi, bi, act, t) for t in EPILOGUE_TILES},
+        **{f"{t} tanh": partial(la.launch, x, wi, bi, act, t, True) for t in EPILOGUE_TILES[:2]},
     }
     for name, fn in variants.items():
         try:
@@ -169,6 +172,8 @@ def epilogue_shape(rows: list[dict], M: int, K: int, N: int, act: str) -> None:
 
 
 def subsampling(rows: list[dict], B: int, T: int) -> None:
+    from speechrt.runtime import subsampling_stem
+
     frames = T * 8
     for name in ("parakeet-ctc-0.6b", "parakeet-tdt-0.6b-v2"):
         d = preset(bench_parakeet.kind_of(name), name)
@@ -178,12 +183,14 @@ def subsampling(rows: list[dict], B: int, T: int) -> None:
         n = torch.full((B,), frames - 1, device="cuda")
         with torch.inference_mode():
             want = sub(x, n)[0].float()
-            for label, taps, options in (
-                ("taps, Inductor's default", True, {}),
-                ("taps, each conv's output realised", True, {"realize_reads_threshold": 1}),
-                ("cuDNN", False, {}),
+            for label, taps, options, stem in (
+                ("taps, Inductor's default", True, {}, None),
+                ("taps, each conv's output realised", True, {"realize_reads_threshold": 1}, None),
+                ("cuDNN", False, {}, None),
+                ("stem kernel, then taps realised", True, {"realize_reads_threshold": 1}, True),
             ):
                 sub.taps = taps
+                sub.stem = subsampling_stem.subsampling_stem if stem else None
                 fn = torch.compile(parakeet.run_subsampling, dynamic=False, options=options)
                 got = fn(sub, x, n)[0].float()
                 err = ((got - want).abs().max() / want.abs().max()).item()
@@ -191,6 +198,57 @@ def subsampling(rows: list[dict], B: int, T: int) -> None:
                 rows.append(dict(part="subsampling", model=name, variant=label, ms=ms, err=err))
                 print(rows[-1], flush=True)
                 torch._dynamo.reset()
+
+
+# (positions, channels, warps, stages) of a stem program
+STEM_TILES = [(128, 64, 4, 1), (128, 128, 4, 1), (128, 128, 8, 1), (64, 128, 4, 1),
+              (64, 256, 8, 1), (256, 64, 8, 1), (128, 64, 4, 2), (64, 64, 4, 1)]  # fmt: skip
+
+
+def stem(rows: list[dict], B: int, T: int) -> None:
+    """The subsampling's first conv + ReLU + mask + depthwise conv (subsampling_stem) at
+    several tiles, beside the same two convs compiled as the runner did before (taps)."""
+    for name in ("parakeet-ctc-0.6b", "parakeet-tdt-0.6b-v2"):
+        with torch.inference_mode():
+            stem_model(rows, name, B, T)
+        torch._dynamo.reset()
+
+
+def stem_model(rows: list[dict], name: str, B: int, T: int) -> None:
+    from speechrt.runtime import subsampling_stem as st
+
+    d = preset(bench_parakeet.kind_of(name), name)
+    torch.manual_seed(0)
+    sub = parakeet.Subsampling(d).cuda().to(torch.bfloat16).eval()
+    C = d.subsampling_channels
+    x = torch.randn(B, T * 8, d.n_mels, device="cuda", dtype=torch.bfloat16)
+    n = torch.randint(T * 4, T * 8 + 1, (B,), device="cuda")
+    c1, dw = sub.convs[0], sub.convs[1]
+    w = (c1.weight.reshape(C, 9), c1.bias, dw.weight.reshape(C, 9), dw.bias)
+
+    def two_convs(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        h = x[:, None] * parakeet.valid_mask(n, x.shape[1])[:, None, :, None]
+        n = st.halve(n)
+        h = torch.relu(parakeet.strided_taps(h, c1))
+        h = h * parakeet.valid_mask(n, h.shape[2])[:, None, :, None]
+        return parakeet.strided_taps(h, dw).permute(0, 2, 3, 1)
+
+    ref = torch.compile(two_convs, dynamic=False, options={"realize_reads_threshold": 1})
+    want = ref(x, n).float()
+    valid = parakeet.valid_mask(st.halve(st.halve(n)), want.shape[1])[..., None, None]
+    scale = want.abs().max().item()
+    rows.append(dict(part="stem", model=name, variant="taps compiled",
+                     ms=graph_time_ms(lambda: ref(x, n))))  # fmt: skip
+    print(rows[-1], flush=True)
+    for tiles in STEM_TILES:
+        try:
+            ms = graph_time_ms(lambda t=tiles: st.launch(x, n, *w, tiles=t))
+            got = st.launch(x, n, *w, tiles=tiles).float()
+            err = ((got - want).abs() * valid).max().item() / scale
+        except Exception as e:  # a tile the GPU cannot hold
+            ms, err = float("nan"), repr(e)[:80]
+        rows.append(dict(part="stem", model=name, variant=str(tiles), ms=ms, err=err))
+        print(rows[-1], flush=True)
 
 
 # (channels, frames, warps, stages) of a program sliding along the frames
@@ -275,7 +333,7 @@ def main() -> int:
     for part in args.parts.split(","):
         parts = {
             "attention": attention, "ff": feed_forward, "epilogue": epilogue,
-            "subsampling": subsampling, "layer": layer, "depthwise": depthwise,
+            "subsampling": subsampling, "layer": layer, "depthwise": depthwise, "stem": stem,
         }  # fmt: skip
         parts[part](rows, args.batch, args.frames)
     out = Path(args.out)

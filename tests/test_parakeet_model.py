@@ -302,6 +302,30 @@ def test_depthwise_silu_equals_mask_taps_silu(dtype: torch.dtype) -> None:
     assert err <= (1e-5 if dtype == torch.float32 else 1e-2) * want.abs().max().item()
 
 
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_subsampling_stem_equals_the_convs(dtype: torch.dtype) -> None:
+    """The subsampling with its first conv, ReLU, mask and depthwise conv as one kernel
+    against the reference's convs, on the valid frames of a padded batch (lengths cut inside
+    the image, at an odd frame and short of a whole stride): float32 within 1e-5 of the
+    output's scale, bf16 within 2e-2 (the reference rounds between its convs)."""
+    from speechrt.models.parakeet import Subsampling
+    from speechrt.runtime.subsampling_stem import subsampling_stem
+
+    torch.manual_seed(0)
+    d = preset("parakeet_ctc", "tiny", subsampling_channels=40, n_mels=80)
+    sub = Subsampling(d).cuda().to(dtype).eval()
+    x = torch.randn(4, 203, 80, device="cuda", dtype=dtype)
+    lengths = torch.tensor([203, 150, 33, 1], device="cuda")
+    with torch.inference_mode():
+        want, want_n = sub(x, lengths)
+        sub.stem = subsampling_stem
+        got, got_n = sub(x, lengths)
+    assert got_n.tolist() == want_n.tolist()
+    err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(want_n))
+    assert err <= (1e-5 if dtype == torch.float32 else 2e-2) * want.abs().max().item()
+
+
 def test_compiled_loop_keeps_a_variant_per_bucket() -> None:
     """A compiled device loop raises Dynamo's limit of compiled variants per function (8 by
     default; past it Dynamo silently runs the step uncompiled, several times slower) to one

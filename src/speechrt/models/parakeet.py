@@ -102,11 +102,25 @@ class Subsampling(nn.Module):
         # the strided convs as 9 shifted, weighted slices (strided_taps): compiled, one pass
         # over memory; cuDNN's kernels for a 1-channel and a depthwise 3x3 are slow (cuda)
         self.taps = False
+        # the cuda runner's first conv, ReLU, mask and depthwise conv in one kernel
+        # (speechrt.runtime.subsampling_stem): (x (B, T, F), lengths, w1 (C, 9), b1, wd (C, 9),
+        # bd) -> (B, T/4, F/4, C); None: the convs one by one
+        self.stem: Callable[..., Tensor] | None = None
 
     def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """x: (B, T, n_mels), lengths (B,) -> (B, T', d_model), (B,)"""
-        x = x[:, None]  # (B, 1, T, F)
-        for i, conv in enumerate(self.convs):
+        first = 0
+        if self.stem is not None:
+            conv, dw = self.convs[0], self.convs[1]
+            assert isinstance(conv, nn.Conv2d) and isinstance(dw, nn.Conv2d)
+            w1, wd = conv.weight.flatten(1), dw.weight.flatten(1)  # (C, 9)
+            x = self.stem(x, lengths, w1, conv.bias, wd, dw.bias).permute(0, 3, 1, 2)
+            for _ in range(2):
+                lengths = torch.div(lengths - 1, 2, rounding_mode="floor") + 1
+            first = 2  # x: (B, C, T/4, F/4), channels last
+        else:
+            x = x[:, None]  # (B, 1, T, F)
+        for i, conv in enumerate(self.convs[first:], first):
             assert isinstance(conv, nn.Conv2d)
             if conv.stride[0] == 2:  # zero the frames past the length, then halve it
                 x = x * valid_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)

@@ -69,13 +69,29 @@ def interleave_glu(w: Tensor) -> Tensor:
     return torch.stack((w[:n], w[n:]), 1).reshape(w.shape)
 
 
+# the epilogue's sigmoid as 0.5 + 0.5 tanh(x / 2) with the GPU's tanh.approx (one special-
+# function op a value where exp and a division take two; the epilogue does not overlap the
+# next tile's matmuls, so its special-function ops are time the tensor cores wait)
+TANH = False
+
 if triton is not None:
+
+    @triton.jit
+    def _sigmoid(x, TANH: tl.constexpr):
+        if TANH:
+            t = tl.inline_asm_elementwise(
+                "tanh.approx.f32 $0, $1;", "=r,r", [x * 0.5], dtype=tl.float32, is_pure=True,
+                pack=1,
+            )  # fmt: skip
+            return 0.5 * t + 0.5
+        return tl.sigmoid(x)
 
     @triton.jit
     def _linear_act_kernel(
         x_desc, w_desc, out_desc, bias, M, N, K,
         GLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
         GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, WS: tl.constexpr, SUBTILE: tl.constexpr,
+        TANH: tl.constexpr,
     ):  # fmt: skip
         # N: the GEMM's columns (2x the output's for GLU)
         pid_m_tiles, pid_n_tiles = tl.cdiv(M, BM), tl.cdiv(N, BN)
@@ -96,16 +112,16 @@ if triton is not None:
             acc = acc + tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
             if GLU:  # interleaved columns: (BM, BN / 2, 2) -> value, gate
                 value, gate = tl.split(tl.reshape(acc, (BM, BN // 2, 2)))
-                out = value * tl.sigmoid(gate)
+                out = value * _sigmoid(gate, TANH)
                 out_desc.store([pid_m * BM, pid_n * (BN // 2)], out.to(out_desc.dtype))
             elif SUBTILE:  # two half-width stores: less shared memory held by the epilogue
                 left, right = tl.split(tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1)))
-                left = left * tl.sigmoid(left)
+                left = left * _sigmoid(left, TANH)
                 out_desc.store([pid_m * BM, pid_n * BN], left.to(out_desc.dtype))
-                right = right * tl.sigmoid(right)
+                right = right * _sigmoid(right, TANH)
                 out_desc.store([pid_m * BM, pid_n * BN + BN // 2], right.to(out_desc.dtype))
             else:
-                out = acc * tl.sigmoid(acc)
+                out = acc * _sigmoid(acc, TANH)
                 out_desc.store([pid_m * BM, pid_n * BN], out.to(out_desc.dtype))
 
     # Opaque to torch.compile (it traces the fake below), like speechrt::relpos_attention
@@ -130,8 +146,11 @@ SMALL_TILES: Tiles = (128, 128, 64, 8, 8, 4, 0, 0, 1)
 _SMS: dict[int, int] = {}
 
 
-def launch(x: Tensor, w: Tensor, b: Tensor, act: str, tiles: Tiles | None = None) -> Tensor:
-    """linear_act's work with `tiles` (default: TILES, or SMALL_TILES for few rows)."""
+def launch(
+    x: Tensor, w: Tensor, b: Tensor, act: str, tiles: Tiles | None = None, tanh: bool | None = None
+) -> Tensor:
+    """linear_act's work with `tiles` (default: TILES, or SMALL_TILES for few rows) and the
+    sigmoid by tanh.approx or not (default: TANH)."""
     if act not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {act!r}")
     lead, K = x.shape[:-1], x.shape[-1]
@@ -154,6 +173,7 @@ def launch(x: Tensor, w: Tensor, b: Tensor, act: str, tiles: Tiles | None = None
     _linear_act_kernel[(programs,)](
         x_desc, w_desc, out_desc, b, M, N, K,
         GLU=glu, BM=bm, BN=bn, BK=bk, GROUP_M=group, NUM_SMS=programs, WS=bool(ws),
-        SUBTILE=bool(subtile), num_warps=warps, num_stages=stages,
+        SUBTILE=bool(subtile), TANH=TANH if tanh is None else tanh, num_warps=warps,
+        num_stages=stages,
     )  # fmt: skip
     return out.reshape(*lead, out.shape[-1])

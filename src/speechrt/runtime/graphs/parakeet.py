@@ -20,7 +20,7 @@ from speechrt.models.parakeet import (
     run_subsampling,
     valid_mask,
 )
-from speechrt.runtime import depthwise_silu, linear_act
+from speechrt.runtime import depthwise_silu, linear_act, subsampling_stem
 from speechrt.runtime import relpos_attention as fused
 
 # the cuda runner's attention: one Triton kernel (speechrt.runtime.relpos_attention), or the
@@ -30,6 +30,9 @@ FUSED_ATTENTION = True
 # speechrt.runtime.linear_act) and the conv module's mask, depthwise conv and SiLU as one
 # (speechrt.runtime.depthwise_silu); False: cuBLAS, then Inductor's kernels
 FUSED_EPILOGUES = True
+# the subsampling's first conv, ReLU, mask and depthwise conv as one kernel
+# (speechrt.runtime.subsampling_stem); False: compiled shifted slices (strided_taps)
+FUSED_STEM = True
 
 
 class EncoderGraph(nn.Module):
@@ -63,6 +66,8 @@ class EncoderGraph(nn.Module):
             run_subsampling, dynamic=False, options={"realize_reads_threshold": 1}
         )
         encoder.pre_encode.taps = True
+        if FUSED_STEM and subsampling_stem.supported(next(self.parameters())):
+            encoder.pre_encode.stem = subsampling_stem.subsampling_stem
         for layer in encoder.layers:
             assert isinstance(layer, ConformerLayer)
             layer.conv.taps = True
