@@ -12,6 +12,8 @@ the same process as its anchor:
     cuda-bf16-sdpa   (--compare attention) the reference's attention: shifted scores + SDPA
     cuda-bf16-cublas (--compare epilogues) without speechrt's GEMM epilogues (the SiLU and
                      GLU after cuBLAS) and depthwise kernel: Inductor's kernels instead
+    cuda-bf16-bd-gemm (--compare positions) attention's position term as a cuBLAS GEMM read
+                     back by the kernel, not computed in it
     cuda-bf16-no-stem (--compare stem) the subsampling's first two convs as compiled shifted
                      slices, not speechrt's stem kernel
     cuda-bf16[-scan]-torch-step (--compare step) TDT: the greedy step as compiled torch ops,
@@ -28,11 +30,14 @@ Writes DIR/parakeet.json and prints a table.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -190,14 +195,10 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
     runner = CudaRunner("parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets)
     alts = {}  # the same runner with one of its fused kernels switched off (COMPARE)
     for what in (w for w in COMPARE if w in ALTERNATIVES):  # "step", "blocks": the loop, below
-        import speechrt.runtime.graphs.parakeet as parakeet
-
-        flag, variant = ALTERNATIVES[what]
-        setattr(parakeet, flag, False)
-        alts[variant] = CudaRunner(
-            "parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets
-        )
-        setattr(parakeet, flag, True)
+        with switched_off(what):
+            alts[what] = CudaRunner(
+                "parakeet", graph, c, device="cuda", dtype=torch.bfloat16, buckets=buckets
+            )
     eager = EncoderGraph(speechrt_model(d, 0).to(torch.bfloat16)).eval()
     loop, others = None, {}
     if d.transducer:
@@ -226,12 +227,25 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
 
 PROFILE = False
 COMPARE: list[str] = []
-# --compare NAME: (the flag of speechrt.runtime.graphs.parakeet it turns off, the variant's name)
+# --compare NAME: (the module, the flag it turns off, the variant's name)
 ALTERNATIVES = {
-    "attention": ("FUSED_ATTENTION", "cuda-bf16-sdpa"),
-    "epilogues": ("FUSED_EPILOGUES", "cuda-bf16-cublas"),
-    "stem": ("FUSED_STEM", "cuda-bf16-no-stem"),
+    "attention": ("speechrt.runtime.graphs.parakeet", "FUSED_ATTENTION", "cuda-bf16-sdpa"),
+    "epilogues": ("speechrt.runtime.graphs.parakeet", "FUSED_EPILOGUES", "cuda-bf16-cublas"),
+    "stem": ("speechrt.runtime.graphs.parakeet", "FUSED_STEM", "cuda-bf16-no-stem"),
+    "positions": ("speechrt.runtime.relpos_attention", "POSITIONS", "cuda-bf16-bd-gemm"),
 }
+
+
+@contextlib.contextmanager
+def switched_off(what: str) -> Iterator[None]:
+    """ALTERNATIVES[what]'s flag False while the runner is built and its graph captured."""
+    module, flag, _ = ALTERNATIVES[what]
+    mod = importlib.import_module(module)
+    setattr(mod, flag, False)
+    try:
+        yield
+    finally:
+        setattr(mod, flag, True)
 
 
 def profile(what: str, variants: dict) -> None:
@@ -282,8 +296,8 @@ def bench_batch(
     }
     for v, other in others.items():
         variants[v] = lambda o=other: decode(d, runner.run(feeds), o)
-    for v, alt in alts.items():
-        variants[v] = lambda a=alt: decode(d, a.run(feeds), loop)
+    for what, alt in alts.items():
+        variants[ALTERNATIVES[what][2]] = lambda a=alt: decode(d, a.run(feeds), loop)
     if hf is not None:
         x = feats.transpose(1, 2).to(torch.bfloat16).contiguous()
         n = torch.full((B,), encoder_frames(d, FRAMES - 1), device="cuda")
@@ -296,8 +310,9 @@ def bench_batch(
         t0 = time.perf_counter()
         runner.run(feeds)  # compile + capture outside the timing
         t_compile = time.perf_counter() - t0
-        for alt in alts.values():
-            alt.run(feeds)
+        for what, alt in alts.items():  # flags read as the CUDA graph is captured
+            with switched_off(what):
+                alt.run(feeds)
         from torch._dynamo.utils import counters
 
         print("dynamo", dict(counters["stats"]), flush=True)
@@ -350,7 +365,7 @@ def main() -> int:
     p.add_argument(
         "--compare", default="",
         help="also time the cuda runner without its fused attention or epilogues: "
-        "attention,epilogues,stem,step,blocks",
+        "attention,epilogues,positions,stem,step,blocks",
     )  # fmt: skip
     args = p.parse_args()
     global PROFILE, COMPARE

@@ -207,15 +207,21 @@ def test_strided_taps_equal_the_convolutions() -> None:
 
 
 @requires_cuda
+@pytest.mark.parametrize("positions", [True, False])
 @pytest.mark.parametrize("att_context", [None, 20])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_attention_equals_the_reference(att_context: int | None, dtype: torch.dtype) -> None:
-    """The cuda runner's rel-pos attention kernel against the reference (shifted scores, SDPA)
-    on the valid frames of a padded batch, over several key blocks: float32 within 1e-4 of the
-    output's scale, bf16 within 2e-2."""
+def test_fused_attention_equals_the_reference(
+    att_context: int | None, dtype: torch.dtype, positions: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cuda runner's rel-pos attention kernel, its position term computed in it or by a
+    GEMM before it, against the reference (shifted scores, SDPA) on the valid frames of a
+    padded batch, over several key blocks: float32 within 1e-4 of the output's scale, bf16
+    within 2e-2."""
     from speechrt.models.parakeet import RelPositionAttention, relative_positions, valid_mask
-    from speechrt.runtime.relpos_attention import relpos_attention
+    from speechrt.runtime import relpos_attention as rp
 
+    monkeypatch.setattr(rp, "POSITIONS", positions)
+    relpos_attention = rp.relpos_attention
     torch.manual_seed(0)
     d = preset("parakeet_ctc", "tiny", d_model=256, n_heads=4, att_context=att_context)
     att = RelPositionAttention(d).cuda().to(dtype).eval()

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
 from runtime_models import exported
 from speechrt.audio.features import FeatureConfig
@@ -48,5 +47,10 @@ def repo(dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Pat
     return out
 
 
-def config(path: Path) -> model_config_pb2.ModelConfig:
+def config(path: Path) -> Any:
+    """config.pbtxt as Triton's ModelConfig message (tritonclient imported here: the plugin
+    loads on machines without it, such as the GPU image)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
     return text_format.Parse((path / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
