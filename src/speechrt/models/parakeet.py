@@ -169,8 +169,8 @@ class RelPositionAttention(nn.Module):
         self.pos_bias_u = nn.Parameter(torch.zeros(H, self.d_k))
         self.pos_bias_v = nn.Parameter(torch.zeros(H, self.d_k))
         self.context = -1 if d.att_context is None else d.att_context
-        # the cuda runner's fused attention (speechrt.runtime.relpos_attention): (q, k, v, p,
-        # keys, pos_bias_u, pos_bias_v, scale, context) -> (B, T, H, d_k); None: the reference
+        # the cuda runner's fused attention (speechrt.runtime.relpos_attention): (q, k, v, bd,
+        # keys, pos_bias_u, scale, context) -> (B, T, H, d_k); None: the reference below.
         # Set by use_kernel, with the path's one q, k, v GEMM
         self.kernel: Callable[..., Tensor] | None = None
 
@@ -190,16 +190,21 @@ class RelPositionAttention(nn.Module):
         see a key, pad: (B, 1, T) True on padded frames -> (B, T, D)"""
         B, T, D = x.shape
         scale = 1.0 / math.sqrt(self.d_k)
-        if self.kernel is not None:  # position term, shift, scale, mask and attention in one
+        if self.kernel is not None:  # shift, scale, mask and attention in one kernel
             # q, k, v as one GEMM over the cuda runner's concatenated weight (qkv_weight,
             # qkv_bias: linear_q's, linear_k's, linear_v's rows): (B, T, 3, H, d_k) views
             qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, 3, self.h, self.d_k)
             q, k, v = qkv.unbind(2)
-            p = self.linear_pos(pe.to(x.dtype)).view(-1, self.h, self.d_k).permute(1, 2, 0)
+            # the position term as one GEMM per head over all frames of the batch (a matmul
+            # broadcasting p over the batch copies it per item), its 2T - 1 positions padded
+            # to a multiple of 64 (cuBLAS's fast kernels want aligned rows): (H, B * T, P)
+            P = pe.shape[0]
+            pe = F.pad(pe, (0, 0, 0, -P % 64)).to(x.dtype)
+            p = self.linear_pos(pe).view(-1, self.h, self.d_k).permute(1, 2, 0)  # (H, d_k, P')
+            q_v = (q + self.pos_bias_v).permute(2, 0, 1, 3).reshape(self.h, B * T, self.d_k)
+            bd = torch.bmm(q_v, p).view(self.h, B, T, -1).transpose(0, 1)[..., :P]
             keys = (~pad[:, 0]).to(torch.int8)  # (B, T) 1 on valid frames
-            out = self.kernel(
-                q, k, v, p, keys, self.pos_bias_u, self.pos_bias_v, scale, self.context
-            )  # (B, T, H, d_k)
+            out = self.kernel(q, k, v, bd, keys, self.pos_bias_u, scale, self.context)
             return self.linear_out(out.reshape(B, T, D))
         q = self.linear_q(x).view(B, T, self.h, self.d_k)
         k = self.linear_k(x).view(B, T, self.h, self.d_k)

@@ -3,18 +3,14 @@
     out[b, i, h] = sum_j softmax_j(s[i, j]) v[b, j, h]
     s[i, j] = ((q[b, i, h] + pos_bias_u[h]) . k[b, j, h] + bd[b, h, i, T - 1 - i + j]) * scale
               where key j is valid (MASKED otherwise; outside the band |i - j| <= context too)
-    bd[b, h, i, r] = (q[b, i, h] + pos_bias_v[h]) . p[h, :, r]
 
-p (H, d_k, 2T - 1) is linear_pos(pe) against relative positions T-1 ... -(T-1), and bd the
-position term before Transformer-XL's shift (models.parakeet.rel_shift). The kernel computes a
-(query, key) tile's shifted position term itself (POSITIONS): the positions a tile meets are one
-band of BLOCK_M + BLOCK_N - 1, so one (BLOCK_M, d_k) x (d_k, band) product gives every score it
-needs, and a gather along the band applies the shift (row a takes column c - a + BLOCK_M - 1).
-bd is never stored: at parakeet-0.6b, batch 128 x 10 s it is 65 MB a layer written by a cuBLAS
-batched GEMM and read back. With POSITIONS off the GEMM runs outside (launch) and the kernel
-reads the shift as a strided tile: in rows of stride S, bd[b, h, i, T - 1 - i + j] lies at
-i * (S - 1) + (T - 1) + j. The reference path materialises the shifted (B, H, T, T) scores,
-scales and masks them in separate passes and hands them to attention as a float mask.
+bd (B, H, T, 2T - 1) is the position term (q + pos_bias_v) . linear_pos(pe) against relative
+positions T-1 ... -(T-1), one cuBLAS batched GEMM outside. Transformer-XL's shift of it
+(models.parakeet.rel_shift) is a strided read here: in rows of stride S, bd[b, h, i, T - 1 - i + j]
+lies at i * (S - 1) + (T - 1) + j, so the kernel loads a (query, key) tile of shifted scores as
+any 2-D tile, with row stride S - 1. The reference path materialises the shifted
+(B, H, T, T) scores, scales and masks them in separate passes and hands them to attention as a
+float mask: at batch 128 x 10 s that is several full passes over 32 M scores per layer.
 
 The kernel is flash attention's loop (online softmax over key blocks, fp32 accumulators) for one
 (query block, batch item, head). Padded keys get NeMo's MASKED score, which softmax turns into an
@@ -26,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 try:
@@ -36,7 +31,6 @@ except ImportError:  # the CPU install has no Triton; the cuda runner needs it
     triton = None
 relpos_attention: Any = None  # the custom op speechrt::relpos_attention, where Triton is
 MASKED = -10000.0  # NeMo's INF_VAL (models.parakeet.MASKED)
-POSITIONS = True  # the position term in the kernel (False: a cuBLAS GEMM, then strided reads)
 
 
 def supported(d_k: int) -> bool:
@@ -49,27 +43,22 @@ if triton is not None:
 
     @triton.jit
     def _relpos_kernel(
-        q, k, v, bd, p_pos, keys, bias_u, bias_v, out,
-        T, P, scale,
-        sqb, sqt, skb, skt, svb, svt, sbb, sbh, sbt, sph, spd, spr, skeysb, sob, sot,
+        q, k, v, bd, keys, bias_u, out,
+        T, scale,
+        sqb, sqt, skb, skt, svb, svt, sbb, sbh, sbt, skeysb, sob, sot,
         H: tl.constexpr, DK: tl.constexpr, CONTEXT: tl.constexpr, IEEE: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POSITIONS: tl.constexpr, BAND: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(1) // H
         h = tl.program_id(1) % H
         i0 = tl.program_id(0) * BLOCK_M
         i = i0 + tl.arange(0, BLOCK_M)  # (M,) query frames
         d = tl.arange(0, DK)
-        q_raw = tl.load(q + b * sqb + i[:, None] * sqt + h * DK + d[None, :],
-                        mask=(i < T)[:, None], other=0.0).to(tl.float32)  # fmt: skip
-        qi = (q_raw + tl.load(bias_u + h * DK + d)[None, :].to(tl.float32)).to(
+        qi = tl.load(q + b * sqb + i[:, None] * sqt + h * DK + d[None, :], mask=(i < T)[:, None],
+                     other=0.0)  # fmt: skip
+        qi = (qi.to(tl.float32) + tl.load(bias_u + h * DK + d)[None, :].to(tl.float32)).to(
             q.dtype.element_ty
         )  # (M, DK): q + pos_bias_u
-        qv = (q_raw + tl.load(bias_v + h * DK + d)[None, :].to(tl.float32)).to(
-            q.dtype.element_ty
-        )  # (M, DK): q + pos_bias_v
-        # the band's column of each (query, key) pair: c - a + BLOCK_M - 1
-        band = tl.arange(0, BLOCK_N)[None, :] - tl.arange(0, BLOCK_M)[:, None] + BLOCK_M - 1
         m_i = tl.full((BLOCK_M,), -1.0e30, dtype=tl.float32)  # running max
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)  # running sum of exp
         acc = tl.zeros((BLOCK_M, DK), dtype=tl.float32)
@@ -86,21 +75,10 @@ if triton is not None:
                 s = tl.dot(qi, tl.trans(kj), input_precision="ieee")  # (M, N) fp32
             else:
                 s = tl.dot(qi, tl.trans(kj))
-            if POSITIONS:  # relative positions r = T - 1 - i + j of this tile: one band
-                r = T - 1 - i0 + j0 - (BLOCK_M - 1) + tl.arange(0, BAND)  # (BAND,)
-                pt = tl.load(p_pos + h * sph + d[:, None] * spd + r[None, :] * spr,
-                             mask=((r >= 0) & (r < P))[None, :], other=0.0)  # fmt: skip
-                if IEEE:  # noqa: SIM108  (M, BAND) fp32
-                    g = tl.dot(qv, pt, input_precision="ieee")
-                else:
-                    g = tl.dot(qv, pt)
-                pos = tl.gather(g, band, 1)  # (M, N): [a, c] = g[a, c - a + BLOCK_M - 1]
-            else:
-                tile = (i < T)[:, None] & inside[None, :]
-                shifted = bd + b * sbb + h * sbh + i[:, None] * (sbt - 1) + (T - 1) + j[None, :]
-                pos = tl.load(shifted, mask=tile, other=0.0).to(tl.float32)
+            tile = (i < T)[:, None] & inside[None, :]
+            shifted = bd + b * sbb + h * sbh + i[:, None] * (sbt - 1) + (T - 1) + j[None, :]
             # scores in log2 units (exp2 below): * scale * log2(e)
-            s = (s + pos) * scale
+            s = (s + tl.load(shifted, mask=tile, other=0.0).to(tl.float32)) * scale
             see = tl.load(keys + b * skeysb + j, mask=inside, other=0) != 0  # (N,) valid keys
             see = see[None, :] & (i >= 0)[:, None]
             if CONTEXT >= 0:
@@ -127,14 +105,14 @@ if triton is not None:
     # between its fused pointwise kernels and the CUDA graph captures it with them.
     @torch.library.custom_op("speechrt::relpos_attention", mutates_args=())
     def relpos_attention(
-        q: Tensor, k: Tensor, v: Tensor, p: Tensor, keys: Tensor, pos_bias_u: Tensor,
-        pos_bias_v: Tensor, scale: float, context: int,
+        q: Tensor, k: Tensor, v: Tensor, bd: Tensor, keys: Tensor, pos_bias_u: Tensor,
+        scale: float, context: int,
     ) -> Tensor:  # fmt: skip
         """q, k, v (B, T, H, d_k) (any batch and frame strides, heads of d_k contiguous),
-        p (H, d_k, 2T - 1) (any strides), keys (B, T) int8 (1 on valid frames), pos_bias_u and
-        pos_bias_v (H, d_k); context: the band's half width, -1 for full attention
-        -> (B, T, H, d_k) contiguous."""
-        return launch(q, k, v, p, keys, pos_bias_u, pos_bias_v, scale, context)
+        bd (B, H, T, 2T - 1) contiguous, keys (B, T) int8 (1 on valid frames), pos_bias_u
+        (H, d_k); context: the band's half width, -1 for full attention -> (B, T, H, d_k)
+        contiguous."""
+        return launch(q, k, v, bd, keys, pos_bias_u, scale, context)
 
     @relpos_attention.register_fake
     def _(q: Tensor, *rest: Any) -> Tensor:
@@ -146,36 +124,27 @@ Tiles = tuple[int, int, int, int]
 
 
 def launch(
-    q: Tensor, k: Tensor, v: Tensor, p: Tensor, keys: Tensor, pos_bias_u: Tensor,
-    pos_bias_v: Tensor, scale: float, context: int, tiles: Tiles | None = None,
-    positions: bool | None = None,
+    q: Tensor, k: Tensor, v: Tensor, bd: Tensor, keys: Tensor, pos_bias_u: Tensor,
+    scale: float, context: int, tiles: Tiles | None = None,
 ) -> Tensor:  # fmt: skip
-    """relpos_attention's work with `tiles` (default: tile_sizes), the position term in the
-    kernel or not (default: POSITIONS)."""
+    """relpos_attention's work with `tiles` (default: tile_sizes). bd may have any strides but
+    the last (e.g. a (H, B, T, P >= 2T - 1) GEMM output, transposed and cropped)."""
     B, T, H, DK = q.shape
     # (B, T, H, d_k) views of (B, T, D) rows, as the kernel indexes them
     q, k, v = (x if x.stride(3) == 1 and x.stride(2) == DK else x.contiguous() for x in (q, k, v))
     keys = keys.contiguous()
-    P = p.shape[2]
-    positions = POSITIONS if positions is None else positions
-    bd = q  # unread with positions in the kernel
-    if not positions:  # one GEMM per head over all frames, positions padded to a multiple of
-        # 64 (cuBLAS's fast kernels want aligned rows): (H, B * T, P') -> (B, H, T, P') view
-        p_pad = F.pad(p, (0, -P % 64))
-        q_v = (q + pos_bias_v).permute(2, 0, 1, 3).reshape(H, B * T, DK)
-        bd = torch.bmm(q_v, p_pad).view(H, B, T, -1).transpose(0, 1)
+    if bd.stride(3) != 1:
+        bd = bd.contiguous()
     out = q.new_empty((B, T, H, DK))
     bm, bn, warps, stages = tiles or tile_sizes(T, DK)
     grid = (triton.cdiv(T, bm), B * H)
     _relpos_kernel[grid](
-        q, k, v, bd, p, keys, pos_bias_u, pos_bias_v, out,
-        T, P, scale * 1.4426950408889634,
+        q, k, v, bd, keys, pos_bias_u, out,
+        T, scale * 1.4426950408889634,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        bd.stride(0), bd.stride(1), bd.stride(2), p.stride(0), p.stride(1), p.stride(2),
-        keys.stride(0), out.stride(0), out.stride(1),
+        bd.stride(0), bd.stride(1), bd.stride(2), keys.stride(0), out.stride(0), out.stride(1),
         H=H, DK=DK, CONTEXT=context, IEEE=q.dtype == torch.float32, BLOCK_M=bm, BLOCK_N=bn,
-        POSITIONS=positions, BAND=triton.next_power_of_2(bm + bn - 1), num_warps=warps,
-        num_stages=stages,
+        num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out
 

@@ -32,7 +32,7 @@ subsampling_stem: Any = None  # the custom op speechrt::subsampling_stem, where 
 # (positions, channels, warps, stages) of a program: the fastest of a sweep on an H200 at
 # parakeet-0.6b dims (scripts/sweep_parakeet_parts.py --parts stem)
 Tiles = tuple[int, int, int, int]
-TILES: Tiles = (64, 64, 4, 1)
+TILES: Tiles = (32, 32, 1, 1)
 
 
 def supported(x: Tensor) -> bool:
