@@ -12,8 +12,6 @@ the same process as its anchor:
     cuda-bf16-sdpa   (--compare attention) the reference's attention: shifted scores + SDPA
     cuda-bf16-cublas (--compare epilogues) without speechrt's GEMM epilogues (the SiLU and
                      GLU after cuBLAS) and depthwise kernel: Inductor's kernels instead
-    cuda-bf16-unfolded (--compare residuals) the residual adds in the layer norms' kernels, not
-                     in the blocks' last GEMMs
     cuda-bf16-no-stem (--compare stem) the subsampling's first two convs as compiled shifted
                      slices, not speechrt's stem kernel
     cuda-bf16[-scan]-torch-step (--compare step) TDT: the greedy step as compiled torch ops,
@@ -232,7 +230,6 @@ ALTERNATIVES = {
     "attention": ("speechrt.runtime.graphs.parakeet", "FUSED_ATTENTION", "cuda-bf16-sdpa"),
     "epilogues": ("speechrt.runtime.graphs.parakeet", "FUSED_EPILOGUES", "cuda-bf16-cublas"),
     "stem": ("speechrt.runtime.graphs.parakeet", "FUSED_STEM", "cuda-bf16-no-stem"),
-    "residuals": ("speechrt.runtime.graphs.parakeet", "FOLD_RESIDUALS", "cuda-bf16-unfolded"),
 }
 
 
@@ -365,7 +362,7 @@ def main() -> int:
     p.add_argument(
         "--compare", default="",
         help="also time the cuda runner without its fused attention or epilogues: "
-        "attention,epilogues,residuals,stem,step,blocks",
+        "attention,epilogues,stem,step,blocks",
     )  # fmt: skip
     args = p.parse_args()
     global PROFILE, COMPARE

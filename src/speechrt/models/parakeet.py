@@ -188,10 +188,6 @@ class RelPositionAttention(nn.Module):
     def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
         """x: (B, T, D), pe: (2T - 1, D), bias_mask: (B, 1, T, T) True where a query may not
         see a key, pad: (B, 1, T) True on padded frames -> (B, T, D)"""
-        return self.linear_out(self.heads(x, pe, bias_mask, pad))
-
-    def heads(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
-        """forward before linear_out: the heads' outputs side by side, (B, T, D)"""
         B, T, D = x.shape
         scale = 1.0 / math.sqrt(self.d_k)
         if self.kernel is not None:  # shift, scale, mask and attention in one kernel
@@ -209,7 +205,7 @@ class RelPositionAttention(nn.Module):
             bd = torch.bmm(q_v, p).view(self.h, B, T, -1).transpose(0, 1)[..., :P]
             keys = (~pad[:, 0]).to(torch.int8)  # (B, T) 1 on valid frames
             out = self.kernel(q, k, v, bd, keys, self.pos_bias_u, scale, self.context)
-            return out.reshape(B, T, D)
+            return self.linear_out(out.reshape(B, T, D))
         q = self.linear_q(x).view(B, T, self.h, self.d_k)
         k = self.linear_k(x).view(B, T, self.h, self.d_k)
         v = self.linear_v(x).view(B, T, self.h, self.d_k)
@@ -221,7 +217,7 @@ class RelPositionAttention(nn.Module):
         bias = (rel_shift(bd) * scale).masked_fill(bias_mask, MASKED)  # (B, H, T, T)
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         out = F.scaled_dot_product_attention(q_u, k, v, attn_mask=bias, scale=scale)
-        return out.transpose(1, 2).reshape(B, T, D)
+        return self.linear_out(out.transpose(1, 2).reshape(B, T, D))
 
 
 class FeedForward(nn.Module):
@@ -235,13 +231,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, D) -> (B, T, D)"""
-        return self.linear2(self.hidden(x))
-
-    def hidden(self, x: Tensor) -> Tensor:
-        """silu(linear1(x)): (B, T, D) -> (B, T, D * ff_expansion)"""
         if self.kernel is not None:
-            return self.kernel(x, self.linear1.weight, self.linear1.bias, "silu")
-        return F.silu(self.linear1(x))
+            return self.linear2(self.kernel(x, self.linear1.weight, self.linear1.bias, "silu"))
+        return self.linear2(F.silu(self.linear1(x)))
 
 
 class ConvModule(nn.Module):
@@ -272,12 +264,7 @@ class ConvModule(nn.Module):
     def forward_taps(self, x: Tensor, pad: Tensor) -> Tensor:
         """forward in the (B, T, D) layout: the pointwise convs as GEMMs, the depthwise conv
         as its shifted copies (depthwise_taps), no transposes (the cuda runner's form)."""
-        pw2 = self.pointwise_conv2
-        return F.linear(self.inner(x, pad), pw2.weight[:, :, 0], pw2.bias)
-
-    def inner(self, x: Tensor, pad: Tensor) -> Tensor:
-        """forward_taps before pointwise_conv2: (B, T, D) -> (B, T, D)"""
-        pw1 = self.pointwise_conv1
+        pw1, pw2 = self.pointwise_conv1, self.pointwise_conv2
         if self.kernel is not None:
             x = self.kernel(x, self.glu_weight, self.glu_bias, "glu")
         else:
@@ -285,9 +272,11 @@ class ConvModule(nn.Module):
         dw = self.depthwise_conv
         if self.depthwise_kernel is not None:
             keys = (~pad[:, 0]).to(torch.int8)  # (B, T) 1 on valid frames
-            return self.depthwise_kernel(x, keys, dw.weight[:, 0], dw.bias)
-        x = x.masked_fill(pad.transpose(1, 2), 0.0)  # (B, T, D)
-        return F.silu(depthwise_taps(x, dw, time_dim=1))
+            x = self.depthwise_kernel(x, keys, dw.weight[:, 0], dw.bias)
+        else:
+            x = x.masked_fill(pad.transpose(1, 2), 0.0)  # (B, T, D)
+            x = F.silu(depthwise_taps(x, dw, time_dim=1))
+        return F.linear(x, pw2.weight[:, :, 0], pw2.bias)
 
 
 class ConformerLayer(nn.Module):
@@ -299,45 +288,13 @@ class ConformerLayer(nn.Module):
         self.norm_conv, self.conv = nn.LayerNorm(D), ConvModule(d)
         self.norm_feed_forward2, self.feed_forward2 = nn.LayerNorm(D), FeedForward(d)
         self.norm_out = nn.LayerNorm(D)
-        self.fold = False  # the cuda runner's forward_folded
 
     def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
-        """x (B, T, D), pe (2T - 1, D), bias_mask (B, 1, T, T), pad (B, 1, T) -> (B, T, D)"""
-        if self.fold:
-            return self.forward_folded(x, pe, bias_mask, pad)
         x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
         x = x + self.self_attn(self.norm_self_att(x), pe, bias_mask, pad)
         x = x + self.conv(self.norm_conv(x), pad)
         x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
         return self.norm_out(x)
-
-    def forward_folded(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
-        """forward with each block's last linear adding into the residual in place (add_linear_,
-        cuBLAS's C += a @ w.T) and those linears' biases carried as one (D,) vector that each
-        following layer norm adds. The plain form writes a block's output, then reads it and
-        the residual and writes the sum; here the GEMM reads and writes the residual once."""
-        ff1, att, conv, ff2 = self.feed_forward1, self.self_attn, self.conv, self.feed_forward2
-        assert conv.taps  # the (B, T, D) layout
-        pw2, pw2_bias = conv.pointwise_conv2.weight[:, :, 0], conv.pointwise_conv2.bias
-        assert pw2_bias is not None
-        r = x.clone()  # the residual, without `carry`; updated in place
-        add_linear_(r, ff1.hidden(self.norm_feed_forward1(x)), ff1.linear2.weight, 0.5)
-        carry = 0.5 * ff1.linear2.bias
-        add_linear_(r, att.heads(self.norm_self_att(r + carry), pe, bias_mask, pad),
-                    att.linear_out.weight, 1.0)  # fmt: skip
-        carry = carry + att.linear_out.bias
-        add_linear_(r, conv.inner(self.norm_conv(r + carry), pad), pw2, 1.0)
-        carry = carry + pw2_bias
-        add_linear_(r, ff2.hidden(self.norm_feed_forward2(r + carry)), ff2.linear2.weight, 0.5)
-        return self.norm_out(r + carry + 0.5 * ff2.linear2.bias)
-
-
-@torch.library.custom_op("speechrt::add_linear_", mutates_args=("r",))
-def add_linear_(r: Tensor, a: Tensor, w: Tensor, alpha: float) -> None:
-    """r += alpha * a @ w.T in place as one GEMM (cuBLAS reads r as its C): r (..., N)
-    contiguous, a (..., K), w (N, K). An op of its own so that torch.compile keeps the add in
-    the GEMM (it would otherwise write the product and add it in a separate pass)."""
-    r.view(-1, r.shape[-1]).addmm_(a.reshape(-1, a.shape[-1]), w.t(), alpha=alpha)
 
 
 def run_subsampling(sub: Subsampling, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:

@@ -33,10 +33,6 @@ FUSED_EPILOGUES = True
 # the subsampling's first conv, ReLU, mask and depthwise conv as one kernel
 # (speechrt.runtime.subsampling_stem); False: compiled shifted slices (strided_taps)
 FUSED_STEM = True
-# each conformer block's last linear adding into the residual in place, the blocks' biases
-# carried into the next layer norm (models.parakeet.ConformerLayer.forward_folded); False: the
-# residual adds fused into the layer norms' kernels
-FOLD_RESIDUALS = True
 
 
 class EncoderGraph(nn.Module):
@@ -75,7 +71,6 @@ class EncoderGraph(nn.Module):
         for layer in encoder.layers:
             assert isinstance(layer, ConformerLayer)
             layer.conv.taps = True
-            layer.fold = FOLD_RESIDUALS
             if FUSED_ATTENTION and fused.supported(layer.self_attn.d_k):
                 layer.self_attn.use_kernel(fused.relpos_attention)
             weight = layer.conv.pointwise_conv1.weight
