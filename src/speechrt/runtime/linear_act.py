@@ -72,8 +72,8 @@ def interleave_glu(w: Tensor) -> Tensor:
 # the epilogue's sigmoid as 0.5 + 0.5 tanh(x / 2) with the GPU's tanh.approx: one special-
 # function op a value where exp and a division take two. The epilogue does not overlap the next
 # tile's matmuls, so those ops are time the tensor cores wait: on an H200 at 16,000 x 1,024 ->
-# 4,096, 0.218 against 0.234 ms, the same largest error against fp32 (bf16's rounding);
-# GLU (-> 2,048) 0.102 against 0.105 (scripts/sweep_parakeet_parts.py --parts epilogue)
+# 4,096, 0.218 against 0.237 ms, the same largest error against fp32 (bf16's rounding;
+# scripts/sweep_parakeet_parts.py --parts epilogue)
 TANH = True
 
 if triton is not None:
