@@ -50,7 +50,7 @@ if triton is not None:
         x, keys, w, bias, out, T, C, sxb, sxt, skb, sob, sot, BC: tl.constexpr, TT: tl.constexpr,
     ):  # fmt: skip
         c = tl.program_id(0) * BC + tl.arange(0, BC)  # (BC,) channels
-        b = tl.program_id(1)
+        b = tl.program_id(1).to(tl.int64)  # item offsets may pass 2**31 elements
         t0 = tl.program_id(2) * TT  # frames [t0, t0 + TT)
         cin = c < C
         wc = w + c * 9

@@ -49,8 +49,10 @@ if triton is not None:
         H: tl.constexpr, DK: tl.constexpr, CONTEXT: tl.constexpr, IEEE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     ):  # fmt: skip
-        b = tl.program_id(1) // H
-        h = tl.program_id(1) % H
+        # 64-bit item and head offsets: bd's head stride times the head passes 2**31 elements
+        # at batch 64 x 2 minutes (a converted model's window)
+        b = (tl.program_id(1) // H).to(tl.int64)
+        h = (tl.program_id(1) % H).to(tl.int64)
         i0 = tl.program_id(0) * BLOCK_M
         i = i0 + tl.arange(0, BLOCK_M)  # (M,) query frames
         d = tl.arange(0, DK)
