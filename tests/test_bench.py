@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import numpy as np
 import pytest
@@ -119,6 +120,7 @@ def test_bench_load_against_a_server(speech_server, tmp_path):
         assert r["errors"] == 0 and r["requests"] >= 1 and r["throughput_rps"] > 0
         assert r["latency_s"]["p99"] >= r["latency_s"]["p50"] > 0
         assert r["server_compute_ms_per_item"] > 0 and r["mean_batch_size"] >= 1
+        assert "gpu_busy_pct" in r  # None without nvidia-smi
     assert (tmp_path / "tts-load.png").stat().st_size > 1000
 
 
@@ -132,6 +134,44 @@ def test_bench_load_clients_in_processes(speech_server, tmp_path):
     assert row["client_processes"] == 2 and row["errors"] == 0 and row["requests"] >= 3
     assert 1.5 <= row["wall_s"] < 60 and row["throughput_rps"] > 0
     assert row["mean_batch_size"] >= 1
+
+
+def test_gpu_busy_means_per_gpu() -> None:
+    """nvidia-smi's 'index, utilization' lines averaged per GPU; samples it could not read
+    ('[N/A]') are left out; no lines, no figure."""
+    from speechrt.bench.load import gpu_busy_means
+
+    text = "0, 50\n1, 10\n0, 70\n1, [N/A]\n\n"
+    assert gpu_busy_means(text) == {0: 60.0, 1: 10.0}
+    assert gpu_busy_means("") is None
+
+
+def test_gpu_busy_samples_nvidia_smi_while_the_level_runs(tmp_path, monkeypatch) -> None:
+    """GpuBusy runs nvidia-smi's sampling loop for the block and stops it after; a machine
+    without it gets None. The stand-in ignores the stop signal, prints its samples and exits;
+    the block ends only once it has printed them (its 'ready' file), so the test reads the same
+    whatever the timing."""
+    import time
+
+    from speechrt.bench.load import GpuBusy
+
+    fake, ready = tmp_path / "nvidia-smi", tmp_path / "ready"
+    fake.write_text(
+        '#!/bin/sh\ntrap \'\' TERM\necho "$@" > "$0.args"\n'
+        f"printf '0, 20\\n0, 40\\n'\ntouch {ready}\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with GpuBusy(period_ms=50) as busy:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # waiting for the stand-in to have printed, not for ordering
+    assert busy.means == {0: 30.0}
+    args = (tmp_path / "nvidia-smi.args").read_text()
+    assert "--query-gpu=index,utilization.gpu" in args and "--loop-ms=50" in args
+    with GpuBusy(command="no-such-nvidia-smi") as busy:
+        pass
+    assert busy.means is None
 
 
 def test_client_processes_per_level() -> None:

@@ -6,7 +6,8 @@ so that the load generator is not what limits a level: one asyncio httpx client 
 request the more it runs at once (encode/httpx#3215). Open loop (--rates 5,10,...): requests
 arrive as a Poisson process at R per second, whatever the server does. Per level: throughput,
 latency percentiles, and the server's own queue and compute time per request and mean batch
-size, read from /metrics before and after.
+size, read from /metrics before and after; and on a machine with nvidia-smi, how busy each GPU
+was over the level (GpuBusy).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import math
 import multiprocessing
 import os
 import re
+import shutil
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -145,15 +148,62 @@ def spread_closed_loop(
     return run
 
 
+class GpuBusy:
+    """nvidia-smi's utilization.gpu (the share of each sample period in which a kernel ran on
+    the GPU) sampled every `period_ms` while the block runs: mean percent per GPU index, or
+    None where nvidia-smi is missing. The load generator runs on the server's machine, as
+    scripts/bench_gpu.sh does."""
+
+    def __init__(self, period_ms: int = 100, command: str = "nvidia-smi") -> None:
+        self.period_ms, self.command = period_ms, command
+        self.proc: subprocess.Popen[str] | None = None
+        self.means: dict[int, float] | None = None
+
+    def __enter__(self) -> GpuBusy:
+        exe = shutil.which(self.command)
+        if exe is not None:
+            query = ["--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits"]
+            self.proc = subprocess.Popen(  # noqa: S603 (a fixed argument list)
+                [exe, *query, f"--loop-ms={self.period_ms}"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        self.means = gpu_busy_means(out)
+
+
+def gpu_busy_means(text: str) -> dict[int, float] | None:
+    """nvidia-smi's 'index, utilization' lines -> mean percent per GPU index (None: no lines)."""
+    samples: dict[int, list[float]] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            try:
+                samples.setdefault(int(parts[0]), []).append(float(parts[1]))
+            except ValueError:  # "[N/A]" and the like
+                continue
+    return {i: sum(v) / len(v) for i, v in samples.items()} or None
+
+
 async def _level(
     url: str, model: str, run: Callable[[httpx.AsyncClient], Awaitable[tuple[list, list, float]]]
 ) -> dict:
-    """One level: `run`'s latencies, errors and wall time, and the server's metrics before and
-    after it."""
+    """One level: `run`'s latencies, errors and wall time, the server's metrics before and
+    after it, and how busy the GPUs were while it ran."""
     limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
     async with httpx.AsyncClient(base_url=url, timeout=300.0, limits=limits) as client:
         before = parse_metrics((await client.get("/metrics")).text, model)
-        lat, errors, wall = await run(client)
+        with GpuBusy() as busy:
+            lat, errors, wall = await run(client)
         after = parse_metrics((await client.get("/metrics")).text, model)
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     items = d.get("nv_inference_count", 0.0)
@@ -174,6 +224,7 @@ async def _level(
         if items
         else None,
         "mean_batch_size": items / execs if execs else None,
+        "gpu_busy_pct": busy.means,
     }
 
 

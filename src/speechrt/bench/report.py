@@ -106,7 +106,7 @@ def print_load_table(rows: list[dict], title: str, console: Console | None = Non
     console = console or Console()
     table = Table(title=title)
     cols = ["target", "mode", "level", "req", "err", "req/s", "p50 ms", "p90", "p95", "p99"]
-    for c in cols + ["queue ms", "compute ms", "batch"]:
+    for c in cols + ["queue ms", "compute ms", "batch", "GPU busy %"]:
         table.add_column(c, justify="right")
 
     def ms(r: dict, p: str) -> str:
@@ -127,5 +127,6 @@ def print_load_table(rows: list[dict], title: str, console: Console | None = Non
             opt(r["server_queue_ms_per_item"], ".1f"),
             opt(r["server_compute_ms_per_item"], ".1f"),
             opt(r["mean_batch_size"], ".2f"),
+            " ".join(f"{v:.0f}" for v in (r.get("gpu_busy_pct") or {}).values()) or "-",
         )
     console.print(table)
