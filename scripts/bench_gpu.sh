@@ -63,7 +63,7 @@ for part in $parts; do
       echo "server $1 ready after $(( $(date +%s) - t0 )) s" | tee -a "$out/serve-ready.txt"
     done
     $sr bench tts --url static=http://127.0.0.1:8101 --url dynamic=http://127.0.0.1:8102 \
-      --concurrency 1,2,4,8,16,32 --seconds 8 --out-dir "$out" --name server-sweep
+      --concurrency 1,2,4,8,16,32,64 --seconds 8 --out-dir "$out" --name server-sweep
     kill "${pids[@]}"; wait || true ;;
   ttfa)  # streamed vs whole, one request at a time, dynamic batching on (max batch 8, 5 ms);
     # the script's own warm-up sends each measured size once: new shapes compile in them
