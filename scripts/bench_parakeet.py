@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -224,6 +225,7 @@ def bench_model(name: str, batches: list[int], ceil: dict[str, float]) -> list[d
 
 
 PROFILE = False
+PROFILE_DIR: Path | None = None  # where profile() writes every kernel (--out)
 COMPARE: list[str] = []
 # --compare NAME: (the module, the flag it turns off, the variant's name)
 ALTERNATIVES = {
@@ -245,8 +247,10 @@ def switched_off(what: str) -> Iterator[None]:
         setattr(mod, flag, True)
 
 
-def profile(what: str, variants: dict) -> None:
-    """The CUDA kernels of each speechrt variant over 3 calls, the 24 costliest."""
+def profile(what: str, variants: dict, seconds: dict[str, float]) -> None:
+    """The CUDA kernels of each speechrt variant over 3 calls: the 24 costliest printed, every
+    kernel written to PROFILE_DIR, and the kernels' total per call beside the call's timed
+    wall time (`seconds`), whose difference is time the GPU sat idle (launch gaps, the host)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -257,12 +261,16 @@ def profile(what: str, variants: dict) -> None:
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
-        print(f"--- {what} {v}")
-        print(
-            prof.key_averages().table(
-                sort_by="cuda_time_total", row_limit=24, max_name_column_width=60
-            )
-        )
+        events = prof.key_averages()
+        busy_ms = sum(e.self_device_time_total for e in events) / 3 / 1e3
+        wall_ms = seconds[v] * 1e3
+        print(f"--- {what} {v}: kernels {busy_ms:.2f} ms a call of {wall_ms:.2f} ms "
+              f"({busy_ms / wall_ms:.0%} busy)")  # fmt: skip
+        print(events.table(sort_by="cuda_time_total", row_limit=24, max_name_column_width=60))
+        if PROFILE_DIR is not None:
+            name = re.sub(r"[^A-Za-z0-9.-]+", "-", f"profile-{what}-{v}") + ".txt"
+            table = events.table(sort_by="cuda_time_total", row_limit=-1, max_name_column_width=90)
+            (PROFILE_DIR / name).write_text(table)
 
 
 def decode(d: ParakeetDims, out: dict, loop: object) -> object:
@@ -321,7 +329,7 @@ def bench_batch(
                 results[v] = float("nan")
                 torch.cuda.empty_cache()
         if PROFILE:
-            profile(f"{name} B={B}", variants)
+            profile(f"{name} B={B}", variants, results)
         # the fast path against eager fp32 on these inputs
         ref = EncoderGraph(speechrt_model(d, 0)).eval()
         want = dict(zip(c.output_names, ref(feats, lengths), strict=True))
@@ -358,23 +366,27 @@ def main() -> int:
     p.add_argument("--models", default="parakeet-ctc-0.6b,parakeet-tdt-0.6b-v2,parakeet-ctc-1.1b")
     p.add_argument("--batches", default="1,32,128")
     p.add_argument("--commit", help="the commit of the tree (default: git's HEAD)")
-    p.add_argument("--profile", action="store_true", help="print the costliest CUDA kernels")
+    p.add_argument(
+        "--profile", action="store_true",
+        help="print the costliest CUDA kernels and the GPU's busy share; every kernel to --out",
+    )  # fmt: skip
     p.add_argument(
         "--compare", default="",
         help="also time the cuda runner without its fused attention or epilogues: "
         "attention,epilogues,stem,step,blocks",
     )  # fmt: skip
     args = p.parse_args()
-    global PROFILE, COMPARE
+    global PROFILE, PROFILE_DIR, COMPARE
     PROFILE, COMPARE = args.profile, [w for w in args.compare.split(",") if w]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    PROFILE_DIR = out if PROFILE else None
     stamp = run_stamp(args.commit)
     ceil = ceilings()
     print(json.dumps({**stamp, **ceil}), flush=True)
     rows = []
     for name in args.models.split(","):
         rows += bench_model(name, [int(b) for b in args.batches.split(",")], ceil)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "parakeet.json").write_text(
         json.dumps({**stamp, "ceilings": ceil, "rows": rows}, indent=1)
     )
