@@ -216,6 +216,7 @@ def stem(rows: list[dict], B: int, T: int) -> None:
 
 
 def stem_model(rows: list[dict], name: str, B: int, T: int) -> None:
+    from speechrt.arch.parakeet import halve
     from speechrt.runtime import subsampling_stem as st
 
     d = preset(bench_parakeet.kind_of(name), name)
@@ -229,14 +230,14 @@ def stem_model(rows: list[dict], name: str, B: int, T: int) -> None:
 
     def two_convs(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         h = x[:, None] * parakeet.valid_mask(n, x.shape[1])[:, None, :, None]
-        n = st.halve(n)
+        n = halve(n)
         h = torch.relu(parakeet.strided_taps(h, c1))
         h = h * parakeet.valid_mask(n, h.shape[2])[:, None, :, None]
         return parakeet.strided_taps(h, dw).permute(0, 2, 3, 1)
 
     ref = torch.compile(two_convs, dynamic=False, options={"realize_reads_threshold": 1})
     want = ref(x, n).float()
-    valid = parakeet.valid_mask(st.halve(st.halve(n)), want.shape[1])[..., None, None]
+    valid = parakeet.valid_mask(halve(halve(n)), want.shape[1])[..., None, None]
     scale = want.abs().max().item()
     rows.append(dict(part="stem", model=name, variant="taps compiled",
                      ms=graph_time_ms(lambda: ref(x, n))))  # fmt: skip

@@ -14,10 +14,13 @@ step), which the greedy decoder calls frame by frame on the onnx runner.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from speechrt.arch import Architecture, Graph
 from speechrt.contracts import F32, I64, B, Contract, lengths, tensor
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 Head = Literal["ctc", "rnnt", "tdt", "rnnt_ctc", "tdt_ctc"]
 HEADS: tuple[str, ...] = ("ctc", "rnnt", "tdt", "rnnt_ctc", "tdt_ctc")
@@ -126,11 +129,19 @@ class ParakeetTransducerDims(ParakeetDims):
             raise SpeechRTError("parakeet_transducer needs a transducer head (rnnt, tdt, ...)")
 
 
+Length = TypeVar("Length", int, "Tensor")
+
+
+def halve(n: Length) -> Length:
+    """A stride-2 conv's (kernel 3, padding 1) output length for input length n: an int or a
+    tensor of lengths, (n - 1) // 2 + 1 as NeMo's calc_length computes it."""
+    return (n - 1) // 2 + 1
+
+
 def encoder_frames(d: ParakeetDims, n: int) -> int:
-    """Encoder frames for n feature frames: each stride-2 conv (kernel 3, padding 1) maps
-    L -> (L - 1) // 2 + 1, as NeMo's calc_length does."""
+    """Encoder frames for n feature frames: halve() once per stride-2 conv."""
     for _ in range(d.subsampling_layers):
-        n = (n - 1) // 2 + 1
+        n = halve(n)
     return n
 
 

@@ -32,6 +32,7 @@ from speechrt.arch.parakeet import (
     ParakeetDims,
     ParakeetTransducerDims,
     encoder_frames,
+    halve,
 )
 
 MASKED = -10000.0  # NeMo's INF_VAL: the score of a key a query may not see
@@ -115,8 +116,7 @@ class Subsampling(nn.Module):
             assert isinstance(conv, nn.Conv2d) and isinstance(dw, nn.Conv2d)
             w1, wd = conv.weight.flatten(1), dw.weight.flatten(1)  # (C, 9)
             x = self.stem(x, lengths, w1, conv.bias, wd, dw.bias).permute(0, 3, 1, 2)
-            for _ in range(2):
-                lengths = torch.div(lengths - 1, 2, rounding_mode="floor") + 1
+            lengths = halve(halve(lengths))
             first = 2  # x: (B, C, T/4, F/4), channels last
         else:
             x = x[:, None]  # (B, 1, T, F)
@@ -124,7 +124,7 @@ class Subsampling(nn.Module):
             assert isinstance(conv, nn.Conv2d)
             if conv.stride[0] == 2:  # zero the frames past the length, then halve it
                 x = x * valid_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
-                lengths = torch.div(lengths - 1, 2, rounding_mode="floor") + 1
+                lengths = halve(lengths)
                 x = strided_taps(x, conv) if self.taps else conv(x)
             else:
                 x = conv(x)

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from speechrt.arch.parakeet import halve
+
 try:
     import triton
     import triton.language as tl
@@ -38,11 +40,6 @@ TILES: Tiles = (32, 32, 1, 1)
 def supported(x: Tensor) -> bool:
     """Whether the kernel serves this input (Triton and a GPU)."""
     return triton is not None and x.is_cuda
-
-
-def halve(n: Tensor | int) -> Any:
-    """A 3x3, stride-2, padding-1 conv's output length for input length n."""
-    return (n - 1) // 2 + 1
 
 
 if triton is not None:
