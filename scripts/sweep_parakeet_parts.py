@@ -79,16 +79,16 @@ def attention(rows: list[dict], B: int, T: int) -> None:
         H, dk = d.n_heads, d.d_model // d.n_heads
         q, k, v = (torch.randn(B, T, H, dk, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         bd = torch.randn(H, B, T, 2 * T - 1, device="cuda", dtype=torch.bfloat16).transpose(0, 1)
+        bias = torch.randn(H, 2 * T - 1, device="cuda", dtype=torch.bfloat16)
         keys = valid.to(torch.int8)
-        base = launch(q, k, v, bd, keys, att.pos_bias_u, dk**-0.5, -1, (64, 64, 8, 2))
+        base = launch(q, k, v, bd, bias, keys, att.pos_bias_u, dk**-0.5, -1, (64, 64, 8, 2))
         for tiles in [(64, 64, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2),
                       (64, 64, 2, 2), (128, 64, 4, 2), (128, 64, 8, 2), (128, 128, 8, 1),
                       (128, 32, 8, 3), (64, 128, 4, 1), (64, 64, 4, 3)]:  # fmt: skip
             try:
-                out = launch(q, k, v, bd, keys, att.pos_bias_u, dk**-0.5, -1, tiles)
-                ms = graph_time_ms(
-                    lambda t=tiles: launch(q, k, v, bd, keys, att.pos_bias_u, dk**-0.5, -1, t)
-                )
+                args = (q, k, v, bd, bias, keys, att.pos_bias_u, dk**-0.5, -1)
+                out = launch(*args, tiles)
+                ms = graph_time_ms(lambda t=tiles, a=args: launch(*a, t))
                 same = (out.float() - base.float()).abs().max().item()
             except Exception as e:  # a tile size the GPU cannot hold
                 ms, same = float("nan"), repr(e)[:80]

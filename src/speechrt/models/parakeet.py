@@ -170,7 +170,7 @@ class RelPositionAttention(nn.Module):
         self.pos_bias_v = nn.Parameter(torch.zeros(H, self.d_k))
         self.context = -1 if d.att_context is None else d.att_context
         # the cuda runner's fused attention (speechrt.runtime.relpos_attention): (q, k, v, bd,
-        # keys, pos_bias_u, scale, context) -> (B, T, H, d_k); None: the reference below.
+        # bias_pos, keys, pos_bias_u, scale, context) -> (B, T, H, d_k); None: the reference.
         # Set by use_kernel, with the path's one q, k, v GEMM
         self.kernel: Callable[..., Tensor] | None = None
 
@@ -201,10 +201,14 @@ class RelPositionAttention(nn.Module):
             P = pe.shape[0]
             pe = F.pad(pe, (0, 0, 0, -P % 64)).to(x.dtype)
             p = self.linear_pos(pe).view(-1, self.h, self.d_k).permute(1, 2, 0)  # (H, d_k, P')
-            q_v = (q + self.pos_bias_v).permute(2, 0, 1, 3).reshape(self.h, B * T, self.d_k)
-            bd = torch.bmm(q_v, p).view(self.h, B, T, -1).transpose(0, 1)[..., :P]
+            # (q + pos_bias_v) . p = q . p + pos_bias_v . p: q straight from qkv's rows (an
+            # (H, B * T, d_k) view with rows of stride 3D, no copy), the bias term once per
+            # head and position, (H, P'), added by the kernel
+            q_h = q.permute(2, 0, 1, 3).reshape(self.h, B * T, self.d_k)
+            bd = torch.bmm(q_h, p).view(self.h, B, T, -1).transpose(0, 1)[..., :P]
+            bias_pos = torch.bmm(self.pos_bias_v[:, None], p)[:, 0, :P]  # (H, P)
             keys = (~pad[:, 0]).to(torch.int8)  # (B, T) 1 on valid frames
-            out = self.kernel(q, k, v, bd, keys, self.pos_bias_u, scale, self.context)
+            out = self.kernel(q, k, v, bd, bias_pos, keys, self.pos_bias_u, scale, self.context)
             return self.linear_out(out.reshape(B, T, D))
         q = self.linear_q(x).view(B, T, self.h, self.d_k)
         k = self.linear_k(x).view(B, T, self.h, self.d_k)

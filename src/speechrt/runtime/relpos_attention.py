@@ -1,16 +1,20 @@
 """FastConformer's relative-position attention as one Triton kernel (the cuda runner's Parakeet).
 
     out[b, i, h] = sum_j softmax_j(s[i, j]) v[b, j, h]
-    s[i, j] = ((q[b, i, h] + pos_bias_u[h]) . k[b, j, h] + bd[b, h, i, T - 1 - i + j]) * scale
+    s[i, j] = ((q[b, i, h] + pos_bias_u[h]) . k[b, j, h] + pos[b, h, i, T - 1 - i + j]) * scale
               where key j is valid (MASKED otherwise; outside the band |i - j| <= context too)
+    pos[b, h, i, r] = bd[b, h, i, r] + bias_pos[h, r]
 
-bd (B, H, T, 2T - 1) is the position term (q + pos_bias_v) . linear_pos(pe) against relative
-positions T-1 ... -(T-1), one cuBLAS batched GEMM outside. Transformer-XL's shift of it
+pos (B, H, T, 2T - 1) is the position term (q + pos_bias_v) . linear_pos(pe) against relative
+positions T-1 ... -(T-1): bd = q . linear_pos(pe), one cuBLAS batched GEMM outside over q as it
+lies in the q, k, v GEMM's rows, and bias_pos = pos_bias_v . linear_pos(pe), (H, 2T - 1), which
+the kernel adds (q + pos_bias_v would be one more pass over q). Transformer-XL's shift of it
 (models.parakeet.rel_shift) is a strided read here: in rows of stride S, bd[b, h, i, T - 1 - i + j]
 lies at i * (S - 1) + (T - 1) + j, so the kernel loads a (query, key) tile of shifted scores as
-any 2-D tile, with row stride S - 1. The reference path materialises the shifted
-(B, H, T, T) scores, scales and masks them in separate passes and hands them to attention as a
-float mask: at batch 128 x 10 s that is several full passes over 32 M scores per layer.
+any 2-D tile, with row stride S - 1 (bias_pos's tile: row stride -1). The reference path
+materialises the shifted (B, H, T, T) scores, scales and masks them in separate passes and
+hands them to attention as a float mask: several full passes over 32 M scores per layer at
+batch 128 x 10 s.
 
 The kernel is flash attention's loop (online softmax over key blocks, fp32 accumulators) for one
 (query block, batch item, head). Padded keys get NeMo's MASKED score, which softmax turns into an
@@ -43,9 +47,9 @@ if triton is not None:
 
     @triton.jit
     def _relpos_kernel(
-        q, k, v, bd, keys, bias_u, out,
+        q, k, v, bd, bias_pos, keys, bias_u, out,
         T, scale,
-        sqb, sqt, skb, skt, svb, svt, sbb, sbh, sbt, skeysb, sob, sot,
+        sqb, sqt, skb, skt, svb, svt, sbb, sbh, sbt, sph, skeysb, sob, sot,
         H: tl.constexpr, DK: tl.constexpr, CONTEXT: tl.constexpr, IEEE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     ):  # fmt: skip
@@ -78,9 +82,11 @@ if triton is not None:
             else:
                 s = tl.dot(qi, tl.trans(kj))
             tile = (i < T)[:, None] & inside[None, :]
-            shifted = bd + b * sbb + h * sbh + i[:, None] * (sbt - 1) + (T - 1) + j[None, :]
-            # scores in log2 units (exp2 below): * scale * log2(e)
-            s = (s + tl.load(shifted, mask=tile, other=0.0).to(tl.float32)) * scale
+            r = (T - 1) - i[:, None] + j[None, :]  # (M, N) relative positions
+            shifted = bd + b * sbb + h * sbh + i[:, None] * sbt + r
+            pos = tl.load(shifted, mask=tile, other=0.0).to(tl.float32)
+            pos += tl.load(bias_pos + h * sph + r, mask=tile, other=0.0).to(tl.float32)
+            s = (s + pos) * scale  # scores in log2 units (exp2 below): * scale * log2(e)
             see = tl.load(keys + b * skeysb + j, mask=inside, other=0) != 0  # (N,) valid keys
             see = see[None, :] & (i >= 0)[:, None]
             if CONTEXT >= 0:
@@ -107,14 +113,14 @@ if triton is not None:
     # between its fused pointwise kernels and the CUDA graph captures it with them.
     @torch.library.custom_op("speechrt::relpos_attention", mutates_args=())
     def relpos_attention(
-        q: Tensor, k: Tensor, v: Tensor, bd: Tensor, keys: Tensor, pos_bias_u: Tensor,
-        scale: float, context: int,
+        q: Tensor, k: Tensor, v: Tensor, bd: Tensor, bias_pos: Tensor, keys: Tensor,
+        pos_bias_u: Tensor, scale: float, context: int,
     ) -> Tensor:  # fmt: skip
         """q, k, v (B, T, H, d_k) (any batch and frame strides, heads of d_k contiguous),
-        bd (B, H, T, 2T - 1) contiguous, keys (B, T) int8 (1 on valid frames), pos_bias_u
-        (H, d_k); context: the band's half width, -1 for full attention -> (B, T, H, d_k)
-        contiguous."""
-        return launch(q, k, v, bd, keys, pos_bias_u, scale, context)
+        bd (B, H, T, 2T - 1) (any strides but the last), bias_pos (H, 2T - 1), keys (B, T) int8
+        (1 on valid frames), pos_bias_u (H, d_k); context: the band's half width, -1 for full
+        attention -> (B, T, H, d_k) contiguous."""
+        return launch(q, k, v, bd, bias_pos, keys, pos_bias_u, scale, context)
 
     @relpos_attention.register_fake
     def _(q: Tensor, *rest: Any) -> Tensor:
@@ -126,8 +132,8 @@ Tiles = tuple[int, int, int, int]
 
 
 def launch(
-    q: Tensor, k: Tensor, v: Tensor, bd: Tensor, keys: Tensor, pos_bias_u: Tensor,
-    scale: float, context: int, tiles: Tiles | None = None,
+    q: Tensor, k: Tensor, v: Tensor, bd: Tensor, bias_pos: Tensor, keys: Tensor,
+    pos_bias_u: Tensor, scale: float, context: int, tiles: Tiles | None = None,
 ) -> Tensor:  # fmt: skip
     """relpos_attention's work with `tiles` (default: tile_sizes). bd may have any strides but
     the last (e.g. a (H, B, T, P >= 2T - 1) GEMM output, transposed and cropped)."""
@@ -137,14 +143,16 @@ def launch(
     keys = keys.contiguous()
     if bd.stride(3) != 1:
         bd = bd.contiguous()
+    bias_pos = bias_pos.contiguous()
     out = q.new_empty((B, T, H, DK))
     bm, bn, warps, stages = tiles or tile_sizes(T, DK)
     grid = (triton.cdiv(T, bm), B * H)
     _relpos_kernel[grid](
-        q, k, v, bd, keys, pos_bias_u, out,
+        q, k, v, bd, bias_pos, keys, pos_bias_u, out,
         T, scale * 1.4426950408889634,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        bd.stride(0), bd.stride(1), bd.stride(2), keys.stride(0), out.stride(0), out.stride(1),
+        bd.stride(0), bd.stride(1), bd.stride(2), bias_pos.stride(0), keys.stride(0),
+        out.stride(0), out.stride(1),
         H=H, DK=DK, CONTEXT=context, IEEE=q.dtype == torch.float32, BLOCK_M=bm, BLOCK_N=bn,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
