@@ -12,7 +12,8 @@
                 row counts
     depthwise   the conv module's mask + depthwise conv + SiLU kernel at several tile sizes
     stem        the subsampling's first conv + ReLU + mask + depthwise conv as one kernel at
-                several tile sizes, beside the two convs compiled as shifted slices
+                several tile sizes, beside the two convs compiled as shifted slices; then the
+                next ReLU + mask + strided depthwise conv likewise (strided_depthwise)
     subsampling the dw_striding subsampling at 0.6B dims (80 and 128 mels), compiled with its
                 strided convs as taps (Inductor's default, or each conv's output realised)
                 or on cuDNN, or its first two convs as the stem kernel
@@ -251,6 +252,37 @@ def stem_model(rows: list[dict], name: str, B: int, T: int) -> None:
             ms, err = float("nan"), repr(e)[:80]
         rows.append(dict(part="stem", model=name, variant=str(tiles), ms=ms, err=err))
         print(rows[-1], flush=True)
+    # the next ReLU + mask + strided depthwise conv, on the first pointwise conv's output
+    h = torch.randn(B, *want.shape[1:], device="cuda", dtype=torch.bfloat16)
+    n2 = halve(halve(n))
+    dw2 = sub.convs[3]
+    wd2 = (dw2.weight.reshape(C, 9), dw2.bias)
+
+    def relu_taps(h: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(h) * parakeet.valid_mask(n, h.shape[1])[:, :, None, None]
+        return parakeet.strided_taps(h.permute(0, 3, 1, 2), dw2).permute(0, 2, 3, 1)
+
+    ref = torch.compile(relu_taps, dynamic=False, options={"realize_reads_threshold": 1})
+    want = ref(h, n2).float()
+    valid = parakeet.valid_mask(halve(n2), want.shape[1])[..., None, None]
+    scale = want.abs().max().item()
+    rows.append(dict(part="depthwise 2", model=name, variant="taps compiled",
+                     ms=graph_time_ms(lambda: ref(h, n2))))  # fmt: skip
+    print(rows[-1], flush=True)
+    for tiles in DEPTHWISE2_TILES:
+        try:
+            ms = graph_time_ms(lambda t=tiles: st.launch_depthwise(h, n2, *wd2, tiles=t))
+            got = st.launch_depthwise(h, n2, *wd2, tiles=tiles).float()
+            err = ((got - want).abs() * valid).max().item() / scale
+        except Exception as e:  # a tile the GPU cannot hold
+            ms, err = float("nan"), repr(e)[:80]
+        rows.append(dict(part="depthwise 2", model=name, variant=str(tiles), ms=ms, err=err))
+        print(rows[-1], flush=True)
+
+
+# (positions, channels, warps, stages) of a later strided depthwise program
+DEPTHWISE2_TILES = [(32, 128, 4, 1), (16, 128, 4, 1), (64, 64, 4, 1), (32, 64, 2, 1),
+                    (64, 128, 8, 1), (16, 256, 4, 1), (8, 256, 2, 1)]  # fmt: skip
 
 
 # (channels, frames, warps, stages) of a program sliding along the frames

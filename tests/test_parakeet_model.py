@@ -305,13 +305,14 @@ def test_depthwise_silu_equals_mask_taps_silu(dtype: torch.dtype) -> None:
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_subsampling_stem_equals_the_convs(dtype: torch.dtype) -> None:
-    """The subsampling with its first conv, ReLU, mask and depthwise conv as one kernel
-    against the reference's convs, on the valid frames of a padded batch (lengths cut inside
+    """The subsampling on its kernels (the first conv, ReLU, mask and depthwise conv as one,
+    each later ReLU, mask and depthwise conv as one) against the reference's convs, on the
+    valid frames of a padded batch (lengths cut inside
     the image, at an odd frame and short of a whole stride): float32 within 1e-4 of the
     output's scale (the reference's 9-tap GEMM on cuBLAS: 3e-5 seen on an H200), bf16 within
     2e-2 (the reference rounds between its convs)."""
     from speechrt.models.parakeet import Subsampling
-    from speechrt.runtime.subsampling_stem import subsampling_stem
+    from speechrt.runtime.subsampling_stem import strided_depthwise, subsampling_stem
 
     torch.manual_seed(0)
     d = preset("parakeet_ctc", "tiny", subsampling_channels=40, n_mels=80)
@@ -321,7 +322,7 @@ def test_subsampling_stem_equals_the_convs(dtype: torch.dtype) -> None:
     lengths = torch.tensor([203, 150, 33, 1], device="cuda")
     with torch.inference_mode():
         want, want_n = sub(x, lengths)
-        sub.stem = subsampling_stem
+        sub.stem, sub.depthwise = subsampling_stem, strided_depthwise
         got, got_n = sub(x, lengths)
     assert got_n.tolist() == want_n.tolist()
     err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(want_n))

@@ -103,24 +103,19 @@ class Subsampling(nn.Module):
         # the strided convs as 9 shifted, weighted slices (strided_taps): compiled, one pass
         # over memory; cuDNN's kernels for a 1-channel and a depthwise 3x3 are slow (cuda)
         self.taps = False
-        # the cuda runner's first conv, ReLU, mask and depthwise conv in one kernel
-        # (speechrt.runtime.subsampling_stem): (x (B, T, F), lengths, w1 (C, 9), b1, wd (C, 9),
-        # bd) -> (B, T/4, F/4, C); None: the convs one by one
+        # the cuda runner's kernels (speechrt.runtime.subsampling_stem), forward_kernels: the
+        # first conv, ReLU, mask and depthwise conv in one, (x (B, T, F), lengths, w1 (C, 9),
+        # b1, wd (C, 9), bd) -> (B, T/4, F/4, C); each later ReLU, mask and depthwise conv in
+        # one, (x (B, H, W, C), lengths, wd, bd) -> (B, H/2, W/2, C). None: the convs one by one
         self.stem: Callable[..., Tensor] | None = None
+        self.depthwise: Callable[..., Tensor] | None = None
 
     def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """x: (B, T, n_mels), lengths (B,) -> (B, T', d_model), (B,)"""
-        first = 0
         if self.stem is not None:
-            conv, dw = self.convs[0], self.convs[1]
-            assert isinstance(conv, nn.Conv2d) and isinstance(dw, nn.Conv2d)
-            w1, wd = conv.weight.flatten(1), dw.weight.flatten(1)  # (C, 9)
-            x = self.stem(x, lengths, w1, conv.bias, wd, dw.bias).permute(0, 3, 1, 2)
-            lengths = halve(halve(lengths))
-            first = 2  # x: (B, C, T/4, F/4), channels last
-        else:
-            x = x[:, None]  # (B, 1, T, F)
-        for i, conv in enumerate(self.convs[first:], first):
+            return self.forward_kernels(x, lengths)
+        x = x[:, None]  # (B, 1, T, F)
+        for i, conv in enumerate(self.convs):
             assert isinstance(conv, nn.Conv2d)
             if conv.stride[0] == 2:  # zero the frames past the length, then halve it
                 x = x * valid_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
@@ -133,6 +128,24 @@ class Subsampling(nn.Module):
         x = x * valid_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
         B, C, T, Fr = x.shape
         return self.out(x.transpose(1, 2).reshape(B, T, C * Fr)), lengths  # channel-major
+
+    def forward_kernels(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """forward on the stem and depthwise kernels, channels last: each pointwise conv a
+        GEMM whose ReLU the next kernel applies as it reads."""
+        assert self.stem is not None and self.depthwise is not None
+        convs = [c for c in self.convs if isinstance(c, nn.Conv2d)]
+        c1, dw = convs[0], convs[1]
+        x = self.stem(x, lengths, c1.weight.flatten(1), c1.bias, dw.weight.flatten(1), dw.bias)
+        lengths = halve(halve(lengths))  # x: (B, T/4, F/4, C)
+        pw = convs[2]
+        x = F.linear(x, pw.weight.flatten(1), pw.bias)
+        for dw, pw in zip(convs[3::2], convs[4::2], strict=True):  # (depthwise, pointwise)
+            x = self.depthwise(x, lengths, dw.weight.flatten(1), dw.bias)
+            lengths = halve(lengths)
+            x = F.linear(x, pw.weight.flatten(1), pw.bias)
+        x = F.relu(x) * valid_mask(lengths, x.shape[1])[:, :, None, None].to(x.dtype)
+        B, T, Fr, C = x.shape
+        return self.out(x.transpose(2, 3).reshape(B, T, C * Fr)), lengths  # channel-major
 
 
 def relative_positions(T: int, d_model: int, device: torch.device) -> Tensor:

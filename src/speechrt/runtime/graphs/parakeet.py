@@ -68,6 +68,7 @@ class EncoderGraph(nn.Module):
         encoder.pre_encode.taps = True
         if FUSED_STEM and subsampling_stem.supported(next(self.parameters())):
             encoder.pre_encode.stem = subsampling_stem.subsampling_stem
+            encoder.pre_encode.depthwise = subsampling_stem.strided_depthwise
         for layer in encoder.layers:
             assert isinstance(layer, ConformerLayer)
             layer.conv.taps = True
