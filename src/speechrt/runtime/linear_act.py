@@ -139,7 +139,9 @@ if triton is not None:
         return x.new_empty((*x.shape[:-1], n))
 
 
-# (BM, BN, BK, GROUP_M, warps, stages, warp-specialised, split epilogue, persistent)
+# (BM, BN, BK, GROUP_M, warps, stages, warp-specialised, split epilogue, programs per
+# multiprocessor: 0 one per tile, else persistent programs walking the tiles; two per
+# multiprocessor let one's epilogue run beside the other's matmuls where both fit)
 Tiles = tuple[int, int, int, int, int, int, int, int, int]
 # the fastest of a sweep on an H200 at parakeet-0.6b dims (16,000 x 1,024 -> 4,096 and -> 2,048;
 # scripts/sweep_parakeet_parts.py --parts epilogue): 128 x 256 tiles, 3 stages, split epilogue
@@ -171,7 +173,7 @@ def launch(
     w_desc = TensorDescriptor.from_tensor(w.contiguous(), [bn, bk])
     out_desc = TensorDescriptor.from_tensor(out, [bm, bn // 2 if glu or subtile else bn])
     tiles_total = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    programs = min(sms, tiles_total) if persistent else tiles_total
+    programs = min(sms * persistent, tiles_total) if persistent else tiles_total
     _linear_act_kernel[(programs,)](
         x_desc, w_desc, out_desc, b, M, N, K,
         GLU=glu, BM=bm, BN=bn, BK=bk, GROUP_M=group, NUM_SMS=programs, WS=bool(ws),
