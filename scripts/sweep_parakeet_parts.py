@@ -19,7 +19,8 @@
                 or on cuDNN, or its first two convs as the stem kernel
     layer       a whole conformer layer as the cuda runner compiles it, with either attention,
                 and with Inductor realising values read by more than two consumers (the conv
-                module's GLU output, which its depthwise taps otherwise recompute per tap)
+                module's GLU output, which its depthwise taps otherwise recompute per tap), and
+                with Inductor tuning its own kernels' tiles (the layer norms)
 
     python scripts/sweep_parakeet_parts.py --out DIR   # writes DIR/parts.json
 """
@@ -335,7 +336,11 @@ def layer(rows: list[dict], B: int, T: int) -> None:
         ("fused attention", relpos_attention, None, {}),
         ("fused, realize reads > 2", relpos_attention, None, realize),
         ("fused, realize, SiLU/GLU epilogues", relpos_attention, True, realize),
-    ]
+        ("the same, coordinate descent tuning", relpos_attention, True,
+         {**realize, "coordinate_descent_tuning": True}),
+        ("the same, pointwise autotuning", relpos_attention, True,
+         {**realize, "max_autotune_pointwise": True}),
+    ]  # fmt: skip
     with torch.inference_mode():
         for name, kernel, act, options in variants:
             lay.self_attn.use_kernel(kernel)
