@@ -92,7 +92,7 @@ if triton is not None:
         x, lengths, wd, bd, out, H, W, H2, W2,
         C: tl.constexpr, BP: tl.constexpr, BC: tl.constexpr,
     ):  # fmt: skip
-        b = tl.program_id(0)
+        b = tl.program_id(0).to(tl.int64)  # item offsets may pass 2**31 elements
         p = tl.program_id(1) * BP + tl.arange(0, BP)  # (BP,) output positions i * W2 + j
         i, j = p // W2, p % W2
         c = tl.program_id(2) * BC + tl.arange(0, BC)  # (BC,) channels
