@@ -306,8 +306,12 @@ class ConformerLayer(nn.Module):
         self.norm_feed_forward2, self.feed_forward2 = nn.LayerNorm(D), FeedForward(d)
         self.norm_out = nn.LayerNorm(D)
 
-    def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
-        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
+    def forward(
+        self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor, h: Tensor | None = None
+    ) -> Tensor:
+        """x (B, T, D) -> (B, T, D); h: norm_feed_forward1(x) where the caller has it"""
+        h = self.norm_feed_forward1(x) if h is None else h
+        x = x + 0.5 * self.feed_forward1(h)
         x = x + self.self_attn(self.norm_self_att(x), pe, bias_mask, pad)
         x = x + self.conv(self.norm_conv(x), pad)
         x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
@@ -318,8 +322,15 @@ def run_subsampling(sub: Subsampling, x: Tensor, lengths: Tensor) -> tuple[Tenso
     return sub(x, lengths)
 
 
-def run_layer(layer: ConformerLayer, x: Tensor, pe: Tensor, mask: Tensor, pad: Tensor) -> Tensor:
-    return layer(x, pe, mask, pad)
+def run_layer(
+    layer: ConformerLayer, x: Tensor, pe: Tensor, mask: Tensor, pad: Tensor, h: Tensor,
+    next_norm: nn.LayerNorm,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """One layer, h = its first layer norm of x, and the next layer's first layer norm of its
+    output -> (output, next_norm(output)): compiled, the layer's last norm and the next one's
+    first are one kernel, which reads the output once."""
+    out = layer(x, pe, mask, pad, h)
+    return out, next_norm(out)
 
 
 class FastConformer(nn.Module):
@@ -348,9 +359,13 @@ class FastConformer(nn.Module):
         bias_mask = ~see[:, None]  # (B, 1, T, T)
         pad = ~valid[:, None, :]  # (B, 1, T)
         pe = relative_positions(T, self.d.d_model, x.device)
-        for layer in self.layers:
-            assert isinstance(layer, ConformerLayer)
-            x = self.layer_fn(layer, x, pe, bias_mask, pad)
+        layers = [layer for layer in self.layers if isinstance(layer, ConformerLayer)]
+        h = layers[0].norm_feed_forward1(x)
+        for i, layer in enumerate(layers):
+            # the next layer's first norm; after the last layer a stand-in (layer 0's), its
+            # output unused, so that every layer is the same compiled function
+            next_norm = layers[(i + 1) % len(layers)].norm_feed_forward1
+            x, h = self.layer_fn(layer, x, pe, bias_mask, pad, h, next_norm)
         return x, lengths
 
 
