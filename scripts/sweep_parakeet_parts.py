@@ -62,7 +62,8 @@ def attention(rows: list[dict], B: int, T: int) -> None:
     lengths = torch.randint(T // 2, T + 1, (B,), device="cuda")
     valid = parakeet.valid_mask(lengths, T)
     mask = ~(valid[:, None, :] & valid[:, :, None])[:, None]
-    pe, pad = parakeet.relative_positions(T, d.d_model, x.device), ~valid[:, None, :]
+    pe = att.project(parakeet.relative_positions(T, d.d_model, x.device))  # (2T - 1, D)
+    pad = ~valid[:, None, :]
     ref = torch.compile(att, dynamic=False)
     with torch.inference_mode():
         want = ref(x, pe, mask, pad).float()
@@ -324,7 +325,8 @@ def layer(rows: list[dict], B: int, T: int) -> None:
     lengths = torch.randint(T // 2, T + 1, (B,), device="cuda")
     valid = parakeet.valid_mask(lengths, T)
     mask = ~(valid[:, None, :] & valid[:, :, None])[:, None]
-    pe, pad = parakeet.relative_positions(T, d.d_model, x.device), ~valid[:, None, :]
+    pe = lay.self_attn.project(parakeet.relative_positions(T, d.d_model, x.device))
+    pad = ~valid[:, None, :]
     from speechrt.runtime import linear_act as la
 
     w, bias = lay.conv.pointwise_conv1.weight, lay.conv.pointwise_conv1.bias

@@ -179,6 +179,29 @@ def test_fused_step_takes_the_reference_greedy_decisions(dims: dict) -> None:
     assert emitted > 200
 
 
+def test_stacked_positions_and_padded_ctc_head_keep_the_log_probs() -> None:
+    """The cuda runner's two layouts (every layer's positions as one GEMM with rows padded to
+    64, the CTC head's rows padded to 64) leave the log-probs as the reference computes them,
+    within float32 rounding (1e-5 of their scale)."""
+    model = talkative("parakeet_ctc")
+    x = torch.randn(2, 80, 170)
+    lengths = torch.tensor([170, 111])
+    with torch.inference_mode():
+        want, n = model(x, lengths)
+        pos = model.encoder.positions(22, torch.float32, x.device)
+        layers = list(model.encoder.layers)
+        model.encoder.pos_weight = torch.cat([m.self_attn.linear_pos.weight for m in layers])
+        model.pad_ctc_head()
+        padded = model.encoder.positions(22, torch.float32, x.device)
+        got, m = model(x, lengths)
+    assert pos.shape == (len(layers), 43, model.dims.d_model) and padded.shape[1] == 64
+    assert (padded[:, :43] - pos).abs().max().item() <= 1e-5 * pos.abs().max().item()
+    assert padded[:, 43:].abs().max().item() == 0.0
+    assert model.ctc_weight is not None and model.ctc_weight.shape[0] % 64 == 0
+    assert m.tolist() == n.tolist() and got.shape == want.shape
+    assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+
+
 def test_strided_taps_equal_the_convolutions() -> None:
     """The cuda runner's convolutions as shifted slices (subsampling, conv module) against
     nn.Conv2d and nn.Conv1d."""
@@ -231,9 +254,10 @@ def test_fused_attention_equals_the_reference(att_context: int | None, dtype: to
         see = see & ((offset[None, :] - offset[:, None]).abs() <= att_context)
     pe, pad = relative_positions(T, 256, x.device), ~valid[:, None, :]
     with torch.inference_mode():
-        want = att(x, pe, ~see[:, None], pad).float()
+        p = att.project(pe)
+        want = att(x, p, ~see[:, None], pad).float()
         att.use_kernel(relpos_attention)
-        got = att(x, pe, ~see[:, None], pad).float()
+        got = att(x, p, ~see[:, None], pad).float()
     err = max((got[b, :n] - want[b, :n]).abs().max().item() for b, n in enumerate(lengths))
     assert err <= (1e-4 if dtype == torch.float32 else 2e-2) * want.abs().max().item()
 
@@ -317,10 +341,11 @@ def test_subsampling_stem_equals_the_convs(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     d = preset("parakeet_ctc", "tiny", subsampling_channels=40, n_mels=80)
     sub = Subsampling(d).cuda().to(dtype).eval()
-    sub.taps = True  # the reference's convs as the runner's taps (cuDNN's float32 uses TF32)
+    sub.taps = True  # the reference's strided convs as the runner's taps
     x = torch.randn(4, 203, 80, device="cuda", dtype=dtype)
     lengths = torch.tensor([203, 150, 33, 1], device="cuda")
-    with torch.inference_mode():
+    # the reference's pointwise convs in float32, as the kernels' GEMMs (cuDNN's take TF32)
+    with torch.inference_mode(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         want, want_n = sub(x, lengths)
         sub.stem, sub.depthwise = subsampling_stem, strided_depthwise
         got, got_n = sub(x, lengths)

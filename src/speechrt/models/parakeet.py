@@ -198,9 +198,14 @@ class RelPositionAttention(nn.Module):
         self.register_buffer("qkv_weight", w, persistent=False)
         self.register_buffer("qkv_bias", b, persistent=False)
 
-    def forward(self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
-        """x: (B, T, D), pe: (2T - 1, D), bias_mask: (B, 1, T, T) True where a query may not
-        see a key, pad: (B, 1, T) True on padded frames -> (B, T, D)"""
+    def project(self, pe: Tensor) -> Tensor:
+        """relative_positions (2T - 1, D) -> linear_pos(pe) in this layer's dtype, forward's p"""
+        return self.linear_pos(pe.to(self.linear_pos.weight.dtype))
+
+    def forward(self, x: Tensor, p: Tensor, bias_mask: Tensor, pad: Tensor) -> Tensor:
+        """x: (B, T, D), p: (P >= 2T - 1, D) project(pe) (rows past 2T - 1 unread),
+        bias_mask: (B, 1, T, T) True where a query may not see a key, pad: (B, 1, T) True on
+        padded frames -> (B, T, D)"""
         B, T, D = x.shape
         scale = 1.0 / math.sqrt(self.d_k)
         if self.kernel is not None:  # shift, scale, mask and attention in one kernel
@@ -209,24 +214,23 @@ class RelPositionAttention(nn.Module):
             qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(B, T, 3, self.h, self.d_k)
             q, k, v = qkv.unbind(2)
             # the position term as one GEMM per head over all frames of the batch (a matmul
-            # broadcasting p over the batch copies it per item), its 2T - 1 positions padded
-            # to a multiple of 64 (cuBLAS's fast kernels want aligned rows): (H, B * T, P)
-            P = pe.shape[0]
-            pe = F.pad(pe, (0, 0, 0, -P % 64)).to(x.dtype)
-            p = self.linear_pos(pe).view(-1, self.h, self.d_k).permute(1, 2, 0)  # (H, d_k, P')
+            # broadcasting p over the batch copies it per item): (H, d_k, P'), P' >= 2T - 1
+            # (the cuda runner pads the rows to a multiple of 64: FastConformer.positions)
+            P = 2 * T - 1
+            p = p.view(-1, self.h, self.d_k).permute(1, 2, 0)
             # (q + pos_bias_v) . p = q . p + pos_bias_v . p: q straight from qkv's rows (an
             # (H, B * T, d_k) view with rows of stride 3D, no copy), the bias term once per
             # head and position, (H, P'), added by the kernel
             q_h = q.permute(2, 0, 1, 3).reshape(self.h, B * T, self.d_k)
             bd = torch.bmm(q_h, p).view(self.h, B, T, -1).transpose(0, 1)[..., :P]
-            bias_pos = torch.bmm(self.pos_bias_v[:, None], p)[:, 0, :P]  # (H, P)
+            bias_pos = (self.pos_bias_v[:, :, None].float() * p.float()).sum(1).to(x.dtype)
             keys = (~pad[:, 0]).to(torch.int8)  # (B, T) 1 on valid frames
             out = self.kernel(q, k, v, bd, bias_pos, keys, self.pos_bias_u, scale, self.context)
             return self.linear_out(out.reshape(B, T, D))
         q = self.linear_q(x).view(B, T, self.h, self.d_k)
         k = self.linear_k(x).view(B, T, self.h, self.d_k)
         v = self.linear_v(x).view(B, T, self.h, self.d_k)
-        p = self.linear_pos(pe.to(x.dtype)).view(-1, self.h, self.d_k).permute(1, 2, 0)
+        p = p[: 2 * T - 1].view(-1, self.h, self.d_k).permute(1, 2, 0)  # (H, d_k, 2T - 1)
         q_v = (q + self.pos_bias_v).transpose(1, 2)  # (B, H, T, d_k)
         bd = torch.matmul(q_v, p)  # (B, H, T, 2T - 1): position term, before the shift
         q_u = (q + self.pos_bias_u).transpose(1, 2)
@@ -307,12 +311,13 @@ class ConformerLayer(nn.Module):
         self.norm_out = nn.LayerNorm(D)
 
     def forward(
-        self, x: Tensor, pe: Tensor, bias_mask: Tensor, pad: Tensor, h: Tensor | None = None
+        self, x: Tensor, p: Tensor, bias_mask: Tensor, pad: Tensor, h: Tensor | None = None
     ) -> Tensor:
-        """x (B, T, D) -> (B, T, D); h: norm_feed_forward1(x) where the caller has it"""
+        """x (B, T, D), p: self_attn.project(pe) -> (B, T, D); h: norm_feed_forward1(x) where
+        the caller has it"""
         h = self.norm_feed_forward1(x) if h is None else h
         x = x + 0.5 * self.feed_forward1(h)
-        x = x + self.self_attn(self.norm_self_att(x), pe, bias_mask, pad)
+        x = x + self.self_attn(self.norm_self_att(x), p, bias_mask, pad)
         x = x + self.conv(self.norm_conv(x), pad)
         x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
         return self.norm_out(x)
@@ -323,13 +328,13 @@ def run_subsampling(sub: Subsampling, x: Tensor, lengths: Tensor) -> tuple[Tenso
 
 
 def run_layer(
-    layer: ConformerLayer, x: Tensor, pe: Tensor, mask: Tensor, pad: Tensor, h: Tensor,
+    layer: ConformerLayer, x: Tensor, p: Tensor, mask: Tensor, pad: Tensor, h: Tensor,
     next_norm: nn.LayerNorm,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
     """One layer, h = its first layer norm of x, and the next layer's first layer norm of its
     output -> (output, next_norm(output)): compiled, the layer's last norm and the next one's
     first are one kernel, which reads the output once."""
-    out = layer(x, pe, mask, pad, h)
+    out = layer(x, p, mask, pad, h)
     return out, next_norm(out)
 
 
@@ -343,6 +348,21 @@ class FastConformer(nn.Module):
         # every layer (its weights are the compiled function's inputs); likewise subsampling
         self.layer_fn = run_layer
         self.subsample_fn = run_subsampling
+        # the cuda runner's every layer's linear_pos weight, stacked (n_layers * D, D): the
+        # positions of all layers as one GEMM (positions); None: each layer's project
+        self.pos_weight: Tensor | None
+        self.register_buffer("pos_weight", None, persistent=False)
+
+    def positions(self, T: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """Each layer's projected relative positions, (n_layers, P, D): P = 2T - 1, or with
+        pos_weight one GEMM and P rounded up to a multiple of 64 with zero rows (cuBLAS's
+        fast kernels want aligned rows)."""
+        pe = relative_positions(T, self.d.d_model, device)
+        if self.pos_weight is None:
+            layers = [layer for layer in self.layers if isinstance(layer, ConformerLayer)]
+            return torch.stack([layer.self_attn.project(pe) for layer in layers])
+        pe = F.pad(pe, (0, 0, 0, -pe.shape[0] % 64)).to(dtype)
+        return F.linear(pe, self.pos_weight).view(pe.shape[0], -1, self.d.d_model).transpose(0, 1)
 
     def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """features: (B, n_mels, T), lengths (B,) -> encoded (B, T', d_model), lengths (B,)"""
@@ -358,14 +378,14 @@ class FastConformer(nn.Module):
             see = see & (offset.abs() <= self.d.att_context)
         bias_mask = ~see[:, None]  # (B, 1, T, T)
         pad = ~valid[:, None, :]  # (B, 1, T)
-        pe = relative_positions(T, self.d.d_model, x.device)
+        pos = self.positions(T, x.dtype, x.device)  # (n_layers, P, D)
         layers = [layer for layer in self.layers if isinstance(layer, ConformerLayer)]
         h = layers[0].norm_feed_forward1(x)
         for i, layer in enumerate(layers):
             # the next layer's first norm; after the last layer a stand-in (layer 0's), its
             # output unused, so that every layer is the same compiled function
             next_norm = layers[(i + 1) % len(layers)].norm_feed_forward1
-            x, h = self.layer_fn(layer, x, pe, bias_mask, pad, h, next_norm)
+            x, h = self.layer_fn(layer, x, pos[i], bias_mask, pad, h, next_norm)
         return x, lengths
 
 
@@ -406,11 +426,31 @@ class ParakeetCTC(nn.Module):
         super().__init__()
         self.dims = dims
         self.encoder = FastConformer(dims)
-        self.ctc = nn.Conv1d(dims.d_model, dims.n_classes, 1)
+        self.add_ctc_head()
+
+    def add_ctc_head(self) -> None:
+        self.ctc = nn.Conv1d(self.dims.d_model, self.dims.n_classes, 1)
+        # the cuda runner's CTC head with zero rows up to a multiple of 64 (cuBLAS ran vocab +
+        # 1 = 1025 rows on an unaligned kernel: 0.45 ms at batch 128 x 10 s); None: ctc's
+        self.ctc_weight: Tensor | None
+        self.ctc_bias: Tensor | None
+        self.register_buffer("ctc_weight", None, persistent=False)
+        self.register_buffer("ctc_bias", None, persistent=False)
+
+    def pad_ctc_head(self) -> None:
+        """Set ctc_weight and ctc_bias: the head's rows, zero rows after to a multiple of 64."""
+        n = -self.dims.n_classes % 64
+        assert self.ctc.bias is not None
+        with torch.no_grad():
+            self.ctc_weight = F.pad(self.ctc.weight[:, :, 0], (0, 0, 0, n))
+            self.ctc_bias = F.pad(self.ctc.bias, (0, n))
 
     def ctc_log_probs(self, encoded: Tensor) -> Tensor:
         """encoded (B, T', D) -> (B, T', vocab + 1) float32 log-probs"""
-        logits = F.linear(encoded, self.ctc.weight[:, :, 0], self.ctc.bias)  # the 1x1 conv
+        w, b = self.ctc.weight[:, :, 0], self.ctc.bias  # the 1x1 conv as a linear
+        if self.ctc_weight is not None:
+            w, b = self.ctc_weight, self.ctc_bias
+        logits = F.linear(encoded, w, b)[..., : self.dims.n_classes]
         return logits.float().log_softmax(-1)
 
     def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -432,7 +472,7 @@ class ParakeetTransducer(ParakeetCTC):
         self.dims = dims
         self.encoder = FastConformer(dims)
         if dims.has_ctc:
-            self.ctc = nn.Conv1d(dims.d_model, dims.n_classes, 1)
+            self.add_ctc_head()
         self.predictor = Predictor(dims)
         self.joint = Joint(dims)
 

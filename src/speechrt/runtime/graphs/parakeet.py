@@ -69,8 +69,12 @@ class EncoderGraph(nn.Module):
         if FUSED_STEM and subsampling_stem.supported(next(self.parameters())):
             encoder.pre_encode.stem = subsampling_stem.subsampling_stem
             encoder.pre_encode.depthwise = subsampling_stem.strided_depthwise
-        for layer in encoder.layers:
-            assert isinstance(layer, ConformerLayer)
+        if self.model.dims.has_ctc:
+            self.model.pad_ctc_head()
+        layers = [layer for layer in encoder.layers if isinstance(layer, ConformerLayer)]
+        with torch.no_grad():  # every layer's positions as one GEMM
+            encoder.pos_weight = torch.cat([layer.self_attn.linear_pos.weight for layer in layers])
+        for layer in layers:
             layer.conv.taps = True
             if FUSED_ATTENTION and fused.supported(layer.self_attn.d_k):
                 layer.self_attn.use_kernel(fused.relpos_attention)
