@@ -59,7 +59,16 @@ for part in $parts; do
         --device cuda --precision fp16 --max-batch-size "$3" --max-queue-delay-ms 5 \
         --max-queue-size 4096 --warmup > "$out/serve-$1.log" 2>&1 &
       pids+=($!)
-      for _ in $(seq 900); do curl -sf "http://127.0.0.1:$2/v2/health/ready" >/dev/null && break; sleep 1; done
+      ready=0  # a server that exits (a missing package, say) fails the part at once
+      for _ in $(seq 900); do
+        curl -sf "http://127.0.0.1:$2/v2/health/ready" >/dev/null && { ready=1; break; }
+        kill -0 "${pids[-1]}" 2>/dev/null || break
+        sleep 1
+      done
+      if [ $ready = 0 ]; then
+        echo "server $1 not ready; the end of $out/serve-$1.log:" >&2
+        tail -5 "$out/serve-$1.log" >&2; kill "${pids[@]}" 2>/dev/null; exit 1
+      fi
       echo "server $1 ready after $(( $(date +%s) - t0 )) s" | tee -a "$out/serve-ready.txt"
     done
     $sr bench tts --url static=http://127.0.0.1:8101 --url dynamic=http://127.0.0.1:8102 \
