@@ -39,6 +39,9 @@
 # importable (e.g. PYTHONPATH=/tmp/sitejoe, kept after this script's own entries).
 # PLAN=wide-piper-f adds joe-f too (joe as a woman, by Praat): praat-parselmouth there as well.
 # PLAN=wide-piper-fh adds joe-h too (joe as a higher man's voice, the same way).
+# MODELS=tacotron2 trains a Tacotron 2 (speechrt_train.tacotron2_train, DLE's dims) on the TTS
+# voice with TACOTRON2_ARGS, never exported: scripts/tacotron2_stop_steps.py reads its compact
+# file (56 MB in fp16, over what $OUT returns: run the script in the same lease).
 # MODELS=fastconformer trains the FastConformer-CTC (speechrt_train.fastconformer_train, 26 M
 # parameters) alone on the GPU(s) with FASTCONFORMER_ARGS (default: fastconformer-small, batch 128,
 # bf16 autocast (the trainer's amp), the recordings augmentation); chain chunks as for the others
@@ -113,7 +116,8 @@ DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
 echo "== training for $(( DEADLINE - $(date +%s) )) s"
 declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
                   [quartznet]="${QUARTZNET_ARGS:-}"
-                  [fastconformer]="${FASTCONFORMER_ARGS:---batch-size 128 --eval-every 2000}")
+                  [fastconformer]="${FASTCONFORMER_ARGS:---batch-size 128 --eval-every 2000}"
+                  [tacotron2]="${TACOTRON2_ARGS:---eval-every 1000}")
 # One GPU: the three share it. Two: HiFi-GAN (the slowest to converge) gets one to itself.
 # Three or more: one each.
 declare -A GPU=([hifigan]=0 [quartznet]=0 [fastpitch]=0)
@@ -129,6 +133,7 @@ if [ "$QGPUS" -gt 1 ]; then  # QuartzNet on GPUs 0..N-1, the others after them o
   EXTRA[quartznet]+=" --gpus $QGPUS"
 fi
 GPU[fastconformer]=${FASTCONFORMER_GPU:-$(( ${NGPU:-0} > 1 ? NGPU - 1 : 0 ))}  # the last GPU
+GPU[tacotron2]=0
 train() {  # model, its GPU list, its arguments: one trainer in the background
   local m=$1 gpus=$2 own="WARM_${1^^}"
   shift 2
@@ -164,8 +169,8 @@ mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/
 
 unset CUDA_VISIBLE_DEVICES
 SHIPPED=""  # the defaults' models among MODELS (the FastConformer is exported on its own)
-for m in $MODELS; do [ "$m" = fastconformer ] || SHIPPED+=" $m"; done
-if [ -n "$EXPORT" ] && [ "$SHIPPED" != "$MODELS" ]; then
+for m in $MODELS; do case $m in fastconformer | tacotron2) ;; *) SHIPPED+=" $m" ;; esac; done
+if [ -n "$EXPORT" ] && [[ " $MODELS " == *" fastconformer "* ]]; then
   echo "== export fastconformer"
   python3 -m speechrt_train export --runs runs --models fastconformer --out /tmp/fc-export \
     --corpus corpus --metrics "$OUT/metrics-fastconformer.json" || FAILED=1

@@ -1,5 +1,5 @@
-"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, fastconformer, lm,
-export, evaluate, cards.
+"""`python -m speechrt_train COMMAND`: corpus, fastpitch, hifigan, quartznet, fastconformer,
+tacotron2, lm, export, evaluate, cards.
 
 Every training command is time-budgeted (`--minutes`) and resumable: run it again with the same
 `--run` folder and it continues from run/last.pt. See docs/models/README.md for the recipe.
@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 TRAINED = ("fastpitch", "hifigan", "quartznet")  # the shipped defaults (export, cards)
-TRAINERS = (*TRAINED, "fastconformer")  # not yet a default: export with --models fastconformer
+EXPORTED = (*TRAINED, "fastconformer")  # not yet a default: export with --models fastconformer
+# tacotron2: the stop-step evidence of a half-precision decoder (scripts/tacotron2_stop_steps.py)
+TRAINERS = (*EXPORTED, "tacotron2")
 ASR_TRAINERS = ("quartznet", "fastconformer")
 
 
@@ -164,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--models",
         nargs="+",
-        choices=TRAINERS,
+        choices=EXPORTED,
         help="only these runs (default: the defaults' runs found under --runs)",
     )
     p.add_argument("--evaluate", action="store_true", help="also run `evaluate` on the result")
@@ -226,7 +228,7 @@ def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
     from speechrt_train.corpus import HELDOUT_VOICE, TTS_VOICE, load_shard
 
     corpus = Path(args.corpus)
-    if args.command in ("fastpitch", "hifigan"):
+    if args.command in ("fastpitch", "hifigan", "tacotron2"):
         from speechrt_train.tts_data import load_voice
 
         shard = load_shard(corpus / f"{TTS_VOICE}.pt")
@@ -236,6 +238,10 @@ def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
             from speechrt_train.fastpitch_train import FastPitchConfig, FastPitchTrainer
 
             return FastPitchTrainer(train, val, _overrides(args, FastPitchConfig()), device)
+        if args.command == "tacotron2":
+            from speechrt_train.tacotron2_train import Tacotron2Config, Tacotron2Trainer
+
+            return Tacotron2Trainer(train, val, _overrides(args, Tacotron2Config()), device)
         from speechrt_train.hifigan_train import HiFiGANConfig, HiFiGANTrainer
 
         config = _overrides(args, HiFiGANConfig())

@@ -1,0 +1,134 @@
+"""Does a half-precision decoder step keep Tacotron 2's stop step? A trained Tacotron 2 (a
+speechrt_train compact file) reads the TTS voice's sentences free-running twice, with the same
+prenet dropout seeds: its decoder step in float32, then in bf16 (the step's matmuls under
+autocast; its state, attention and gate handed between steps in float32). Per sentence: the
+stop step of each, and the mel's SNR over the frames both made. Writes --out (JSON).
+
+    python scripts/tacotron2_stop_steps.py --weights runs/tacotron2.pt --corpus corpus \\
+        --sentences 300 --device cuda --out OUT/tacotron2-stop-steps.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("src", "train")]
+
+from speechrt.arch.tacotron2 import PRESETS, Tacotron2Dims  # noqa: E402
+from speechrt.errors import MaxDecoderStepsWarning  # noqa: E402
+from speechrt.models.tacotron2 import DecoderStep, Tacotron2  # noqa: E402
+from speechrt.options import SynthesisOptions  # noqa: E402
+
+
+class AutocastStep(nn.Module):
+    """A DecoderStep whose forward runs under bf16 autocast, its outputs back in float32."""
+
+    def __init__(self, step: DecoderStep) -> None:
+        super().__init__()
+        self.step = step
+
+    def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        device = inputs[0].device.type
+        with torch.autocast(device, torch.bfloat16):
+            out = self.step(*inputs)
+        return tuple(t.float() for t in out)
+
+
+def load(weights: str, n_mels: int, device: str) -> Tacotron2:
+    state = torch.load(weights, map_location="cpu", weights_only=True)
+    dims = Tacotron2Dims(**PRESETS[state["config"]["preset"]], n_mel_channels=n_mels)
+    model = Tacotron2(dims)
+    model.load_state_dict({k: v.float() for k, v in state["model"].items()})
+    return model.to(device).eval()
+
+
+def snr_db(reference: Tensor, other: Tensor) -> float:
+    noise = (reference - other).pow(2).sum().item()
+    return float("inf") if noise == 0 else 10 * torch.log10(reference.pow(2).sum() / noise).item()
+
+
+def compare(model: Tacotron2, sentences: list[Tensor], batch: int) -> list[dict[str, Any]]:
+    """Each sentence's stop steps and mel SNR, float32 step against bf16 step."""
+    options = SynthesisOptions()
+    rows: list[dict[str, Any]] = []
+    full = model.decoder
+    for start in range(0, len(sentences), batch):
+        items = sentences[start : start + batch]
+        ids = torch.nn.utils.rnn.pad_sequence(items, batch_first=True)
+        lengths = torch.tensor([len(x) for x in items])
+        seeds = torch.arange(start, start + len(items))
+        runs = []
+        for step in (full, AutocastStep(full)):
+            model.decoder = step
+            runs.append(model.generate_mel(ids, lengths, options, seeds))
+        model.decoder = full
+        (a, na), (b, nb) = runs
+        for i in range(len(items)):
+            n = int(min(na[i], nb[i]))
+            rows.append(
+                dict(
+                    symbols=len(items[i]),
+                    stop_fp32=int(na[i]),
+                    stop_bf16=int(nb[i]),
+                    snr_db=snr_db(a[i, :, :n].float(), b[i, :, :n].float()) if n else None,
+                )
+            )
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
+    delta = [r["stop_bf16"] - r["stop_fp32"] for r in rows]
+    snrs = [r["snr_db"] for r in rows if r["snr_db"] is not None]
+    return dict(
+        sentences=len(rows),
+        stop_identical=sum(d == 0 for d in delta),
+        stop_within_1=sum(abs(d) <= 1 for d in delta),
+        stop_max_abs_delta=max(abs(d) for d in delta),
+        never_stopped_fp32=sum(r["stop_fp32"] >= max_steps for r in rows),
+        snr_db_median=statistics.median(snrs) if snrs else None,
+        snr_db_min=min(snrs) if snrs else None,
+    )
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--weights", required=True, help="a compact file of speechrt_train tacotron2")
+    p.add_argument("--corpus", default="corpus")
+    p.add_argument("--sentences", type=int, default=300)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    from speechrt_train.corpus import TTS_VOICE, load_shard
+    from speechrt_train.tts_data import load_voice
+
+    shard = load_shard(Path(args.corpus) / f"{TTS_VOICE}.pt")
+    held, train = load_voice(shard, heldout=True), load_voice(shard)
+    sentences = (held.ids + train.ids)[: args.sentences]  # held-out first
+    model = load(args.weights, held.mel_config.n_mels, args.device)
+    warnings.simplefilter("ignore", MaxDecoderStepsWarning)  # counted: never_stopped_fp32
+    with torch.inference_mode():
+        rows = compare(model, [s.to(args.device) for s in sentences], args.batch)
+    result = dict(
+        weights=args.weights,
+        device=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+        held_out=min(len(held), args.sentences),
+        summary=summary(rows, model.dims.max_decoder_steps),
+        rows=rows,
+    )
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps(result["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

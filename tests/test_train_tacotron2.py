@@ -1,0 +1,89 @@
+"""speechrt_train's Tacotron 2 trainer on the synthetic corpus: it learns the mels, the gate and
+to attend, resumes bit-for-bit, and runs through the CLI (but is no exported default)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from speechrt.errors import MaxDecoderStepsWarning
+from speechrt.options import SynthesisOptions
+from speechrt_train.__main__ import main
+from speechrt_train.corpus import TTS_VOICE, load_shard
+from speechrt_train.loop import CHECKPOINT
+from speechrt_train.tacotron2_train import Tacotron2Config, Tacotron2Trainer, guide_weights
+from speechrt_train.tts_data import load_voice
+from train_harness import _resume_matches, _same_weights
+
+TC = Tacotron2Config(preset="tiny", batch_size=4, lr=3e-3, warmup=5, amp=False)
+
+
+@pytest.fixture(scope="module")
+def voice(corpus):
+    shard = load_shard(corpus / f"{TTS_VOICE}.pt")
+    return load_voice(shard), load_voice(shard, heldout=True)
+
+
+def test_guide_weights_are_zero_on_the_diagonal_and_outside_the_items():
+    lengths, mel_lengths = torch.tensor([4, 2]), torch.tensor([8, 4])
+    w = guide_weights(lengths, mel_lengths, 4, 8, 0.2)  # (B, T, L)
+    assert w.shape == (2, 8, 4)
+    assert w[0, 0, 0] == 0 and w[0, 4, 2] == 0 and w[1, 2, 1] == 0  # t / T == l / L
+    assert w[0, 7, 0] > 0.9 and w[0, 0, 3] > 0.9  # the far corners
+    assert w[1, 4:].abs().max() == 0 and w[1, :, 2:].abs().max() == 0  # past item 1's lengths
+
+
+def test_tacotron2_learns_and_resumes_exactly(voice, tmp_path):
+    """60 steps on the tiny preset: held-out gate and guide losses fall, the mel's too (slowly:
+    a Tacotron 2 predicts little before it attends), and attention gathers."""
+    train, val = voice
+    trainer = Tacotron2Trainer(train, val, dataclasses.replace(TC, lr=1e-2))
+    before = trainer.evaluate()
+    for _ in range(60):
+        trainer.step()
+    after = trainer.evaluate()
+    assert after["val_mel_post"] < 0.98 * before["val_mel_post"]
+    assert after["val_gate"] < 0.5 * before["val_gate"]
+    assert after["val_guide"] < 0.85 * before["val_guide"]
+    assert after["val_focus"] > 2 * before["val_focus"]
+    # free-running inference on the trained weights: the runtime's generate_mel
+    ids = train.ids[0][None]
+    with warnings.catch_warnings():  # a tiny model may run to max_decoder_steps
+        warnings.simplefilter("ignore", MaxDecoderStepsWarning)
+        mel, n = trainer.model.eval().generate_mel(
+            ids, torch.tensor([ids.shape[1]]), SynthesisOptions()
+        )
+    assert mel.shape[:2] == (1, 80) and 0 <= int(n) <= trainer.model.dims.max_decoder_steps
+    whole, resumed = _resume_matches(lambda: Tacotron2Trainer(train, val, TC), tmp_path, 4)
+    assert _same_weights(whole.model, resumed.model)
+
+
+def test_tacotron2_trains_through_the_cli_and_is_not_exported(corpus, tmp_path):
+    """The CLI trains it and writes its compact file, which scripts/tacotron2_stop_steps.py
+    reads: float32 and bf16 decoder steps over the corpus's sentences, one row each."""
+    run, compact = tmp_path / "tacotron2", tmp_path / "tacotron2.pt"
+    args = ["tacotron2", "--corpus", str(corpus), "--run", str(run), "--preset", "tiny"]
+    args += ["--set", "amp=false", "--max-steps", "2", "--quiet", "--device", "cpu"]
+    assert main([*args, "--compact-out", str(compact)]) == 0
+    state = torch.load(run / CHECKPOINT, weights_only=True)
+    assert state["trainer"]["step"] == 2 and state["trainer"]["config"]["preset"] == "tiny"
+    assert dataclasses.asdict(TC).keys() == state["trainer"]["config"].keys()
+    with pytest.raises(SystemExit):
+        main(["export", "--runs", str(tmp_path), "--models", "tacotron2"])
+    out = tmp_path / "stops.json"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "tacotron2_stop_steps.py"
+    cmd = [sys.executable, str(script), "--weights", str(compact), "--corpus", str(corpus)]
+    cmd += ["--sentences", "5", "--batch", "2", "--device", "cpu", "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    result = json.loads(out.read_text())
+    assert len(result["rows"]) == 5 and result["summary"]["sentences"] == 5
+    for row in result["rows"]:
+        assert 0 <= row["stop_fp32"] <= 80 and 0 <= row["stop_bf16"] <= 80  # tiny: at most 80
+    assert 0 <= result["summary"]["stop_identical"] <= result["summary"]["stop_within_1"] <= 5
