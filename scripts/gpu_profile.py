@@ -216,7 +216,8 @@ def asrgraph(models: Path, variants: tuple[str, ...]) -> list[dict]:
 
 def decoder(models: Path, k: int = 8) -> list[dict]:
     """Tacotron 2's decoder at batch 1, k steps per CUDA graph (150 symbols): DecoderStep against
-    FusedStep (merged GEMMs), uncompiled and compiled, float32; FusedStep in bf16 for comparison."""
+    FusedStep (merged GEMMs), uncompiled and compiled, float32; FusedStep with bf16 LSTM GEMMs
+    (lstm_in) and all in bf16 for comparison."""
     from speechrt.runtime.graphs.tacotron2 import DecoderStepGraph, example_decoder_step
     from speechrt.runtime.tacotron2 import FusedStep
 
@@ -225,14 +226,16 @@ def decoder(models: Path, k: int = 8) -> list[dict]:
     feeds = example_decoder_step(DecoderStepGraph(model), 1, 150, seed=0)
     cases = [("DecoderStep", "fp32", False), ("FusedStep", "fp32", False),
              ("DecoderStep", "fp32", True), ("FusedStep", "fp32", True),
-             ("FusedStep", "bf16", True)]  # fmt: skip
+             ("FusedStep", "bf16-lstm", True), ("FusedStep", "bf16", True)]  # fmt: skip
     rows = []
     for variant, name, compiled in cases:
-        dtype = torch.float32 if name == "fp32" else torch.bfloat16
+        dtype = torch.bfloat16 if name == "bf16" else torch.float32
         x = [v.to(dev, dtype) if v.is_floating_point() else v.to(dev) for v in feeds.values()]
         frame, state, fixed, masks = x[0], tuple(x[1:8]), x[8:11], x[11]
         step = copy.deepcopy(model.decoder)
         step = (FusedStep(step) if variant == "FusedStep" else step).to(dev, dtype).eval()
+        if name == "bf16-lstm":
+            step.lstm_in(torch.bfloat16)
 
         def k_steps(step=step, frame=frame, state=state, fixed=fixed, masks=masks):
             for _ in range(k):

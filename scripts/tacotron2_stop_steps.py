@@ -1,8 +1,8 @@
 """Does a half-precision decoder step keep Tacotron 2's stop step? A trained Tacotron 2 (a
 speechrt_train compact file) reads the TTS voice's sentences free-running twice, with the same
-prenet dropout seeds: its decoder step in float32, then in bf16 (the step's matmuls under
-autocast; its state, attention and gate handed between steps in float32). Per sentence: the
-stop step of each, and the mel's SNR over the frames both made. Writes --out (JSON).
+prenet dropout seeds: with its own float32 decoder step, then with the cuda runner's FusedStep
+whose two LSTM GEMMs take bf16 weights (FusedStep.lstm_in; state, attention and gate float32).
+Per sentence: the stop step of each, and the mel's SNR over the frames both made. Writes --out.
 
     python scripts/tacotron2_stop_steps.py --weights runs/tacotron2.pt --corpus corpus \\
         --sentences 300 --device cuda --out OUT/tacotron2-stop-steps.json
@@ -19,28 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("src", "train")]
 
 from speechrt.arch.tacotron2 import PRESETS, Tacotron2Dims  # noqa: E402
 from speechrt.errors import MaxDecoderStepsWarning  # noqa: E402
-from speechrt.models.tacotron2 import DecoderStep, Tacotron2  # noqa: E402
+from speechrt.models.tacotron2 import Tacotron2  # noqa: E402
 from speechrt.options import SynthesisOptions  # noqa: E402
-
-
-class AutocastStep(nn.Module):
-    """A DecoderStep whose forward runs under bf16 autocast, its outputs back in float32."""
-
-    def __init__(self, step: DecoderStep) -> None:
-        super().__init__()
-        self.step = step
-
-    def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
-        device = inputs[0].device.type
-        with torch.autocast(device, torch.bfloat16):
-            out = self.step(*inputs)
-        return tuple(t.float() for t in out)
+from speechrt.runtime.tacotron2 import FusedStep  # noqa: E402
 
 
 def load(weights: str, n_mels: int, device: str) -> Tacotron2:
@@ -57,17 +44,18 @@ def snr_db(reference: Tensor, other: Tensor) -> float:
 
 
 def compare(model: Tacotron2, sentences: list[Tensor], batch: int) -> list[dict[str, Any]]:
-    """Each sentence's stop steps and mel SNR, float32 step against bf16 step."""
+    """Each sentence's stop steps and mel SNR, float32 step against bf16 LSTM GEMMs."""
     options = SynthesisOptions()
     rows: list[dict[str, Any]] = []
     full = model.decoder
+    half = FusedStep(full).lstm_in(torch.bfloat16)
     for start in range(0, len(sentences), batch):
         items = sentences[start : start + batch]
         ids = torch.nn.utils.rnn.pad_sequence(items, batch_first=True)
         lengths = torch.tensor([len(x) for x in items])
         seeds = torch.arange(start, start + len(items))
         runs = []
-        for step in (full, AutocastStep(full)):
+        for step in (full, half):
             model.decoder = step
             runs.append(model.generate_mel(ids, lengths, options, seeds))
         model.decoder = full

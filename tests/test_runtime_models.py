@@ -65,6 +65,48 @@ def test_fused_decoder_step_equals_decoder_step(defaults: bool) -> None:
         assert (a - b).abs().max() <= 1e-5, (name, float((a - b).abs().max()))
 
 
+@pytest.mark.parametrize("defaults", [False, True])
+def test_fused_step_with_bf16_lstm_gemms_stays_near_float32(defaults: bool) -> None:
+    """FusedStep.lstm_in(bfloat16): the two LSTM weights in bf16, every output and the state
+    still float32 and within bf16's rounding of the float32 step (bound 2e-2 of each output's
+    scale; the stop step's evidence is scripts/tacotron2_stop_steps.py on a trained model)."""
+    model = Tacotron2(Tacotron2Dims()).eval() if defaults else tacotron2()
+    feeds = example_decoder_step(DecoderStepGraph(model), 2, 37, seed=5)
+    half = FusedStep(model.decoder).lstm_in(torch.bfloat16)
+    assert half.att_w.dtype == half.dec_w.dtype == torch.bfloat16
+    assert half.out_w.dtype == half.query_w.dtype == torch.float32
+    with torch.no_grad():
+        ref = model.decoder(*feeds.values())
+        got = half(*feeds.values())
+    for name, a, b in zip(DECODER_OUTPUTS, ref, got, strict=True):
+        assert b.dtype == torch.float32 and a.shape == b.shape, name
+        err = float((a - b).abs().max())
+        assert 0 < err <= 2e-2 * max(1.0, float(a.abs().max())), (name, err)
+
+
+def test_cuda_steps_take_bf16_lstm_gemms() -> None:
+    """CudaSteps(lstm_dtype=bfloat16) (uncompiled on the CPU) runs the decoder loop with them:
+    stop steps within 1 of float32's on the tiny model, mel within 0.1 (the bounds of the
+    eager half-precision test above)."""
+    from speechrt.runtime.tacotron2 import CudaSteps, Tacotron2Stage
+
+    tac, wg = tacotron2(), waveglow()
+    s = stages("cuda", tac, wg)
+    ref_stage = s.acoustic
+    assert isinstance(ref_stage, Tacotron2Stage) and isinstance(ref_stage.steps, CudaSteps)
+    steps = CudaSteps(tac.decoder, CPU, SMALL, None, lstm_dtype=torch.bfloat16)
+    assert steps.decoder.att_w.dtype == torch.bfloat16
+    half_stage = Tacotron2Stage(tac.dims, ref_stage.encoder, steps, ref_stage.postnet)
+    opts = SynthesisOptions(seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mel, lengths = ref_stage(IDS, LENS, opts, SEEDS)
+        m16, l16 = half_stage(IDS, LENS, opts, SEEDS)
+    assert (l16 - lengths).abs().max() <= 1 and m16.dtype == torch.float32
+    t = min(mel.shape[2], m16.shape[2]) - 1
+    assert (m16[:, :, :t] - mel[:, :, :t]).abs().max() <= 0.1
+
+
 def test_waveglow_gemm_equals_graph() -> None:
     """WaveGlowGemm (convs as matmuls over (B, L, C)) is WaveGlowGraph's function: audio within
     1e-6 of its peak for a batch of different lengths, at the tiny and the 256-channel dims

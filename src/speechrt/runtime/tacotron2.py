@@ -168,6 +168,15 @@ class FusedStep(nn.Module):
         self.out_w = nn.Parameter(cat((proj.weight, gate.weight)).detach())
         self.out_b = nn.Parameter(cat((proj.bias, gate.bias)).detach())
 
+    def lstm_in(self, dtype: torch.dtype) -> FusedStep:
+        """The two LSTM GEMMs' weights in `dtype` (bfloat16: at DLE's dims 71 of the step's 73
+        MB of float32 weights): they take their input in it, accumulate in float32 and round
+        their output to it; the state, attention, projection and gate stay as they are (the
+        stop step's evidence: scripts/tacotron2_stop_steps.py). Returns self."""
+        for p in (self.att_w, self.dec_w):
+            p.data = p.data.to(dtype)
+        return self
+
     def forward(
         self, decoder_input: Tensor, attention_hidden: Tensor, attention_cell: Tensor,
         decoder_hidden: Tensor, decoder_cell: Tensor, attention_weights: Tensor,
@@ -187,16 +196,21 @@ class FusedStep(nn.Module):
         energies = torch.einsum("bat,a->bt", energies, self.v)  # (B, T_in)
         weights = F.softmax(energies.masked_fill(mask, float("-inf")), dim=1)
         context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)  # (B, E)
-        dh, dc = _lstm(torch.cat((h, context, decoder_hidden), 1), decoder_cell, self.dec_w,
-                       self.dec_b)  # fmt: skip
+        dh, dc = _lstm(torch.cat((h, context, decoder_hidden), 1), decoder_cell,
+                       self.dec_w, self.dec_b)  # fmt: skip
         out = F.linear(torch.cat((dh, context), 1), self.out_w, self.out_b)  # (B, n_mels + 1)
         weights_cum = attention_weights_cum + weights
         return out[:, :-1], out[:, -1:], h, c, dh, dc, weights, weights_cum, context
 
 
 def _lstm(xh: Tensor, c: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """An LSTMCell step over [x, h] (B, I + H), stacked weights (4H, I + H): gates i, f, g, o."""
-    i, f, g, o = F.linear(xh, w, b).chunk(4, 1)
+    """An LSTMCell step over [x, h] (B, I + H), stacked weights (4H, I + H): gates i, f, g, o.
+    A weight in another dtype than xh takes xh in its dtype; the gates and c stay in c's."""
+    if w.dtype == xh.dtype:
+        gates = F.linear(xh, w, b)
+    else:
+        gates = F.linear(xh.to(w.dtype), w).to(c.dtype) + b
+    i, f, g, o = gates.chunk(4, 1)
     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(c), c
 
@@ -219,7 +233,8 @@ class _Bound:
 class CudaSteps:
     """k decoder steps per call, compiled and replayed as one CUDA graph per bucket (batch,
     symbols); the decoder state lives in the bucket's buffers, so a call copies in only the
-    prenet masks. mode None runs the same code uncompiled and without graphs (e.g. on a CPU)."""
+    prenet masks. mode None runs the same code uncompiled and without graphs (e.g. on a CPU).
+    lstm_dtype: FusedStep.lstm_in's (float32 unless the stop step is shown to hold)."""
 
     def __init__(
         self,
@@ -228,10 +243,11 @@ class CudaSteps:
         buckets: Buckets,
         mode: str | None,
         k: int = 8,
+        lstm_dtype: torch.dtype = torch.float32,
     ) -> None:
         if MASK_CHUNK % k:
             raise SpeechRTError(f"steps per graph must divide {MASK_CHUNK}, got {k}")
-        self.decoder = FusedStep(decoder).to(device, torch.float32).eval()
+        self.decoder = FusedStep(decoder).to(device, torch.float32).eval().lstm_in(lstm_dtype)
         self.device, self.buckets, self.k = device, buckets, k
         self.graphs = mode == "reduce-overhead" and device.type == "cuda"
         self._steps = compile_fn(self.k_steps, "default" if self.graphs else mode)
