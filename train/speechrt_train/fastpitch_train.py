@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
-from torch.profiler import record_function
+from torch import Tensor
 
 from speechrt.audio.mel import MelConfig
 from speechrt.models.fastpitch import FastPitch, FastPitchDims, lengths_mask
-from speechrt_train.loop import Batches, Checkpointed, warmup_rsqrt
-from speechrt_train.tts_data import TextBatch, VoiceData, text_batch
+from speechrt_train.loop import Batches
+from speechrt_train.tts_data import TextBatch, TextTrainer, VoiceData, text_batch
 
 # ~7.9 M parameters (15.8 MB in fp16): 4 + 4 FFT layers of width 256.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -173,7 +172,7 @@ def losses(out: FastPitchOut, b: TextBatch) -> dict[str, Tensor]:
     return {"loss": total, "mel": mel, "dur": dur, "pitch": pitch, "energy": energy}
 
 
-class FastPitchTrainer(Checkpointed):
+class FastPitchTrainer(TextTrainer):
     """One FastPitch, its optimizer and its data order (see loop.Trainer)."""
 
     def __init__(
@@ -203,51 +202,8 @@ class FastPitchTrainer(Checkpointed):
         self.batches = Batches(train.frames(), config.batch_size, config.seed, config.max_frames)
         self.step_count = 0
 
-    def _autocast(self) -> Any:
-        on = self.config.amp and self.device.type == "cuda"
-        return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+    def _forward(self, b: TextBatch, generator: torch.Generator | None) -> FastPitchOut:
+        return teacher_forced(self.model, b)  # its dropout: the global stream, off in evaluate
 
-    def step(self) -> dict[str, Tensor]:
-        self.model.train()
-        with record_function("data"):
-            index = next(self.batches)
-            b = text_batch(self.train, index, self.train.pitch_mean, self.train.pitch_std)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
-            group["lr"] *= self.lr_scale
-        with record_function("forward"):
-            with self._autocast():
-                out = teacher_forced(self.model, b)
-            parts = losses(out, b)
-        with record_function("backward"):
-            self.optimizer.zero_grad(set_to_none=True)
-            parts["loss"].backward()
-        with record_function("optimizer"):
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-            self.optimizer.step()
-        self.step_count += 1
-        return {k: v.detach() for k, v in parts.items()}
-
-    @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Teacher-forced losses on the held-out utterances (never trained on)."""
-        if self.val is None:
-            return {}
-        self.model.eval()
-        sums: dict[str, float] = {}
-        n = 0
-        for start in range(0, len(self.val), self.config.batch_size):
-            index = list(range(start, min(start + self.config.batch_size, len(self.val))))
-            b = text_batch(self.val, index, self.train.pitch_mean, self.train.pitch_std)
-            with self._autocast():
-                out = teacher_forced(self.model, b)
-            for k, v in losses(out, b).items():
-                sums[k] = sums.get(k, 0.0) + float(v) * len(index)
-            n += len(index)
-        return {f"val_{k}": v / n for k, v in sums.items()}
-
-    def _state_parts(self) -> dict[str, Any]:
-        return {"model": self.model, "optimizer": self.optimizer, "batches": self.batches}
-
-    def _weight_parts(self) -> dict[str, nn.Module]:
-        return {"model": self.model}
+    def _losses(self, out: FastPitchOut, b: TextBatch) -> dict[str, Tensor]:
+        return losses(out, b)

@@ -15,17 +15,15 @@ Tacotron 2 folds DLE's BatchNorms at conversion, so these convolutions train wit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.profiler import record_function
+from torch import Tensor
 
 from speechrt.arch.tacotron2 import PRESETS, Tacotron2Dims
 from speechrt.models.tacotron2 import PRENET_DROPOUT, Tacotron2
-from speechrt_train.loop import Batches, Checkpointed, warmup_rsqrt
-from speechrt_train.tts_data import TextBatch, VoiceData, text_batch
+from speechrt_train.loop import Batches
+from speechrt_train.tts_data import TextBatch, TextTrainer, VoiceData
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ def attention_focus(out: Tacotron2Out, b: TextBatch) -> Tensor:
     return (out.attention.float().amax(2) * valid).sum() / valid.sum()
 
 
-class Tacotron2Trainer(Checkpointed):
+class Tacotron2Trainer(TextTrainer):
     """One Tacotron 2, its optimizer and its data order (see loop.Trainer)."""
 
     def __init__(
@@ -145,58 +143,8 @@ class Tacotron2Trainer(Checkpointed):
         self.batches = Batches(train.frames(), config.batch_size, config.seed, config.max_frames)
         self.step_count = 0
 
-    def _autocast(self) -> Any:
-        on = self.config.amp and self.device.type == "cuda"
-        return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+    def _forward(self, b: TextBatch, generator: torch.Generator | None) -> Tacotron2Out:
+        return teacher_forced(self.model, b, generator)
 
-    def _batch(self, data: VoiceData, index: list[int]) -> TextBatch:
-        return text_batch(data, index, self.train.pitch_mean, self.train.pitch_std)
-
-    def step(self) -> dict[str, Tensor]:
-        self.model.train()
-        with record_function("data"):
-            b = self._batch(self.train, next(self.batches))
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
-            group["lr"] *= self.lr_scale
-        with record_function("forward"):
-            with self._autocast():
-                out = teacher_forced(self.model, b)
-            parts = losses(out, b, self.config)
-            parts["focus"] = attention_focus(out, b)
-        with record_function("backward"):
-            self.optimizer.zero_grad(set_to_none=True)
-            parts["loss"].backward()
-        with record_function("optimizer"):
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-            self.optimizer.step()
-        self.step_count += 1
-        return {k: v.detach() for k, v in parts.items()}
-
-    @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Teacher-forced losses and attention focus on the held-out utterances, the prenet's
-        dropout from a generator of their own (training's random stream stays as it was)."""
-        if self.val is None:
-            return {}
-        self.model.eval()
-        generator = torch.Generator(self.device).manual_seed(self.config.seed)
-        sums: dict[str, float] = {}
-        n = 0
-        for start in range(0, len(self.val), self.config.batch_size):
-            index = list(range(start, min(start + self.config.batch_size, len(self.val))))
-            b = self._batch(self.val, index)
-            with self._autocast():
-                out = teacher_forced(self.model, b, generator)
-            parts = losses(out, b, self.config)
-            parts["focus"] = attention_focus(out, b)
-            for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * len(index)
-            n += len(index)
-        return {f"val_{k}": v / n for k, v in sums.items()}
-
-    def _state_parts(self) -> dict[str, Any]:
-        return {"model": self.model, "optimizer": self.optimizer, "batches": self.batches}
-
-    def _weight_parts(self) -> dict[str, nn.Module]:
-        return {"model": self.model}
+    def _losses(self, out: Tacotron2Out, b: TextBatch) -> dict[str, Tensor]:
+        return {**losses(out, b, self.config), "focus": attention_focus(out, b)}

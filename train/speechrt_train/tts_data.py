@@ -2,18 +2,24 @@
 
 shard (corpus.py) -> per aligned utterance: audio (N,), log-mel (n_mels, T) with T = N / hop
 (speechrt's mel, the one the runtime uses), ids (L,), durations (L,), pitch Hz and energy (L,)
--> padded batches for FastPitch; random aligned (mel, audio) segments for HiFi-GAN
+-> padded batches for FastPitch and Tacotron 2; random aligned (mel, audio) segments for HiFi-GAN
+
+TextTrainer: what the two teacher-forced trainers over padded text batches share (step,
+held-out evaluation, state), each giving its forward and losses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.profiler import record_function
 
 from speechrt.audio.mel import MelConfig, mel_spectrogram
 from speechrt_train.features import normalize_pitch, symbol_targets
+from speechrt_train.loop import Batches, Checkpointed, warmup_rsqrt
 
 
 @dataclass
@@ -162,3 +168,79 @@ def segment_batch(
     s = (span[0, :, None] * hop) + torch.arange(frames * hop, device=mel_flat.device)
     audio = torch.where(s < span[1, :, None] * hop, audio_flat[s.clamp(max=len(audio_flat) - 1)], 0)
     return mel, audio
+
+
+class TextTrainer(Checkpointed):
+    """One model trained on the voice's text batches by teacher forcing, its optimizer and its
+    data order (see loop.Trainer). A subclass sets the fields below and gives `_forward` and
+    `_losses`; config has lr, warmup, grad_clip, batch_size, seed and amp."""
+
+    config: Any
+    device: torch.device
+    train: VoiceData
+    val: VoiceData | None
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    batches: Batches
+
+    def _forward(self, b: TextBatch, generator: torch.Generator | None) -> Any:
+        """The teacher-forced forward (under autocast); generator: its randomness, None for the
+        global stream"""
+        raise NotImplementedError
+
+    def _losses(self, out: Any, b: TextBatch) -> dict[str, Tensor]:
+        """The forward's losses, "loss" the one minimised (and any metric to log)"""
+        raise NotImplementedError
+
+    def _autocast(self) -> Any:
+        on = self.config.amp and self.device.type == "cuda"
+        return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+
+    def _batch(self, data: VoiceData, index: list[int]) -> TextBatch:
+        return text_batch(data, index, self.train.pitch_mean, self.train.pitch_std)
+
+    def step(self) -> dict[str, Tensor]:
+        self.model.train()
+        with record_function("data"):
+            b = self._batch(self.train, next(self.batches))
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
+            group["lr"] *= self.lr_scale
+        with record_function("forward"):
+            with self._autocast():
+                out = self._forward(b, None)
+            parts = self._losses(out, b)
+        with record_function("backward"):
+            self.optimizer.zero_grad(set_to_none=True)
+            parts["loss"].backward()
+        with record_function("optimizer"):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.optimizer.step()
+        self.step_count += 1
+        return {k: v.detach() for k, v in parts.items()}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Teacher-forced losses on the held-out utterances (never trained on), any randomness
+        from a generator of their own (training's random stream stays as it was)."""
+        if self.val is None:
+            return {}
+        self.model.eval()
+        generator = torch.Generator(self.device).manual_seed(self.config.seed)
+        sums: dict[str, float] = {}
+        n = 0
+        for start in range(0, len(self.val), self.config.batch_size):
+            index = list(range(start, min(start + self.config.batch_size, len(self.val))))
+            b = self._batch(self.val, index)
+            with self._autocast():
+                out = self._forward(b, generator)
+            for k, v in self._losses(out, b).items():
+                sums[k] = sums.get(k, 0.0) + float(v) * len(index)
+            n += len(index)
+        return {f"val_{k}": v / n for k, v in sums.items()}
+
+    def _state_parts(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": self.optimizer, "batches": self.batches}
+
+    def _weight_parts(self) -> dict[str, nn.Module]:
+        return {"model": self.model}
