@@ -31,6 +31,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -238,19 +239,8 @@ def stem_model(rows: list[dict], name: str, B: int, T: int) -> None:
     ref = torch.compile(two_convs, dynamic=False, options={"realize_reads_threshold": 1})
     want = ref(x, n).float()
     valid = parakeet.valid_mask(halve(halve(n)), want.shape[1])[..., None, None]
-    scale = want.abs().max().item()
-    rows.append(dict(part="stem", model=name, variant="taps compiled",
-                     ms=graph_time_ms(lambda: ref(x, n))))  # fmt: skip
-    print(rows[-1], flush=True)
-    for tiles in STEM_TILES:
-        try:
-            ms = graph_time_ms(lambda t=tiles: st.launch(x, n, *w, tiles=t))
-            got = st.launch(x, n, *w, tiles=tiles).float()
-            err = ((got - want).abs() * valid).max().item() / scale
-        except Exception as e:  # a tile the GPU cannot hold
-            ms, err = float("nan"), repr(e)[:80]
-        rows.append(dict(part="stem", model=name, variant=str(tiles), ms=ms, err=err))
-        print(rows[-1], flush=True)
+    sweep_tiles(rows, "stem", name, lambda: ref(x, n), want, valid,
+                lambda t: st.launch(x, n, *w, tiles=t), STEM_TILES)  # fmt: skip
     # the next ReLU + mask + strided depthwise conv, on the first pointwise conv's output
     h = torch.randn(B, *want.shape[1:], device="cuda", dtype=torch.bfloat16)
     n2 = halve(halve(n))
@@ -264,18 +254,27 @@ def stem_model(rows: list[dict], name: str, B: int, T: int) -> None:
     ref = torch.compile(relu_taps, dynamic=False, options={"realize_reads_threshold": 1})
     want = ref(h, n2).float()
     valid = parakeet.valid_mask(halve(n2), want.shape[1])[..., None, None]
-    scale = want.abs().max().item()
-    rows.append(dict(part="depthwise 2", model=name, variant="taps compiled",
-                     ms=graph_time_ms(lambda: ref(h, n2))))  # fmt: skip
+    sweep_tiles(rows, "depthwise 2", name, lambda: ref(h, n2), want, valid,
+                lambda t: st.launch_depthwise(h, n2, *wd2, tiles=t), DEPTHWISE2_TILES)  # fmt: skip
+
+
+def sweep_tiles(
+    rows: list[dict], part: str, name: str, ref: Callable[[], torch.Tensor],
+    want: torch.Tensor, valid: torch.Tensor, launch: Callable[[tuple], torch.Tensor],
+    tiles_list: list[tuple],
+) -> None:  # fmt: skip
+    """The compiled reference's time, then each tile's time and largest error on the valid
+    rows (relative to the output's scale)."""
+    rows.append(dict(part=part, model=name, variant="taps compiled", ms=graph_time_ms(ref)))
     print(rows[-1], flush=True)
-    for tiles in DEPTHWISE2_TILES:
+    scale = want.abs().max().item()
+    for tiles in tiles_list:
         try:
-            ms = graph_time_ms(lambda t=tiles: st.launch_depthwise(h, n2, *wd2, tiles=t))
-            got = st.launch_depthwise(h, n2, *wd2, tiles=tiles).float()
-            err = ((got - want).abs() * valid).max().item() / scale
+            ms = graph_time_ms(lambda t=tiles: launch(t))
+            err = ((launch(tiles).float() - want).abs() * valid).max().item() / scale
         except Exception as e:  # a tile the GPU cannot hold
             ms, err = float("nan"), repr(e)[:80]
-        rows.append(dict(part="depthwise 2", model=name, variant=str(tiles), ms=ms, err=err))
+        rows.append(dict(part=part, model=name, variant=str(tiles), ms=ms, err=err))
         print(rows[-1], flush=True)
 
 
