@@ -188,11 +188,11 @@ def test_stacked_positions_and_padded_ctc_head_keep_the_log_probs() -> None:
     lengths = torch.tensor([170, 111])
     with torch.inference_mode():
         want, n = model(x, lengths)
-        pos = model.encoder.positions(22, torch.float32, x.device)
+        pos = model.encoder.positions(22, x.device)
         layers = list(model.encoder.layers)
         model.encoder.pos_weight = torch.cat([m.self_attn.linear_pos.weight for m in layers])
         model.pad_ctc_head()
-        padded = model.encoder.positions(22, torch.float32, x.device)
+        padded = model.encoder.positions(22, x.device)
         got, m = model(x, lengths)
     assert pos.shape == (len(layers), 43, model.dims.d_model) and padded.shape[1] == 64
     assert (padded[:, :43] - pos).abs().max().item() <= 1e-5 * pos.abs().max().item()

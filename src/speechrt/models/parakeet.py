@@ -353,7 +353,7 @@ class FastConformer(nn.Module):
         self.pos_weight: Tensor | None
         self.register_buffer("pos_weight", None, persistent=False)
 
-    def positions(self, T: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    def positions(self, T: int, device: torch.device) -> Tensor:
         """Each layer's projected relative positions, (n_layers, P, D): P = 2T - 1, or with
         pos_weight one GEMM and P rounded up to a multiple of 64 with zero rows (cuBLAS's
         fast kernels want aligned rows)."""
@@ -361,7 +361,7 @@ class FastConformer(nn.Module):
         if self.pos_weight is None:
             layers = [layer for layer in self.layers if isinstance(layer, ConformerLayer)]
             return torch.stack([layer.self_attn.project(pe) for layer in layers])
-        pe = F.pad(pe, (0, 0, 0, -pe.shape[0] % 64)).to(dtype)
+        pe = F.pad(pe, (0, 0, 0, -pe.shape[0] % 64)).to(self.pos_weight.dtype)
         return F.linear(pe, self.pos_weight).view(pe.shape[0], -1, self.d.d_model).transpose(0, 1)
 
     def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -378,7 +378,7 @@ class FastConformer(nn.Module):
             see = see & (offset.abs() <= self.d.att_context)
         bias_mask = ~see[:, None]  # (B, 1, T, T)
         pad = ~valid[:, None, :]  # (B, 1, T)
-        pos = self.positions(T, x.dtype, x.device)  # (n_layers, P, D)
+        pos = self.positions(T, x.device)  # (n_layers, P, D)
         layers = [layer for layer in self.layers if isinstance(layer, ConformerLayer)]
         h = layers[0].norm_feed_forward1(x)
         for i, layer in enumerate(layers):
