@@ -9,7 +9,8 @@
 # cuda fp16 and onnx (CPU) at batch 1 and 8 (FastPitch + HiFi-GAN also 4); a server sweep, static
 # (max batch 1) vs dynamic batching; and the time to first audio of a streamed ~10 s utterance
 # (3 sentences) with dynamic batching. Servers run cuda fp16 with --warmup. Results:
-# OUT_DIR/*.json, *.csv, *.png.
+# OUT_DIR/*.json, *.csv, *.png. SERVER_CONCURRENCY (default 1,2,4,8,16,32,64) sets the
+# sweep's client counts; TACOTRON2_VARIANTS and TACOTRON2_BATCHES the tacotron2 part's.
 set -euo pipefail
 out=${1:?usage: bench_gpu.sh OUT_DIR [PART ...]}
 shift
@@ -42,7 +43,8 @@ for part in $parts; do
       --out-dir "$out" --name tacotron2-waveglow-onnx ;;
   tacotron2)
     $sr bench tts --acoustic "$models/tacotron2" --vocoder "$models/waveglow256" --denoise 0.01 \
-      --variants eager:fp32,eager:fp16,cuda:fp16 --batch-sizes 1,8 --warmup 3 --iters 20 \
+      --variants "${TACOTRON2_VARIANTS:-eager:fp32,eager:fp16,cuda:fp16}" \
+      --batch-sizes "${TACOTRON2_BATCHES:-1,8}" --warmup 3 --iters 20 \
       --out-dir "$out" --name tacotron2-waveglow ;;
   jasper)
     $sr bench asr --model "$models/jasper" --variants eager:fp32,eager:fp16,cuda:fp16 \
@@ -72,7 +74,7 @@ for part in $parts; do
       echo "server $1 ready after $(( $(date +%s) - t0 )) s" | tee -a "$out/serve-ready.txt"
     done
     $sr bench tts --url static=http://127.0.0.1:8101 --url dynamic=http://127.0.0.1:8102 \
-      --concurrency 1,2,4,8,16,32,64 --seconds 8 --out-dir "$out" --name server-sweep
+      --concurrency "${SERVER_CONCURRENCY:-1,2,4,8,16,32,64}" --seconds 8 --out-dir "$out" --name server-sweep
     kill "${pids[@]}"; wait || true ;;
   ttfa)  # streamed vs whole, one request at a time, dynamic batching on (max batch 8, 5 ms);
     # the script's own warm-up sends each measured size once: new shapes compile in them

@@ -255,6 +255,21 @@ def test_serve_pipelines_batches_unless_told_not_to(tiny_voice):
     assert not serve_config(parse(["serve", *voice, "--no-pipeline-batches"])).batch.pipeline
 
 
+def test_switch_interval_is_one_ms_unless_told(capsys):
+    """`speechrt serve` hands the interpreter on after 1 ms by default (--switch-interval-ms);
+    a value out of (0, 1000] is one line and exit 2, before any model loads."""
+    from speechrt.cli import build_parser, main
+    from speechrt.cli.serve import switch_interval
+
+    parse = build_parser().parse_args
+    assert switch_interval(parse(["serve"])) == 0.001
+    assert switch_interval(parse(["serve", "--switch-interval-ms", "5"])) == 0.005
+    for bad in ("0", "-1", "nan", "2000"):
+        assert main(["serve", "--switch-interval-ms", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--switch-interval-ms must be in (0, 1000]" in err
+
+
 def test_pipelined_batches_give_the_same_speech(tiny_voice):
     """Pipelined batches (BatchConfig.pipeline, the default): the tiny voice says the same
     with and without, within one int16 step (batches may group differently, and batched audio
