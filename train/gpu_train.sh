@@ -40,8 +40,12 @@
 # PLAN=wide-piper-f adds joe-f too (joe as a woman, by Praat): praat-parselmouth there as well.
 # PLAN=wide-piper-fh adds joe-h too (joe as a higher man's voice, the same way).
 # MODELS=tacotron2 trains a Tacotron 2 (speechrt_train.tacotron2_train, DLE's dims) on the TTS
-# voice with TACOTRON2_ARGS, never exported: scripts/tacotron2_stop_steps.py reads its compact
-# file (56 MB in fp16, over what $OUT returns: run the script in the same lease).
+# voice with TACOTRON2_ARGS, never exported, then runs scripts/tacotron2_stop_steps.py on its
+# compact file (56 MB in fp16, over what $OUT returns: kept in /tmp/speechrt-resume) over
+# STOP_SENTENCES (default 300) sentences into $OUT/tacotron2-stop-steps.json. PLAN=tts makes
+# the TTS voice's corpus alone, from .carry/debs' festival, festlex-*, festvox-us-slt-hts,
+# libestools2.5, libasound2, libgomp1, libtinfo6 and fortunes* (5 MB; with the wheels a .carry
+# of 10 MB: beside the tree less src/speechrt/defaults, which this recipe does not read).
 # MODELS=fastconformer trains the FastConformer-CTC (speechrt_train.fastconformer_train, 26 M
 # parameters) alone on the GPU(s) with FASTCONFORMER_ARGS (default: fastconformer-small, batch 128,
 # bf16 autocast (the trainer's amp), the recordings augmentation); chain chunks as for the others
@@ -112,6 +116,7 @@ RESUME=$OUT  # without --export the compact files come back as they are; with it
 if [ -n "$EXPORT" ]; then RESUME=bundle/resume; rm -rf bundle; mkdir -p "$RESUME" bundle/defaults; fi
 RESERVE=45
 if [ -n "$EXPORT" ]; then RESERVE=150; [ -n "${BREAKDOWN:-}" ] && RESERVE=330; fi
+[[ " $MODELS " == *" tacotron2 "* ]] && RESERVE=$(( RESERVE + 75 ))  # its stop-step script
 DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
 echo "== training for $(( DEADLINE - $(date +%s) )) s"
 declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
@@ -166,6 +171,13 @@ done
 # a later call on this warm machine may restart a model with a new config from these:
 # rm -rf runs/<model> && WARM=/tmp/speechrt-resume ... bash train/gpu_train.sh ...
 mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/null
+if [[ " $MODELS " == *" tacotron2 "* ]]; then  # its fp32 and bf16-LSTM decoders' stop steps
+  rm -f "$OUT/tacotron2.pt"  # (too large to come back; the copy above stays on this machine)
+  echo "== tacotron2 stop steps"
+  python3 scripts/tacotron2_stop_steps.py --weights /tmp/speechrt-resume/tacotron2.pt \
+    --corpus corpus --sentences "${STOP_SENTENCES:-300}" --out "$OUT/tacotron2-stop-steps.json" ||
+    { echo "== the stop-step script failed"; exit 1; }
+fi
 
 unset CUDA_VISIBLE_DEVICES
 SHIPPED=""  # the defaults' models among MODELS (the FastConformer is exported on its own)

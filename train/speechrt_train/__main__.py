@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plan",
         default="small",
-        help="full, wide, wide-piper, wide-piper-f, wide-piper-fh, small, tiny or synthetic "
+        help="full, wide, wide-piper, wide-piper-f, wide-piper-fh, small, tts, tiny or synthetic "
         "(default: small)",
     )
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")

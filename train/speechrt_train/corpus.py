@@ -72,6 +72,8 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
     # (pack_shard); its train side joins any corpus's shards
     "piper": {"joe": (3000, 200)},
     "small": {v: (200, 20) for v in ("slt-hts", "slt", "awb", "kal16")} | {"rms": (0, 100)},
+    # the TTS voice alone (Tacotron 2's stop-step evidence: gpu_train.sh MODELS=tacotron2)
+    "tts": {"slt-hts": (4900, 300)},
     "tiny": {"slt-hts": (12, 3), "slt": (8, 2), "rms": (0, 4)},
 }
 # wide with the Piper voice made beside the others, where piper-tts and the voice's wheel are
