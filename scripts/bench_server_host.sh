@@ -8,6 +8,8 @@
 #   bash scripts/bench_server_host.sh OUT_DIR [INTERVAL_MS ...]   (default: 5 1 0.2)
 # BENCH_MODELS: scripts/bench_models.py's folder; DEVICE=cpu PRECISION=fp32 VARIANT=eager:fp32
 # WARMUP=1 ITERS=2 and BENCH_MODELS with fastpitch/ and hifigan/ of any voice make a CPU smoke run.
+# WORKERS=N serves with `--workers N` (the load starts once every worker has started; PYSPY
+# profiles one worker only with WORKERS=1).
 set -uo pipefail
 out=${1:?usage: bench_server_host.sh OUT_DIR [INTERVAL_MS ...]}
 shift
@@ -23,10 +25,12 @@ $sr bench tts --acoustic "$m/fastpitch" --vocoder "$m/hifigan" --variants "${VAR
 serve() {  # serve INTERVAL_MS: the dynamic server on port 8102 once ready (its pid in $pid)
   $sr serve --port 8102 --acoustic "$m/fastpitch" --vocoder "$m/hifigan" --device "${DEVICE:-cuda}" \
     --precision "${PRECISION:-fp16}" --max-batch-size 8 --max-queue-delay-ms 5 --max-queue-size 4096 --warmup \
-    --switch-interval-ms "$1" > "$out/serve-$1.log" 2>&1 &
+    --switch-interval-ms "$1" --workers "${WORKERS:-1}" > "$out/serve-$1.log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do
-    curl -sf http://127.0.0.1:8102/v2/health/ready > /dev/null && return 0
+    started=$(grep -c "Application startup complete" "$out/serve-$1.log")
+    [ "$started" -ge "${WORKERS:-1}" ] && curl -sf http://127.0.0.1:8102/v2/health/ready \
+      > /dev/null && return 0
     kill -0 $pid 2> /dev/null || break
     sleep 1
   done

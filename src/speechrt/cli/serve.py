@@ -23,6 +23,9 @@ from speechrt.limits import from_flags as limits_from_flags
 if TYPE_CHECKING:
     import socket
 
+    import uvicorn
+    from fastapi import FastAPI
+
     from speechrt.serving import ServeConfig, Server
 
 
@@ -85,6 +88,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(sys.setswitchinterval; default: 1, Python's own: 5). The device thread gives it up "
         "at every torch call, and under load waits up to this long behind the HTTP thread "
         "(this process's server; --ray's replicas keep Python's)",
+    )
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="server processes sharing the port, each with its own models, batcher and device "
+        "thread; on one GPU they take turns on it (Triton's instance_group count), so one's "
+        "kernels can run while another's Python works. Not with --ray, --grpc-port or "
+        "--wyoming-port (default: 1, this process)",
     )
     g = p.add_argument_group("limits")
     add_limit_flags(g)  # speechrt.limits.Limits: one flag per field that has one
@@ -317,6 +330,9 @@ def switch_interval(args: argparse.Namespace) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from speechrt.cli.serve_workers import check_workers
+
+    check_workers(args)
     if args.ray:
         wyoming_socket(args)  # refused with --ray
         import functools
@@ -327,14 +343,17 @@ def run(args: argparse.Namespace) -> int:
         log_to_stderr(args.log_level)
         return run_ray(args, functools.partial(load_server, args), config.limits)
     check_ray_flags(args)
-    sys.setswitchinterval(switch_interval(args))
+    interval = switch_interval(args)
+    if args.workers > 1:
+        from speechrt.cli.serve_workers import run_workers
+
+        return run_workers(args)
+    sys.setswitchinterval(interval)
     listen = wyoming_socket(args)  # before the models load: a taken port fails at once
     server = load_server(args)
     import uvicorn
 
     from speechrt.serving import create_app
-    from speechrt.serving.protocol import guarded_protocol
-    from speechrt.serving.realtime import MAX_MESSAGE_BYTES
 
     listeners = []
     if listen is not None:
@@ -342,8 +361,19 @@ def run(args: argparse.Namespace) -> int:
 
         listeners.append(WyomingListener(server, listen))
     log_to_stderr(args.log_level)  # after load: a failed start prints only its error line
-    uvicorn.run(
-        create_app(server, listeners),
+    uvicorn.Server(uvicorn_config(args, create_app(server, listeners))).run()
+    return 0
+
+
+def uvicorn_config(args: argparse.Namespace, app: FastAPI) -> uvicorn.Config:
+    """uvicorn's configuration of `app` from the flags."""
+    import uvicorn
+
+    from speechrt.serving.protocol import guarded_protocol
+    from speechrt.serving.realtime import MAX_MESSAGE_BYTES
+
+    return uvicorn.Config(
+        app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
@@ -353,4 +383,3 @@ def run(args: argparse.Namespace) -> int:
         # request heads bounded in time and size, bodies in time
         http=guarded_protocol(args.header_timeout, args.body_timeout),
     )
-    return 0

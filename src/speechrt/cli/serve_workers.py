@@ -1,0 +1,126 @@
+"""`speechrt serve --workers N`: N server processes on one listening socket.
+
+This process checks the flags, binds the socket and starts N workers (spawned, so that none
+inherits a CUDA context); each loads the models itself and serves the socket with its own
+uvicorn, batcher and device thread, and the kernel hands each new connection to one of them.
+On one GPU the workers take turns on it, as Triton's model instances do: one's kernels run while
+another's Python (HTTP, the runner's launches) holds its own interpreter lock. /metrics, whichever
+worker answers it, sums all of them (prometheus-client's multi-process mode, as for --ray's
+replicas). A worker that exits stops the others and the command, with its exit status: a server
+that quietly served with fewer workers than asked would hide the failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from speechrt.errors import SpeechRTError
+
+POLL_S = 0.2  # how often this process looks for a worker that exited
+
+
+def check_workers(args: argparse.Namespace) -> None:
+    """--workers N with what N > 1 cannot serve, or SpeechRTError."""
+    if args.workers < 1:
+        raise SpeechRTError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers == 1:
+        return
+    for flag, given in (
+        ("--ray", args.ray),
+        ("--grpc-port", args.grpc_port is not None),
+        ("--wyoming-port", args.wyoming_port is not None),
+    ):
+        if given:
+            raise SpeechRTError(f"--workers {args.workers} is not served with {flag}")
+
+
+def run_workers(args: argparse.Namespace) -> int:
+    """Serve with args.workers processes until interrupted or until one of them exits."""
+    from speechrt.cli.serve import serve_config
+    from speechrt.serving.metrics import MULTIPROC_ENV
+
+    check_workers(args)
+    serve_config(args)  # bad flags fail here, once, not in every worker
+    sock = listen(args.host, args.port)
+    own_dir = MULTIPROC_ENV not in os.environ
+    if own_dir:  # set before the workers import prometheus_client (they are spawned fresh)
+        os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="speechrt-metrics-")
+    host, port = sock.getsockname()[:2]
+    print(f"speechrt serve: {args.workers} workers on http://{host}:{port}", file=sys.stderr)
+    spawn = multiprocessing.get_context("spawn")
+    workers: list[BaseProcess] = []
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    saved = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for _ in range(args.workers):
+            proc = spawn.Process(target=_worker, args=(args._argv, sock), daemon=False)
+            proc.start()
+            workers.append(proc)
+        while not stopping and all(w.is_alive() for w in workers):
+            time.sleep(POLL_S)
+        exited = [w.exitcode for w in workers if not w.is_alive()]
+    finally:
+        for w in workers:
+            if w.is_alive():
+                w.terminate()  # SIGTERM: uvicorn drains within --graceful-timeout
+        for w in workers:
+            w.join(args.graceful_timeout + 10)
+            if w.is_alive():
+                w.kill()
+                w.join()
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        sock.close()
+        if own_dir:
+            shutil.rmtree(os.environ.pop(MULTIPROC_ENV), ignore_errors=True)
+    if stopping:
+        return 0
+    code = next((c for c in exited if c), 1)  # a worker that exits, even with 0, is a failure
+    print(f"speechrt serve: a worker exited ({code}); stopped the others", file=sys.stderr)
+    return code if code > 0 else 1
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The workers' listening socket (port 0: any free port), or SpeechRTError."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as e:
+        raise SpeechRTError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _worker(argv: list[str], sock: socket.socket) -> None:
+    """One worker: the flags parsed again, the models loaded, uvicorn on the shared socket."""
+    import uvicorn
+
+    from speechrt.cli import build_parser
+    from speechrt.cli.serve import load_server, log_to_stderr, switch_interval, uvicorn_config
+    from speechrt.serving import create_app
+
+    args = build_parser().parse_args(argv)
+    args._argv = argv
+    sys.setswitchinterval(switch_interval(args))
+    try:
+        server = load_server(args)
+    except SpeechRTError as e:
+        print(f"speechrt serve: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    log_to_stderr(args.log_level)
+    uvicorn.Server(uvicorn_config(args, create_app(server))).run(sockets=[sock])
