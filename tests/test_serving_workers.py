@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -64,3 +65,25 @@ def test_two_workers_serve_one_port_and_stop_together(start_server, tiny_voice):
     assert proc.wait(60) == 1
     assert "a worker exited" in proc.log.read_text()
     assert not Path(f"/proc/{servers[1]}").exists()  # stopped and reaped
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_workers_stop_when_their_supervisor_is_killed(start_server, tiny_voice):
+    acoustic, vocoder = tiny_voice
+    _, proc = start_server("--acoustic", str(acoustic), "--vocoder", str(vocoder), "--workers", "2")
+    servers = workers_of(proc.pid)
+    assert len(servers) == 2, servers
+    proc.kill()  # SIGKILL: no chance to stop them itself
+    proc.wait(10)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(alive(p) for p in servers):
+        time.sleep(0.1)
+    assert not any(alive(p) for p in servers)
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie waiting to be reaped."""
+    try:
+        return " Z " not in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:4]
+    except FileNotFoundError:
+        return False

@@ -68,7 +68,7 @@ def run_workers(args: argparse.Namespace) -> int:
     saved = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for _ in range(args.workers):
-            proc = spawn.Process(target=_worker, args=(args._argv, sock), daemon=False)
+            proc = spawn.Process(target=_worker, args=(args._argv, sock, os.getpid()))
             proc.start()
             workers.append(proc)
         while not stopping and all(w.is_alive() for w in workers):
@@ -106,8 +106,20 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(argv: list[str], sock: socket.socket) -> None:
+def _die_with(parent: int) -> None:
+    """Linux: this process gets SIGTERM when `parent` dies, even killed (prctl's
+    PR_SET_PDEATHSIG), so that no worker holds a GPU and a port after its supervisor is gone."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before prctl took effect
+        sys.exit(1)
+
+
+def _worker(argv: list[str], sock: socket.socket, parent: int) -> None:
     """One worker: the flags parsed again, the models loaded, uvicorn on the shared socket."""
+    _die_with(parent)
     import uvicorn
 
     from speechrt.cli import build_parser
