@@ -347,7 +347,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1:
         from speechrt.cli.serve_workers import run_workers
 
-        return run_workers(args)
+        serve_config(args)  # bad flags fail here, once, not in every worker
+        return run_workers(args, worker)
     sys.setswitchinterval(interval)
     listen = wyoming_socket(args)  # before the models load: a taken port fails at once
     server = load_server(args)
@@ -363,6 +364,29 @@ def run(args: argparse.Namespace) -> int:
     log_to_stderr(args.log_level)  # after load: a failed start prints only its error line
     uvicorn.Server(uvicorn_config(args, create_app(server, listeners))).run()
     return 0
+
+
+def worker(argv: list[str], sock: socket.socket, parent: int) -> None:
+    """One process of `serve --workers N` (speechrt.cli.serve_workers): the flags parsed again,
+    the models loaded, uvicorn on the listening socket the supervisor `parent` shares."""
+    from speechrt.cli import build_parser
+    from speechrt.cli.serve_workers import die_with
+
+    die_with(parent)
+    args = build_parser().parse_args(argv)
+    args._argv = argv
+    sys.setswitchinterval(switch_interval(args))
+    try:
+        server = load_server(args)
+    except SpeechRTError as e:
+        print(f"speechrt serve: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    import uvicorn
+
+    from speechrt.serving import create_app
+
+    log_to_stderr(args.log_level)
+    uvicorn.Server(uvicorn_config(args, create_app(server))).run(sockets=[sock])
 
 
 def uvicorn_config(args: argparse.Namespace, app: FastAPI) -> uvicorn.Config:

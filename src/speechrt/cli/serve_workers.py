@@ -1,7 +1,7 @@
 """`speechrt serve --workers N`: N server processes on one listening socket.
 
-This process checks the flags, binds the socket and starts N workers (spawned, so that none
-inherits a CUDA context); each loads the models itself and serves the socket with its own
+This process binds the socket and starts N workers (spawned, so that none inherits a CUDA
+context) running speechrt.cli.serve.worker; each loads the models itself and serves it with its own
 uvicorn, batcher and device thread, and the kernel hands each new connection to one of them.
 On one GPU the workers take turns on it, as Triton's model instances do: one's kernels run while
 another's Python (HTTP, the runner's launches) holds its own interpreter lock. /metrics, whichever
@@ -21,12 +21,16 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from speechrt.errors import SpeechRTError
 
 POLL_S = 0.2  # how often this process looks for a worker that exited
+# a worker's body: (the command line, the listening socket, the supervisor's pid) -> never returns
+# until its server stops; a module-level function (the spawned process imports it by name)
+Worker = Callable[[list[str], socket.socket, int], None]
 
 
 def check_workers(args: argparse.Namespace) -> None:
@@ -44,13 +48,11 @@ def check_workers(args: argparse.Namespace) -> None:
             raise SpeechRTError(f"--workers {args.workers} is not served with {flag}")
 
 
-def run_workers(args: argparse.Namespace) -> int:
-    """Serve with args.workers processes until interrupted or until one of them exits."""
-    from speechrt.cli.serve import serve_config
+def run_workers(args: argparse.Namespace, worker: Worker) -> int:
+    """Serve with args.workers processes, each running `worker(argv, socket, this pid)`, until
+    interrupted or until one of them exits. The flags are checked already."""
     from speechrt.serving.metrics import MULTIPROC_ENV
 
-    check_workers(args)
-    serve_config(args)  # bad flags fail here, once, not in every worker
     sock = listen(args.host, args.port)
     own_dir = MULTIPROC_ENV not in os.environ
     if own_dir:  # set before the workers import prometheus_client (they are spawned fresh)
@@ -68,7 +70,7 @@ def run_workers(args: argparse.Namespace) -> int:
     saved = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for _ in range(args.workers):
-            proc = spawn.Process(target=_worker, args=(args._argv, sock, os.getpid()))
+            proc = spawn.Process(target=worker, args=(args._argv, sock, os.getpid()))
             proc.start()
             workers.append(proc)
         while not stopping and all(w.is_alive() for w in workers):
@@ -106,7 +108,7 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """Linux: this process gets SIGTERM when `parent` dies, even killed (prctl's
     PR_SET_PDEATHSIG), so that no worker holds a GPU and a port after its supervisor is gone."""
     if sys.platform.startswith("linux"):
@@ -115,24 +117,3 @@ def _die_with(parent: int) -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
     if os.getppid() != parent:  # it died before prctl took effect
         sys.exit(1)
-
-
-def _worker(argv: list[str], sock: socket.socket, parent: int) -> None:
-    """One worker: the flags parsed again, the models loaded, uvicorn on the shared socket."""
-    _die_with(parent)
-    import uvicorn
-
-    from speechrt.cli import build_parser
-    from speechrt.cli.serve import load_server, log_to_stderr, switch_interval, uvicorn_config
-    from speechrt.serving import create_app
-
-    args = build_parser().parse_args(argv)
-    args._argv = argv
-    sys.setswitchinterval(switch_interval(args))
-    try:
-        server = load_server(args)
-    except SpeechRTError as e:
-        print(f"speechrt serve: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    log_to_stderr(args.log_level)
-    uvicorn.Server(uvicorn_config(args, create_app(server))).run(sockets=[sock])
