@@ -38,6 +38,10 @@ def test_workers_flag_is_checked(capsys):
     assert main(["serve", "--workers", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--workers must be >= 1" in err
+    # a missing model folder: one line from the command, before any worker starts
+    assert main(["serve", "--workers", "2", "--asr", "/nonexistent/asr"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/nonexistent/asr: not a model directory" in err
 
 
 def workers_of(pid: int) -> list[int]:

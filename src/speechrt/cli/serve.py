@@ -346,8 +346,12 @@ def run(args: argparse.Namespace) -> int:
     interval = switch_interval(args)
     if args.workers > 1:
         from speechrt.cli.serve_workers import run_workers
+        from speechrt.repo import read_info
 
-        serve_config(args)  # bad flags fail here, once, not in every worker
+        serve_config(args)  # bad flags and model folders fail here, once, not in every worker
+        for folder in (args.acoustic, args.vocoder, args.asr):
+            if folder is not None:
+                read_info(folder)
         return run_workers(args, worker)
     sys.setswitchinterval(interval)
     listen = wyoming_socket(args)  # before the models load: a taken port fails at once
