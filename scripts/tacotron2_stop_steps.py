@@ -82,6 +82,9 @@ def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
         stop_within_1=sum(abs(d) <= 1 for d in delta),
         stop_max_abs_delta=max(abs(d) for d in delta),
         never_stopped_fp32=sum(r["stop_fp32"] >= max_steps for r in rows),
+        # an untrained gate stops at once: agreement then says nothing (look at the steps)
+        stop_fp32_median=statistics.median(r["stop_fp32"] for r in rows),
+        stop_fp32_min=min(r["stop_fp32"] for r in rows),
         snr_db_median=statistics.median(snrs) if snrs else None,
         snr_db_min=min(snrs) if snrs else None,
     )

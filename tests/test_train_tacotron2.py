@@ -87,3 +87,6 @@ def test_tacotron2_trains_through_the_cli_and_is_not_exported(corpus, tmp_path):
     for row in result["rows"]:
         assert 0 <= row["stop_fp32"] <= 80 and 0 <= row["stop_bf16"] <= 80  # tiny: at most 80
     assert 0 <= result["summary"]["stop_identical"] <= result["summary"]["stop_within_1"] <= 5
+    steps = sorted(row["stop_fp32"] for row in result["rows"])
+    assert result["summary"]["stop_fp32_min"] == steps[0]
+    assert result["summary"]["stop_fp32_median"] == steps[2]
