@@ -135,8 +135,7 @@ class Tacotron2Trainer(TextTrainer):
         torch.manual_seed(config.seed)
         self.model = Tacotron2(dims).to(self.device)
         with torch.no_grad():  # start the frames at the training mean (log-mel is ~ -7)
-            frames = torch.cat([m.float() for m in train.mels], dim=1)  # (n_mels, all T)
-            self.model.decoder.linear_projection.bias.copy_(frames.mean(dim=1))
+            self.model.decoder.linear_projection.bias.copy_(train.mel_mean())
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), config.lr, weight_decay=config.weight_decay
         )

@@ -60,6 +60,10 @@ class VoiceData:
     def frames(self) -> list[int]:
         return [m.shape[1] for m in self.mels]
 
+    def mel_mean(self) -> Tensor:
+        """(n_mels,) the mean of every frame: where an acoustic model's output starts."""
+        return torch.cat([m.float() for m in self.mels], dim=1).mean(dim=1)
+
     def replace_mels(self, mels: list[Tensor]) -> None:
         """Other mels of the same items (e.g. an acoustic model's predictions), each (n_mels,
         T) as the one it replaces; the packed mels are rebuilt from them on next use."""

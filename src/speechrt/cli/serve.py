@@ -321,7 +321,7 @@ def wyoming_socket(args: argparse.Namespace) -> socket.socket | None:
 
 def switch_interval(args: argparse.Namespace) -> float:
     """--switch-interval-ms in seconds, or SpeechRTError. At 32 clients, FastPitch + HiFi-GAN
-    on an H200 served 386 requests/s at 1 ms against 357 at Python's 5 ms (docs/server.md)."""
+    on an H200 served 386 requests/s at 1 ms against 357 at Python's 5 ms (docs/benchmarks.md)."""
     if not 0 < args.switch_interval_ms <= 1000:
         raise SpeechRTError(
             f"--switch-interval-ms must be in (0, 1000], got {args.switch_interval_ms:g}"
@@ -343,7 +343,7 @@ def run(args: argparse.Namespace) -> int:
         log_to_stderr(args.log_level)
         return run_ray(args, functools.partial(load_server, args), config.limits)
     check_ray_flags(args)
-    interval = switch_interval(args)
+    sys.setswitchinterval(switch_interval(args))  # (each worker sets its own too)
     if args.workers > 1:
         from speechrt.cli.serve_workers import run_workers
         from speechrt.repo import read_info
@@ -353,7 +353,6 @@ def run(args: argparse.Namespace) -> int:
             if folder is not None:
                 read_info(folder)
         return run_workers(args, worker)
-    sys.setswitchinterval(interval)
     listen = wyoming_socket(args)  # before the models load: a taken port fails at once
     server = load_server(args)
     import uvicorn
