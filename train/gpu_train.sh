@@ -44,8 +44,8 @@
 # compact file (56 MB in fp16, over what $OUT returns: kept in /tmp/speechrt-resume) over
 # STOP_SENTENCES (default 300) sentences into $OUT/tacotron2-stop-steps.json. PLAN=tts makes
 # the TTS voice's corpus alone, from .carry/debs' festival, festlex-*, festvox-us-slt-hts,
-# libestools2.5, libasound2, libgomp1, libtinfo6 and fortunes* (5 MB; with the wheels a .carry
-# of 10 MB: beside the tree less src/speechrt/defaults, which this recipe does not read).
+# fortunes* and every lib*.deb (the GPU image lacks libpulse and its dependencies): with the
+# wheels a .carry of 27 MB, beside the tree less src/speechrt/defaults, which it does not read.
 # MODELS=fastconformer trains the FastConformer-CTC (speechrt_train.fastconformer_train, 26 M
 # parameters) alone on the GPU(s) with FASTCONFORMER_ARGS (default: fastconformer-small, batch 128,
 # bf16 autocast (the trainer's amp), the recordings augmentation); chain chunks as for the others
