@@ -18,8 +18,14 @@ from speechrt.options import SynthesisOptions
 from speechrt_train.__main__ import main
 from speechrt_train.corpus import TTS_VOICE, load_shard
 from speechrt_train.loop import CHECKPOINT
-from speechrt_train.tacotron2_train import Tacotron2Config, Tacotron2Trainer, guide_weights
-from speechrt_train.tts_data import load_voice
+from speechrt_train.tacotron2_train import (
+    Tacotron2Config,
+    Tacotron2Trainer,
+    decode,
+    guide_weights,
+    pad_batch,
+)
+from speechrt_train.tts_data import TextTrainer, load_voice
 from train_harness import _resume_matches, _same_weights
 
 TC = Tacotron2Config(preset="tiny", batch_size=4, lr=3e-3, warmup=5, amp=False)
@@ -90,3 +96,65 @@ def test_tacotron2_trains_through_the_cli_and_is_not_exported(corpus, tmp_path):
     steps = sorted(row["stop_fp32"] for row in result["rows"])
     assert result["summary"]["stop_fp32_min"] == steps[0]
     assert result["summary"]["stop_fp32_median"] == steps[2]
+
+
+def _losses_and_grads(trainer, b, dropout):
+    """One forward and backward of b: its losses and every parameter's gradient."""
+    trainer.model.zero_grad(set_to_none=True)
+    memory, processed = trainer.model.encoder(b.ids, b.lengths)
+    out = decode(trainer.model, memory, processed, b, dropout=dropout)
+    parts = trainer._losses(out, b)
+    parts["loss"].backward()
+    grads = [p.grad.clone() for p in trainer.model.parameters()]
+    return {k: v.item() for k, v in parts.items()}, grads
+
+
+def test_padding_changes_no_loss_or_gradient(voice):
+    """GraphedStep's padding (more rows of no frames, more symbols, frames to a multiple of 64)
+    leaves every loss and gradient as the batch's own (prenet dropout off: its masks' shape
+    changes with the padding)."""
+    train, _ = voice
+    trainer = Tacotron2Trainer(train, None, TC)
+    b = trainer._batch(train, [0, 1, 2])
+    padded = pad_batch(b, rows=5, symbols=b.ids.shape[1] + 7)
+    assert padded.mel.shape[2] % 64 == 0 and padded.mel.shape[2] > b.mel.shape[2]
+    assert padded.mel_lengths[3:].tolist() == [0, 0] and padded.lengths[3:].tolist() == [1, 1]
+    own, own_grads = _losses_and_grads(trainer, b, dropout=0.0)
+    got, got_grads = _losses_and_grads(trainer, padded, dropout=0.0)
+    assert own.keys() == got.keys()
+    for k in own:
+        assert got[k] == pytest.approx(own[k], rel=1e-5, abs=1e-7), k
+    for want, have in zip(own_grads, got_grads, strict=True):
+        torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="does not fit"):
+        pad_batch(b, rows=2, symbols=b.ids.shape[1])
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("amp", [False, True])
+def test_graphed_step_matches_the_eager_step(corpus, amp):
+    """The captured step gives the eager step's losses and gradients on the same padded batch
+    from the same CUDA generator state, and its dropout masks change from replay to replay."""
+    shard = load_shard(corpus / f"{TTS_VOICE}.pt")
+    train = load_voice(shard, device="cuda")
+    config = dataclasses.replace(TC, amp=amp, graphs=True)
+    graphed = Tacotron2Trainer(train, None, config, "cuda")
+    eager = Tacotron2Trainer(train, None, dataclasses.replace(config, graphs=False), "cuda")
+    assert graphed.graphed is not None and eager.graphed is None
+    b = graphed._batch(train, [0, 1, 2])
+    graphed._gradients(b)  # captures its graph
+    torch.cuda.manual_seed(3)
+    got = graphed._gradients(b)
+    got_grads = [p.grad.clone() for p in graphed.model.parameters()]
+    torch.cuda.manual_seed(3)
+    want = TextTrainer._gradients(eager, pad_batch(b, TC.batch_size, graphed.graphed.symbols))
+    tol = dict(rtol=2e-2, atol=1e-4) if amp else dict(rtol=1e-4, atol=1e-6)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], **tol)
+    for p, have in zip(eager.model.parameters(), got_grads, strict=True):
+        torch.testing.assert_close(have, p.grad, **tol)
+    again = graphed._gradients(b)  # the generator moved on: other dropout masks
+    assert again["loss"] != got["loss"]
+    for _ in range(3):  # whole steps, batches of several lengths (a graph each)
+        graphed.step()
+    assert len(graphed.graphed.graphs) >= 2

@@ -207,20 +207,25 @@ class TextTrainer(Checkpointed):
         self.model.train()
         with record_function("data"):
             b = self._batch(self.train, next(self.batches))
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
-            group["lr"] *= self.lr_scale
+        self.optimizer.zero_grad(set_to_none=True)
+        parts = self._gradients(b)
+        with record_function("optimizer"):
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
+                group["lr"] *= self.lr_scale
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.optimizer.step()
+        self.step_count += 1
+        return parts
+
+    def _gradients(self, b: TextBatch) -> dict[str, Tensor]:
+        """The batch's losses (detached), their gradients in the parameters' .grad"""
         with record_function("forward"):
             with self._autocast():
                 out = self._forward(b, None)
             parts = self._losses(out, b)
         with record_function("backward"):
-            self.optimizer.zero_grad(set_to_none=True)
             parts["loss"].backward()
-        with record_function("optimizer"):
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-            self.optimizer.step()
-        self.step_count += 1
         return {k: v.detach() for k, v in parts.items()}
 
     @torch.no_grad()
