@@ -128,6 +128,8 @@ def test_padding_changes_no_loss_or_gradient(voice):
         torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="does not fit"):
         pad_batch(b, rows=2, symbols=b.ids.shape[1])
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        Tacotron2Trainer(train, None, dataclasses.replace(TC, graphs=True))
 
 
 @pytest.mark.requires_cuda

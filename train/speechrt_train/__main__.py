@@ -241,7 +241,10 @@ def _trainer(args: argparse.Namespace, device: str, ranks: Any) -> Any:
         if args.command == "tacotron2":
             from speechrt_train.tacotron2_train import Tacotron2Config, Tacotron2Trainer
 
-            return Tacotron2Trainer(train, val, _overrides(args, Tacotron2Config()), device)
+            try:
+                return Tacotron2Trainer(train, val, _overrides(args, Tacotron2Config()), device)
+            except ValueError as e:
+                raise SystemExit(f"speechrt_train tacotron2: {e}") from None
         from speechrt_train.hifigan_train import HiFiGANConfig, HiFiGANTrainer
 
         config = _overrides(args, HiFiGANConfig())

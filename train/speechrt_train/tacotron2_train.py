@@ -40,7 +40,7 @@ class Tacotron2Config:
     guide_sigma: float = 0.2
     seed: int = 0
     amp: bool = True  # bf16 autocast on CUDA
-    graphs: bool = False  # on CUDA, the step's decoder loop as CUDA graphs (GraphedStep)
+    graphs: bool = False  # the step's decoder loop as CUDA graphs (GraphedStep; CUDA only)
 
 
 @dataclass
@@ -162,7 +162,9 @@ class Tacotron2Trainer(TextTrainer):
         self.batches = Batches(train.frames(), config.batch_size, config.seed, config.max_frames)
         self.step_count = 0
         self.graphed = None
-        if config.graphs and self.device.type == "cuda":
+        if config.graphs:
+            if self.device.type != "cuda":
+                raise ValueError(f"graphs=true needs a CUDA device, not {device}")
             symbols = max(len(ids) for ids in train.ids)
             self.graphed = GraphedStep(self, config.batch_size, symbols)
 
