@@ -6,6 +6,7 @@ Per sentence: the stop step of each, and the mel's SNR over the frames both made
 
     python scripts/tacotron2_stop_steps.py --weights runs/tacotron2.pt --corpus corpus \\
         --sentences 300 --device cuda --out OUT/tacotron2-stop-steps.json
+    python scripts/tacotron2_stop_steps.py --summarize OUT/tacotron2-stop-steps.json  # again
 """
 
 from __future__ import annotations
@@ -73,9 +74,15 @@ def compare(model: Tacotron2, sentences: list[Tensor], batch: int) -> list[dict[
     return rows
 
 
+def _correlation(x: list[int], y: list[int]) -> float | None:
+    """Pearson's r; None where either side is constant (it is undefined)"""
+    return statistics.correlation(x, y) if len(set(x)) > 1 and len(set(y)) > 1 else None
+
+
 def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
     delta = [r["stop_bf16"] - r["stop_fp32"] for r in rows]
     snrs = [r["snr_db"] for r in rows if r["snr_db"] is not None]
+    symbols, stops = [r["symbols"] for r in rows], [r["stop_fp32"] for r in rows]
     return dict(
         sentences=len(rows),
         stop_identical=sum(d == 0 for d in delta),
@@ -85,6 +92,9 @@ def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
         # an untrained gate stops at once: agreement then says nothing (look at the steps)
         stop_fp32_median=statistics.median(r["stop_fp32"] for r in rows),
         stop_fp32_min=min(r["stop_fp32"] for r in rows),
+        # a model that reads its text stops in proportion to it (FastPitch's ~5.4 frames each)
+        frames_per_symbol_median=statistics.median(r["stop_fp32"] / r["symbols"] for r in rows),
+        stop_symbols_correlation=_correlation(symbols, stops),
         snr_db_median=statistics.median(snrs) if snrs else None,
         snr_db_min=min(snrs) if snrs else None,
     )
@@ -92,13 +102,21 @@ def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--weights", required=True, help="a compact file of speechrt_train tacotron2")
+    p.add_argument("--weights", help="a compact file of speechrt_train tacotron2")
     p.add_argument("--corpus", default="corpus")
     p.add_argument("--sentences", type=int, default=300)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="the result's file (--weights)")
+    p.add_argument("--summarize", metavar="FILE", help="print an earlier result's summary again")
     args = p.parse_args()
+    if args.summarize:
+        result = json.loads(Path(args.summarize).read_text())
+        steps = result.get("max_steps", Tacotron2Dims().max_decoder_steps)
+        print(json.dumps(summary(result["rows"], steps)))
+        return 0
+    if not (args.weights and args.out):
+        p.error("--weights and --out are required (or --summarize FILE)")
     from speechrt_train.corpus import TTS_VOICE, load_shard
     from speechrt_train.tts_data import load_voice
 
@@ -113,6 +131,7 @@ def main() -> int:
         weights=args.weights,
         device=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         held_out=min(len(held), args.sentences),
+        max_steps=model.dims.max_decoder_steps,
         summary=summary(rows, model.dims.max_decoder_steps),
         rows=rows,
     )

@@ -96,6 +96,12 @@ def test_tacotron2_trains_through_the_cli_and_is_not_exported(corpus, tmp_path):
     steps = sorted(row["stop_fp32"] for row in result["rows"])
     assert result["summary"]["stop_fp32_min"] == steps[0]
     assert result["summary"]["stop_fp32_median"] == steps[2]
+    again = subprocess.run(
+        [sys.executable, str(script), "--summarize", str(out)], check=True, capture_output=True
+    )
+    assert json.loads(again.stdout) == result["summary"]
+    r = result["summary"]["stop_symbols_correlation"]  # (None: every stop step the same)
+    assert r is None or -1 <= r <= 1
 
 
 def _losses_and_grads(trainer, b, dropout):
