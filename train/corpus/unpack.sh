@@ -23,8 +23,11 @@ unpack() {  # unpack DEST DEB...
   fi
 }
 
-if [ ! -x "$PREFIX/usr/bin/festival" ]; then
+# the set unpacked is stamped: a later call carrying other .debs (a warm machine) unpacks again
+debs=$(cd .carry/debs && ls -- *.deb)
+if [ ! -x "$PREFIX/usr/bin/festival" ] || [ "$(cat "$PREFIX/.debs" 2>/dev/null)" != "$debs" ]; then
   unpack "$PREFIX" .carry/debs/*.deb
+  echo "$debs" > "$PREFIX/.debs"
 fi
 if [ -x .carry/pico/usr/bin/pico-say ] && [ ! -x "$PREFIX/usr/bin/pico-say" ]; then
   cp -r .carry/pico/usr "$PREFIX/"  # pico-say + its language files (fetch.sh built them)
