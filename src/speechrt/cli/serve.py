@@ -311,17 +311,19 @@ def wyoming_socket(args: argparse.Namespace) -> socket.socket | None:
     if not 0 <= args.wyoming_port <= 65535:
         raise SpeechRTError("--wyoming-port must be in [0, 65535]")
     try:
-        from speechrt.serving.wyoming_server import bind
+        import speechrt.serving.wyoming_server  # noqa: F401  (served after the models load)
     except ImportError as e:
         raise SpeechRTError(
             f"--wyoming-port needs the `wyoming` extra: pip install 'speechrt[wyoming]' ({e})"
         ) from None
-    return bind(args.wyoming_host, args.wyoming_port)
+    from speechrt.cli.serve_workers import listen
+
+    return listen(args.wyoming_host, args.wyoming_port, "--wyoming-port")
 
 
 def switch_interval(args: argparse.Namespace) -> float:
     """--switch-interval-ms in seconds, or SpeechRTError. At 32 clients, FastPitch + HiFi-GAN
-    on an H200 served 386 requests/s at 1 ms against 357 at Python's 5 ms (docs/benchmarks.md)."""
+    on an H200 served 386 requests/s at 1 ms against 357 at Python's 5 ms (docs/bench-server.md)."""
     if not 0 < args.switch_interval_ms <= 1000:
         raise SpeechRTError(
             f"--switch-interval-ms must be in (0, 1000], got {args.switch_interval_ms:g}"

@@ -97,13 +97,14 @@ def run_workers(args: argparse.Namespace, worker: Worker) -> int:
     return code if code > 0 else 1
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """The workers' listening socket (port 0: any free port), or SpeechRTError."""
+def listen(host: str, port: int, flag: str = "--port") -> socket.socket:
+    """A listening TCP socket that spawned workers can inherit (port 0: any free port), bound
+    before any model loads so that a taken port is one line at once; or SpeechRTError."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         sock = socket.create_server((host, port), family=family, backlog=2048)
     except OSError as e:
-        raise SpeechRTError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+        raise SpeechRTError(f"{flag}: cannot listen on {host}:{port}: {e.strerror}") from None
     sock.set_inheritable(True)
     return sock
 

@@ -91,14 +91,6 @@ class Artifact(TypedDict):
 ARTIFACT = Artifact(attribution=ATTRIBUTION, installed=True, version=__version__)
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (before the models load: a taken port is one line, at once)."""
-    try:
-        return socket.create_server((host, port))
-    except OSError as e:
-        raise SpeechRTError(f"--wyoming-port: cannot listen on {host}:{port} ({e})") from None
-
-
 def describe(srv: Server) -> Info:
     """The info event: one asr program with the recogniser, one tts program with the voice."""
     asr, tts = [], []
