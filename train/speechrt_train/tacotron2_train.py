@@ -263,11 +263,9 @@ class GraphedStep:
         )
         m = memory.detach().clone().requires_grad_()
         q = processed.detach().clone().requires_grad_()
-        # autocast's cache of cast weights would not outlive the capture
-        amp = torch.autocast("cuda", torch.bfloat16, trainer.config.amp, cache_enabled=False)
 
         def body() -> tuple[dict[str, Tensor], Tensor, Tensor]:
-            with amp:
+            with trainer._autocast(cache=False):
                 out = decode(trainer.model, m, q, batch)
             parts = trainer._losses(out, batch)
             grads = torch.autograd.grad(parts["loss"], [*self.inner, m, q])

@@ -196,9 +196,11 @@ class TextTrainer(Checkpointed):
         """The forward's losses, "loss" the one minimised (and any metric to log)"""
         raise NotImplementedError
 
-    def _autocast(self) -> Any:
+    def _autocast(self, cache: bool = True) -> Any:
+        """bf16 autocast where config.amp and on CUDA; cache=False for a CUDA graph's capture
+        (the cache of cast weights would not outlive it)"""
         on = self.config.amp and self.device.type == "cuda"
-        return torch.autocast(self.device.type, torch.bfloat16, enabled=on)
+        return torch.autocast(self.device.type, torch.bfloat16, enabled=on, cache_enabled=cache)
 
     def _batch(self, data: VoiceData, index: list[int]) -> TextBatch:
         return text_batch(data, index, self.train.pitch_mean, self.train.pitch_std)
