@@ -161,8 +161,9 @@ def test_graphed_step_matches_the_eager_step(corpus, amp):
     for k in want:
         torch.testing.assert_close(got[k], want[k], **tol)
     for p, have in zip(eager.model.parameters(), got_grads, strict=True):
-        if amp:  # bf16 GEMMs may round differently captured: each gradient as a whole within 2 %
-            assert (have - p.grad).norm() <= 2e-2 * p.grad.norm() + 1e-6
+        if amp:  # bf16 GEMMs round differently captured, over hundreds of recurrent steps:
+            # each gradient as a whole within 5 % (H200: 2.4 % at most; a wrong graph: ~100 %)
+            assert (have - p.grad).norm() <= 5e-2 * p.grad.norm() + 1e-6
         else:
             torch.testing.assert_close(have, p.grad, **tol)
     again = graphed._gradients(b)  # the generator moved on: other dropout masks
