@@ -4,6 +4,7 @@ to attend, resumes bit-for-bit, and runs through the CLI (but is no exported def
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -142,13 +143,17 @@ def test_padding_changes_no_loss_or_gradient(voice):
 @pytest.mark.parametrize("amp", [False, True])
 def test_graphed_step_matches_the_eager_step(corpus, amp):
     """The captured step gives the eager step's losses and gradients on the same padded batch
-    from the same CUDA generator state, and its dropout masks change from replay to replay."""
+    from the same CUDA generator state, and its dropout masks change from replay to replay.
+    The eager step runs with autocast's cache off, as the capture does: with it on, each
+    decoder weight is cast to bf16 once and its gradient summed over the frames in bf16 (the
+    H200 showed 2.4 % of a gradient's norm between the two), not in float32 frame by frame."""
     shard = load_shard(corpus / f"{TTS_VOICE}.pt")
     train = load_voice(shard, device="cuda")
     config = dataclasses.replace(TC, amp=amp, graphs=True)
     graphed = Tacotron2Trainer(train, None, config, "cuda")
     eager = Tacotron2Trainer(train, None, dataclasses.replace(config, graphs=False), "cuda")
     assert graphed.graphed is not None and eager.graphed is None
+    eager._autocast = functools.partial(TextTrainer._autocast, eager, cache=False)
     b = graphed._batch(train, [0, 1, 2])
     graphed._gradients(b)  # captures its graph
     graphed.optimizer.zero_grad(set_to_none=True)  # (the encoder's gradients accumulate)
@@ -161,8 +166,8 @@ def test_graphed_step_matches_the_eager_step(corpus, amp):
     for k in want:
         torch.testing.assert_close(got[k], want[k], **tol)
     for p, have in zip(eager.model.parameters(), got_grads, strict=True):
-        if amp:  # bf16 GEMMs round differently captured, over hundreds of recurrent steps:
-            # each gradient as a whole within 5 % (H200: 2.4 % at most; a wrong graph: ~100 %)
+        if amp:  # bf16 GEMMs may still round differently captured: each gradient as a whole
+            # within 5 % of its norm (a wrong graph: ~100 %)
             assert (have - p.grad).norm() <= 5e-2 * p.grad.norm() + 1e-6
         else:
             torch.testing.assert_close(have, p.grad, **tol)
