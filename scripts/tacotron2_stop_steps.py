@@ -117,6 +117,8 @@ def main() -> int:
         return 0
     if not (args.weights and args.out):
         p.error("--weights and --out are required (or --summarize FILE)")
+    if args.sentences < 1 or args.batch < 1:
+        p.error("--sentences and --batch must be at least 1")
     from speechrt_train.corpus import TTS_VOICE, load_shard
     from speechrt_train.tts_data import load_voice
 

@@ -42,7 +42,8 @@
 # MODELS=tacotron2 trains a Tacotron 2 (speechrt_train.tacotron2_train, DLE's dims) on the TTS
 # voice with TACOTRON2_ARGS, never exported, then runs scripts/tacotron2_stop_steps.py on its
 # compact file (56 MB in fp16, over what $OUT returns: kept in /tmp/speechrt-resume) over
-# STOP_SENTENCES (default 300) sentences into $OUT/tacotron2-stop-steps.json. PLAN=tts makes
+# STOP_SENTENCES (default 300; 0: not run, for a chunk another follows on this warm machine)
+# sentences into $OUT/tacotron2-stop-steps.json. PLAN=tts makes
 # the TTS voice's corpus alone, from .carry/debs' festival, festlex-*, festvox-us-slt-hts,
 # fortunes* and every lib*.deb (the GPU image lacks libpulse and its dependencies): with the
 # wheels a .carry of 27 MB, beside the tree less src/speechrt/defaults, which it does not read.
@@ -116,7 +117,9 @@ RESUME=$OUT  # without --export the compact files come back as they are; with it
 if [ -n "$EXPORT" ]; then RESUME=bundle/resume; rm -rf bundle; mkdir -p "$RESUME" bundle/defaults; fi
 RESERVE=45
 if [ -n "$EXPORT" ]; then RESERVE=150; [ -n "${BREAKDOWN:-}" ] && RESERVE=330; fi
-[[ " $MODELS " == *" tacotron2 "* ]] && RESERVE=$(( RESERVE + 75 ))  # its stop-step script
+STOP_SENTENCES=${STOP_SENTENCES:-300}
+[[ " $MODELS " == *" tacotron2 "* ]] && [ "$STOP_SENTENCES" != 0 ] &&
+  RESERVE=$(( RESERVE + 75 ))  # its stop-step script
 DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
 echo "== training for $(( DEADLINE - $(date +%s) )) s"
 declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
@@ -173,9 +176,11 @@ done
 mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/null
 if [[ " $MODELS " == *" tacotron2 "* ]]; then  # its fp32 and bf16-LSTM decoders' stop steps
   rm -f "$OUT/tacotron2.pt"  # (too large to come back; the copy above stays on this machine)
+fi
+if [[ " $MODELS " == *" tacotron2 "* ]] && [ "$STOP_SENTENCES" != 0 ]; then
   echo "== tacotron2 stop steps"
   python3 scripts/tacotron2_stop_steps.py --weights /tmp/speechrt-resume/tacotron2.pt \
-    --corpus corpus --sentences "${STOP_SENTENCES:-300}" --out "$OUT/tacotron2-stop-steps.json" ||
+    --corpus corpus --sentences "$STOP_SENTENCES" --out "$OUT/tacotron2-stop-steps.json" ||
     { echo "== the stop-step script failed"; exit 1; }
 fi
 
