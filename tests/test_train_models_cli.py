@@ -208,13 +208,15 @@ def test_train_speed_script_reports_each_variant(corpus, tmp_path):
 
     out = tmp_path / "speed.json"
     common = ["--corpus", str(corpus), "--out", str(out), "--tiny", "--device", "cpu"]
-    args = [*common, "--models", "quartznet,hifigan", "--steps", "2", "--warmup", "1"]
+    models = "quartznet,hifigan,fastconformer"
+    args = [*common, "--models", models, "--steps", "2", "--warmup", "1"]
     assert script.main([*args, "--profile", "--variant", "hifigan:batch_size=2"]) == 0
     rows = json.loads(out.read_text())["results"]
     assert [(r["model"], r["batch_size"]) for r in rows] == [
         ("quartznet", 4),
         ("quartznet", 8),
         ("hifigan", 2),
+        ("fastconformer", 4),
     ]
     for r in rows:
         assert r["steps"] == 2 and r["steps_per_s"] > 0 and r["items_per_s"] > 0

@@ -18,7 +18,8 @@
 # BREAKDOWN=1 (with --export) also runs speechrt_train.round_trip_breakdown on the exported models
 # (the LM from src/speechrt/defaults/asr) into $OUT/breakdown.json (3 more minutes reserved).
 # SPEED=S (seconds) first times the trainers' variants (speechrt_train.train_speed), in parallel
-# on the GPUs, into $OUT/speed-{quartznet,hifigan}.json; training then gets what is left.
+# on the GPUs, into $OUT/speed-<model>.json for each of SPEED_MODELS (default "quartznet
+# hifigan"; also fastconformer); training then gets what is left.
 # MODELS="hifigan quartznet" trains only those; with --export the others are evaluated as
 # src/speechrt/defaults has them.
 # QUARTZNET_GPUS=N trains QuartzNet data-parallel on GPUs 0..N-1 (`--gpus N`: one process per
@@ -101,7 +102,7 @@ done
 if [ -n "${SPEED:-}" ]; then  # SPEED=S: first S seconds of throughput variants per model
   echo "== train_speed.py, $SPEED s"  # (speechrt_train.train_speed) -> $OUT/speed-<model>.json
   n=0 SPIDS=()
-  for m in quartznet hifigan; do
+  for m in ${SPEED_MODELS:-quartznet hifigan}; do
     # compilation cannot be interrupted: the timeout keeps the chunk's plan whatever happens
     CUDA_VISIBLE_DEVICES=$(( n % NGPU_SPEED )) timeout "$(( ${SPEED%.*} + 30 ))" \
       python3 -m speechrt_train.train_speed \

@@ -1,12 +1,12 @@
-"""Training throughput of the three trainers, per configuration variant: pick the GPU config.
+"""Training throughput of the trainers, per configuration variant: pick the GPU config.
 
     PYTHONPATH=src:train python -m speechrt_train.train_speed --corpus corpus --seconds 120 \
-        --out speed.json [--models hifigan,quartznet] [--tiny] [--profile]
+        --out speed.json [--models hifigan,quartznet,fastconformer] [--tiny] [--profile]
 
 For each model the corpus is loaded once; each variant (config overrides: batch size, compile)
 builds a fresh trainer, runs --warmup steps (compilation, cuDNN autotuning), then times --steps
 steps between device synchronisations. Reported per variant: steps/s, items/s (utterances or
-segments), audio seconds/s (QuartzNet: input audio; HiFi-GAN: generated segments), peak device
+segments), audio seconds/s (recognisers: input audio; HiFi-GAN: generated segments), peak device
 memory, and with --profile the op counts of one more step split into data / forward / backward /
 optimizer (torch.profiler; the trainers mark those regions with record_function). The whole run
 stops cleanly when --seconds is spent: a variant cut short says so, later ones are "skipped".
@@ -32,16 +32,21 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "fastpitch": [{"batch_size": 32}, {"batch_size": 64}],
     "hifigan": [{"batch_size": b, "compile": c} for c in (False, True) for b in (16, 32, 64)],
     "quartznet": [{"batch_size": b, "compile": c} for c in (False, True) for b in (64, 128, 256)],
+    "fastconformer": [
+        {"batch_size": b, "compile": c} for c in (False, True) for b in (64, 128, 256)
+    ],
 }
 TINY = {
     "fastpitch": {"preset": "fastpitch-tiny"},
     "hifigan": {"preset": "hifigan-tiny", "disc_width": 0.05, "segment_frames": 8},
     "quartznet": {"preset": "quartznet-tiny"},
+    "fastconformer": {"preset": "tiny"},
 }
 TINY_VARIANTS: dict[str, list[dict[str, Any]]] = {
     "fastpitch": [{"batch_size": 4}],
     "hifigan": [{"batch_size": 4}, {"batch_size": 8}],
     "quartznet": [{"batch_size": 4}, {"batch_size": 8}],
+    "fastconformer": [{"batch_size": 4}],
 }
 
 
@@ -95,10 +100,14 @@ def make_trainer(model: str, data: Any, overrides: dict[str, Any], device: str) 
 
         config = dataclasses.replace(HiFiGANConfig(), **overrides)
         return HiFiGANTrainer(data, None, config, device)
+    from speechrt_train.fastconformer_train import FastConformerConfig, FastConformerTrainer
     from speechrt_train.quartznet_train import QuartzNetConfig, QuartzNetTrainer
 
     if "batch_size" in overrides and "max_samples" not in overrides:
         overrides = {**overrides, "max_samples": overrides["batch_size"] * 16000 * 5}
+    if model == "fastconformer":
+        fc = dataclasses.replace(FastConformerConfig(), **overrides)
+        return FastConformerTrainer(data, None, fc, device)
     config = dataclasses.replace(QuartzNetConfig(), **overrides)
     return QuartzNetTrainer(data, None, config, device)
 
@@ -162,7 +171,7 @@ def time_variant(
         hop = data.mel_config.hop_length
         lengths = [trainer.config.segment_frames * hop] * len(data.audio)
     trainer.batches = Counted(trainer.batches, lengths)
-    rate = 16000 if model == "quartznet" else data.mel_config.sampling_rate
+    rate = 16000 if model in ("quartznet", "fastconformer") else data.mel_config.sampling_rate
     result: dict[str, Any] = {"model": model, **overrides}
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
