@@ -14,7 +14,7 @@ import torch
 
 from dle_jasper import speechlike, talkative_model
 from speechrt.asr import ASR
-from speechrt.asr.beam import beam_tokens
+from speechrt.asr.beam import beam_tokens, lm_word
 from speechrt.asr.ctc import tokens_to_words
 from speechrt.cli import main
 from speechrt.errors import SpeechRTError
@@ -176,3 +176,33 @@ def test_server_decodes_as_it_was_started(
     assert main(["serve", "--port", "0", *voice, "--lm", str(dirs["with_lm"])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "need a recogniser" in err
+
+
+def test_a_parakeet_ctc_model_searches_its_pieces_with_a_word_lm(
+    tiny_parakeet: dict[str, Path], tmp_path: Path
+) -> None:
+    """A converted Parakeet CTC model (SentencePiece pieces, some with capitals and
+    punctuation) with an LM beside it decodes by beam search: its words and times are those of
+    the search's tokens, and an LM of words near what it says greedily changes its text."""
+    from parakeet_models import sound
+
+    waves = [sound(2.0, seed=s) for s in (3, 4)]
+    plain = ASR(tiny_parakeet["ctc"], backend="eager", vad=False)
+    said = [t.text for t in plain.transcribe(waves)]
+    assert all(said)
+    words = [[lm_word(w) for w in s.split() if lm_word(w)] for s in said]  # as a plain LM holds
+    near = [" ".join("e" + w[1:] for w in ws) for ws in words]
+    model = tmp_path / "ctc"
+    shutil.copytree(tiny_parakeet["ctc"], model)
+    build_lm(near, decoding={"beam_size": 8, "alpha": 1.0}).save(model)
+    asr = ASR(model, backend="eager", vad=False)
+    assert asr.decoder == "beam"
+    got = asr.transcribe(waves)
+    for audio, t in zip(waves, got, strict=True):
+        lp, n = asr.log_probs(asr.segments(0, audio))
+        tokens = beam_tokens(lp[0, : int(n[0])].numpy(), asr.labels, asr.lm, asr.beam_options)
+        want = tokens_to_words(
+            tokens, asr.labels, asr.frame_duration, clip=(0.0, audio.size / 16000)
+        )
+        assert t.text == want.text and tuple(t.words) == want.words
+    assert [t.text for t in got] != said  # the LM acts

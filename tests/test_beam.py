@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from speechrt.asr.beam import BeamOptions, beam_decode, beam_search
-from speechrt.asr.ctc import align_tokens, collapse, greedy_decode
+from speechrt.asr.beam import BeamOptions, beam_decode, beam_search, lm_word
+from speechrt.asr.ctc import align_pieces, align_tokens, collapse, greedy_decode, tokens_to_words
 from speechrt.errors import SpeechRTError
 from speechrt_train.ngram import build_lm
 
@@ -145,3 +145,86 @@ def test_options() -> None:
     assert BeamOptions(beam_size=1024).beam_size == 1024
     with pytest.raises(ValueError, match="labels"):
         beam_search(np.zeros((3, 4)), LABELS, LM, opts)
+
+
+# word pieces as a Parakeet CTC model reads them: a leading space starts a word
+PIECES = [" the", " c", " cat", "a", "e", "t", " sat", " s", " ", ",", " The", " ⁇ "]
+
+
+def piece_frames(spec: list[dict[str, float]]) -> np.ndarray:
+    """As frames(), over PIECES + blank ("_")."""
+    blank = len(PIECES)
+    out = np.empty((len(spec), blank + 1))
+    for t, probs in enumerate(spec):
+        out[t] = (1.0 - sum(probs.values())) / (blank + 1 - len(probs))
+        for piece, p in probs.items():
+            out[t, blank if piece == "_" else PIECES.index(piece)] = p
+    return np.log(out)
+
+
+def said(*pieces: str, p: float = 0.98) -> list[dict[str, float]]:
+    return [f for piece in pieces for f in ({piece: p}, {piece: p}, {"_": p})]
+
+
+def test_pieces_without_lm_find_the_most_probable_text_exactly() -> None:
+    """Brute force as for characters, on pieces whose segmentations overlap (" a" = " " + "a")
+    and a lone space: a text's probability sums over all its segmentations."""
+    labels = [" a", "a", " ", "b"]
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        lp = (torch.randn(5, 5, generator=g) * 1.5).log_softmax(-1).numpy()
+        texts: defaultdict[str, float] = defaultdict(float)
+        for path in itertools.product(range(5), repeat=5):
+            pieces = [labels[i] for i, _ in itertools.groupby(path) if i != 4]
+            texts[" ".join("".join(pieces).split())] += math.exp(sum(lp[range(5), list(path)]))
+        wide = NO_LM.updated(beam_size=1000, prune_logp=-1e9)
+        assert beam_search(lp, labels, LM, wide) == max(texts, key=texts.__getitem__), seed
+
+
+def test_pieces_alpha_beta_zero_equal_greedy_words_and_times() -> None:
+    """On peaked log-probs the beam's text is greedy's, and aligning it over every segmentation
+    into pieces finds greedy's path: the same words at the same times."""
+    rng = np.random.default_rng(1)
+    blank = len(PIECES)
+    for _ in range(30):
+        n = int(rng.integers(5, 50))
+        ids = rng.choice([*range(blank), *[blank] * 12], size=n).tolist()
+        logits = torch.zeros(1, n + 2, blank + 1)
+        logits[0, :, blank] = 12.0
+        for t, i in enumerate(ids):
+            logits[0, t, blank] = 0.0
+            logits[0, t, i] = 12.0
+        lp = logits.log_softmax(-1)
+        lengths = torch.tensor([n + 2])
+        want = greedy_decode(lp, lengths, PIECES, 0.08, offset=0.5)
+        got = beam_decode(lp, lengths, PIECES, 0.08, LM, NO_LM.updated(beam_size=4), offset=0.5)
+        assert got == want, ids
+
+
+def test_lm_corrects_pieces_and_reads_words_without_case_and_punctuation() -> None:
+    cet = [{"e": 0.55, "a": 0.4}] * 2 + [{"_": 0.98}]
+    lp = piece_frames(said(" the", " c") + cet + said("t", " sat"))
+    assert beam_search(lp, PIECES, LM, NO_LM) == "the cet sat"
+    assert beam_search(lp, PIECES, LM, BeamOptions()) == "the cat sat"
+    # "The c?t, sat": the LM hears "the", "c?t" and "sat"; the text keeps its case and comma
+    lp = piece_frames(said(" The", " c") + cet + said("t", ",", " sat"))
+    assert beam_search(lp, PIECES, LM, BeamOptions()) == "The cat, sat"
+    assert [lm_word(w) for w in ("The", "cat,", "'tis", "dogs'", "«Hi!»", ",")] == [
+        "the", "cat", "'tis", "dogs'", "hi", ""
+    ]  # fmt: skip
+
+
+def test_align_pieces_segmentations_repeats_and_the_unknown_piece() -> None:
+    blank = len(PIECES)
+    # " c" "a" "t" / " cat" " cat" (a gap between the equal pieces) / " " "a" -> "a" after "cat"
+    ids = [1, 3, 5, blank, 2, 2, blank, 2, 8, 3, blank, 11, 0]
+    lp = piece_frames([{PIECES[i] if i < blank else "_": 0.98} for i in ids])
+    text = " ".join(tokens_to_words(collapse(ids, blank), PIECES, 1.0).text.split())
+    assert text == "cat cat cat a ⁇ the"
+    tokens = align_pieces(lp, beam_search(lp, PIECES, LM, NO_LM), PIECES)
+    assert tokens == collapse(ids, blank)
+    assert align_pieces(lp, "", PIECES) == []
+    with pytest.raises(ValueError, match="cannot be aligned"):
+        align_pieces(lp[:3], "cat cat cat", PIECES)
+    with pytest.raises(ValueError, match="start words"):
+        beam_search(np.zeros((2, 3)), ["a", "b"], LM, NO_LM)

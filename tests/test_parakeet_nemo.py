@@ -145,6 +145,32 @@ def test_transcripts_and_timestamps_equal_nemo(converted: tuple, backend: str) -
             assert same_words(got, words_of(result)), (name, key, got, words_of(result))
 
 
+def test_a_word_lm_beside_a_converted_ctc_model_means_beam_search(
+    converted: tuple, tmp_path: Path
+) -> None:
+    """A .nemo CTC model with an LM beside it searches its pieces (speechrt.asr.beam) and words
+    its tokens by NeMo's rules, inside the audio. (Its text is the search's, not NeMo's greedy.)"""
+    import shutil
+
+    from speechrt.asr import ASR
+    from speechrt_train.ngram import build_lm
+
+    name, ref, model_dir = converted
+    if heads(ref) != {"result": "auto"} or "ctc" not in name:
+        pytest.skip("a CTC model")
+    model = tmp_path / "with_lm"
+    shutil.copytree(model_dir, model)
+    build_lm([fr["result"]["text"] for fr in ref["files"].values()]).save(model)
+    asr = ASR(model, backend="eager")
+    assert asr.decoder == "beam"
+    for fr in ref["files"].values():
+        audio = asr.load_audio(DATA / fr["wav"])
+        t = asr.transcribe([audio])[0]
+        assert t.words and t.text
+        for a, b in zip(t.words, t.words[1:], strict=False):
+            assert 0 <= a.start <= a.end <= b.start <= b.end <= audio.size / asr.sample_rate
+
+
 def test_cli_prints_nemo_text(converted: tuple, capsys: pytest.CaptureFixture[str]) -> None:
     name, ref, model_dir = converted
     for key, decoder in heads(ref).items():

@@ -1,7 +1,10 @@
-"""CTC prefix beam search over characters with a word n-gram language model.
+"""CTC prefix beam search over characters or word pieces with a word n-gram language model.
 
-Lexicon-free: beams are character prefixes, so a word the LM lacks can still be spelled. A
-prefix's score is
+Lexicon-free: beams are text prefixes, so a word the LM lacks can still be spelled. Labels are
+what they read as: single characters with a space label between words (QuartzNet, Jasper), or
+SentencePiece pieces whose leading space starts a word (Parakeet CTC: " the", "re", ","). A
+beam is a text and the last label that made it, so the segmentations of one text into pieces add
+up. A prefix's score is
 
     ln P_ctc(prefix) + alpha * ln P_lm(completed words) + beta * words + OOV penalties
                      + alpha * look-ahead(partial word) + beta
@@ -13,24 +16,27 @@ long "word" that pays it once). While a word is being spelled it carries an esti
 will cost: the best unigram ln P of the LM words it can still become, or, once no LM word starts
 with it, the <unk> score and penalties; so a prefix that has just paid for a word does not lose
 to one that has not paid yet, spelling is pulled towards real words early, and names still come
-out when the audio insists.
+out when the audio insists. Words are looked up as `lm_word` gives them: lower case, without
+the punctuation around them (a model that writes "Hello," finds "hello" in a plain-text LM).
 
-Per frame only characters whose log-prob is above `prune_logp` (at most `max_chars` of them) are
-tried. Word times come from the CTC forced alignment of the chosen text
-(speechrt.asr.ctc.align_tokens), so they are the greedy ones whenever the text is the greedy text.
+Per frame only labels whose log-prob is above `prune_logp` (at most `max_chars` of them) are
+tried. Word times come from the CTC forced alignment of the chosen text (speechrt.asr.ctc's
+align_tokens, or align_pieces over every segmentation into pieces), so they are the greedy ones
+whenever the text is the greedy text.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import string
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from speechrt.asr.ctc import Decoded, align_tokens, host, tokens_to_words
+from speechrt.asr.ctc import Decoded, align_pieces, align_tokens, host, surfaces, tokens_to_words
 from speechrt.asr.lm import NGramLM
 from speechrt.errors import SpeechRTError
 
@@ -41,7 +47,14 @@ TINY = 1e-300  # stands in for a probability that underflowed to 0 (so its log i
 # The search costs ~beam_size x max_chars prefix extensions per frame, in Python: at 1024 the
 # bundled recogniser decodes about 5 s of audio per CPU second (32, its default: 35 s).
 MAX_BEAM_SIZE = 1024
-MAX_CHARS = 64  # characters tried per frame (a label set's size is well under this)
+MAX_CHARS = 64  # labels tried per frame
+# stripped from a word's ends before the LM sees it (not the apostrophe: "dogs'", "'tis")
+PUNCTUATION = "".join(c for c in string.punctuation if c != "'") + "¿¡«»“”‘’…—–"
+
+
+def lm_word(word: str) -> str:
+    """What the LM is asked about `word`: lower case, no punctuation around it ("" for none)."""
+    return word.strip(PUNCTUATION).lower()
 
 
 @dataclass(frozen=True)
@@ -54,7 +67,7 @@ class BeamOptions:
     oov_penalty: float = -3.0  # per word the LM lacks (and while no LM word starts as spelled)
     oov_char_penalty: float = -2.0  # ... plus this per character of such a word
     prune_logp: float = -7.0  # a frame proposes only characters with ln P above this ...
-    max_chars: int = 8  # ... and at most this many of them (the most likely)
+    max_chars: int = 8  # ... and at most this many of them (the most likely labels)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -98,8 +111,12 @@ class _Scorer:
         """The penalty of a word (or partial word) that is not (the start of) an LM word."""
         return self.opt.oov_penalty + self.opt.oov_char_penalty * len(word)
 
-    def word_score(self, word: str, context: tuple[int, ...]) -> tuple[float, int]:
-        """(alpha ln P(word | context) + beta [+ oov_penalty], the id the context goes on with)"""
+    def word_score(self, word: str, context: tuple[int, ...]) -> tuple[float, int | None]:
+        """(alpha ln P(word | context) + beta [+ oov_penalty], the id the context goes on with;
+        None for punctuation alone: no word, no score)"""
+        word = lm_word(word)
+        if not word:
+            return 0.0, None
         wid = self.lm.word_id(word)
         if wid is None:
             lp = self.opt.alpha * self.lm.logprob(self.lm.unk, context) + self.oov(word)
@@ -115,11 +132,12 @@ class _Scorer:
         if ch == " ":  # parent's last word is complete
             s, wid = self.word_score(parent[start:], ctx)
             done += s
-            ctx = (*ctx, wid)[-(self.lm.order - 1) :] if self.lm.order > 1 else ()
+            if wid is not None:
+                ctx = (*ctx, wid)[-(self.lm.order - 1) :] if self.lm.order > 1 else ()
             st = (done, ctx, len(child), done)
         else:
-            partial = child[start:]
-            best = self.lm.prefix_logprob(partial)
+            partial = lm_word(child[start:])
+            best = self.lm.prefix_logprob(partial) if partial else 0.0
             if best is None:
                 est = self.opt.alpha * self.unk_unigram + self.oov(partial)
             else:
@@ -128,13 +146,25 @@ class _Scorer:
         self.state[child] = st
         return st[3]
 
+    def append(self, text: str, chunk: str) -> str:
+        """text + chunk with no leading or doubled space, each new prefix scored once."""
+        for ch in chunk:
+            if ch == " " and (not text or text[-1] == " "):
+                continue
+            child = text + ch
+            if child not in self.state:
+                self.extend(text, child, ch)
+            text = child
+        return text
+
     def final(self, prefix: str) -> float:
         """Score of the whole utterance: the last word completed, then </s>."""
         done, ctx, start, _ = self.state[prefix]
         if start < len(prefix):
             s, wid = self.word_score(prefix[start:], ctx)
             done += s
-            ctx = (*ctx, wid)
+            if wid is not None:
+                ctx = (*ctx, wid)
         return done + self.opt.alpha * self.lm.logprob(self.lm.eos, ctx)
 
 
@@ -148,68 +178,87 @@ def beam_search(
     blank = len(labels)
     if log_probs.ndim != 2 or log_probs.shape[1] != blank + 1:
         raise ValueError(f"log_probs {log_probs.shape} for {len(labels)} labels + blank")
-    if any(len(c) != 1 for c in labels) or " " not in labels:
-        raise ValueError("beam search needs single-character labels including a space")
+    if not any(label[:1] == " " for label in labels):
+        raise ValueError("beam search needs labels that start words: a space, or pieces after one")
+    chunks = surfaces(labels)
+    # A beam's key is its text, and with pieces also its last label (after a NUL): a text's
+    # segmentations that end alike add up. With characters the text tells the last label.
+    pieces = any(len(label) != 1 for label in labels)
     opt = options
     scorer = _Scorer(lm, opt)
-    state = scorer.state
+    state = scorer.state  # also holds each piece key's entry (its text's)
     lp = np.asarray(log_probs, dtype=np.float64)
-    # candidate characters per frame: the max_chars most likely above prune_logp
+    # candidate labels per frame: the max_chars most likely above prune_logp
     top = np.argsort(-lp[:, :blank], axis=1, kind="stable")[:, : opt.max_chars]
     keep = (np.take_along_axis(lp[:, :blank], top, axis=1) > opt.prune_logp).tolist()
     top = top.tolist()
     # Path probabilities are kept linear (sums and products, no log-add per step) and rescaled
     # after every frame so that the best beam's is 1: ranking is unchanged by the common factor.
     probs = np.exp(lp).tolist()
-    index = {c: i for i, c in enumerate(labels)}
+    children: dict[str, dict[int, str]] = {}  # key -> label -> the child's key (once each)
 
-    def rank(item: tuple[str, list[float]]) -> float:
+    def child_key(key: str, c: int) -> str:
+        text = key.partition("\0")[0] if pieces else key
+        child = scorer.append(text, chunks[c])
+        if child == text:  # a space where the text has one: the key stays
+            return key
+        if not pieces:
+            return child
+        out = f"{child}\0{c}"
+        state[out] = state[child]
+        return out
+
+    def rank(item: tuple[str, list[Any]]) -> float:
         return math.log((item[1][0] + item[1][1]) or TINY) + state[item[0]][3]
 
-    # prefix -> [P(its paths ending in blank), P(its paths ending in its last character)]
-    beams: dict[str, list[float]] = {"": [1.0, 0.0]}
+    # key -> [P(its paths ending in blank), P(those ending in its last label), that label]
+    beams: dict[str, list[Any]] = {"": [1.0, 0.0, -1]}
     for t, row in enumerate(probs):
-        cands = [(labels[c], row[c]) for c, k in zip(top[t], keep[t], strict=True) if k]
+        cands = [(c, row[c]) for c, k in zip(top[t], keep[t], strict=True) if k]
         p_blank = row[blank]
-        nxt: dict[str, list[float]] = {}
-        for prefix, (pb, pnb) in beams.items():
+        nxt: dict[str, list[Any]] = {}
+        for key, (pb, pnb, last) in beams.items():
             total = pb + pnb
-            last = prefix[-1] if prefix else ""
-            e = nxt.get(prefix)
+            e = nxt.get(key)
             if e is None:
-                e = nxt[prefix] = [0.0, 0.0]
+                e = nxt[key] = [0.0, 0.0, last]
             e[0] += total * p_blank
-            if last:  # the last character held for another frame
-                e[1] += pnb * row[index[last]]
-            for ch, p in cands:
-                if ch == " " and (not prefix or last == " "):
-                    # another space adds nothing to the text: a blank-like step of the prefix
-                    if prefix:
+            if last >= 0:  # the last label held for another frame
+                e[1] += pnb * row[last]
+            kids = children.get(key)
+            if kids is None:
+                kids = children[key] = {}
+            for c, p in cands:
+                ck = kids.get(c)
+                if ck is None:
+                    ck = kids[c] = child_key(key, c)
+                if ck == key:
+                    # the label adds nothing: a blank-like step (only a space label ends a text
+                    # with a space, so here it is the last label)
+                    if key:
                         e[1] += pb * p
                     else:
                         e[0] += total * p
                     continue
-                child = prefix + ch
-                c = nxt.get(child)
-                if c is None:
-                    c = nxt[child] = [0.0, 0.0]
-                    if child not in state:
-                        scorer.extend(prefix, child, ch)
-                # a repeated character needs a blank between the two
-                c[1] += (pb if ch == last else total) * p
+                n = nxt.get(ck)
+                if n is None:
+                    n = nxt[ck] = [0.0, 0.0, c]
+                # a repeated label needs a blank between the two
+                n[1] += (pb if c == last else total) * p
         if len(nxt) > opt.beam_size:
             beams = dict(heapq.nlargest(opt.beam_size, nxt.items(), key=rank))
         else:
             beams = nxt
-        scale = max(pb + pnb for pb, pnb in beams.values())
+        scale = max(v[0] + v[1] for v in beams.values())
         if scale > 0:
             for v in beams.values():
                 v[0] /= scale
                 v[1] /= scale
-    # "a b" and "a b " are one text: their paths add up (their LM scores are equal)
+    # "a b" and "a b " are one text, and so are a text's beams by last label: their paths add up
     final: dict[str, list[float]] = {}
-    for prefix, (pb, pnb) in beams.items():
-        f = final.setdefault(prefix.rstrip(" "), [0.0, scorer.final(prefix)])
+    for key, (pb, pnb, _) in beams.items():
+        text = key.partition("\0")[0]
+        f = final.setdefault(text.rstrip(" "), [0.0, scorer.final(text)])
         f[0] += pb + pnb
     return max(final, key=lambda text: math.log(final[text][0] or TINY) + final[text][1])
 
@@ -218,7 +267,10 @@ def beam_tokens(
     log_probs: np.ndarray, labels: Sequence[str], lm: NGramLM, options: BeamOptions
 ) -> list[tuple[int, int, int]]:
     """log_probs: (T, len(labels) + 1) -> the best text as (label, first, last frame) tokens."""
-    return align_tokens(log_probs, beam_search(log_probs, labels, lm, options), labels)
+    text = beam_search(log_probs, labels, lm, options)
+    if all(len(label) == 1 for label in labels):
+        return align_tokens(log_probs, text, labels)
+    return align_pieces(log_probs, text, labels)
 
 
 def beam_decode(

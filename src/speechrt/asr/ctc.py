@@ -193,3 +193,90 @@ def align_tokens(
             tokens.append((index.get(" ", -1), int(frames[0]), int(frames[0])))
         tokens.append((chars[k], int(frames[0]), int(frames[-1])))
     return tokens
+
+
+def surfaces(labels: Sequence[str]) -> list[str]:
+    """The text each label adds to a beam's prefix: its surface without trailing spaces (the
+    unknown piece reads " ⁇ "), a space label as it is."""
+    return [label.rstrip(" ") or " " for label in labels]
+
+
+def align_pieces(
+    log_probs: np.ndarray, text: str, labels: Sequence[str]
+) -> list[tuple[int, int, int]]:
+    """The most likely CTC path that spells `text` in word pieces -> its (label, first, last
+    frame) tokens.
+
+    log_probs: (T, len(labels) + 1), blank last. Viterbi over every segmentation of
+    " " + text into the labels' surfaces (a piece's leading space may also fall on a space the
+    text already has), in CTC's topology: a state per (piece, place in the text) and a gap state
+    per place, which a frame of blank (or of a lone space label) keeps; equal pieces in a row
+    need a gap between them. The leading space is optional, as the beam search drops it.
+    """
+    blank = len(labels)
+    if not text.split():
+        return []
+    s = " " + " ".join(text.split())
+    by_surface: dict[str, list[int]] = {}
+    for i, surface in enumerate(surfaces(labels)):
+        by_surface.setdefault(surface, []).append(i)
+    longest = max(len(k) for k in by_surface)
+    edges: list[tuple[int, int, int]] = []  # (start, end, label): the surface spells s[start:end]
+    for a in range(len(s)):
+        for b in range(a + 1, min(len(s), a + longest) + 1):
+            piece = s[a:b]
+            edges += [(a, b, lab) for lab in by_surface.get(piece, ())]
+            if a and s[a - 1] == " " and piece[0] != " ":  # its space on the one before
+                edges += [(a, b, lab) for lab in by_surface.get(" " + piece, ())]
+    n_nodes, n_states = len(s) + 1, len(s) + 1 + len(edges)
+    lp = np.asarray(log_probs, dtype=np.float64)
+    n_frames = lp.shape[0]
+    # sources of each state (itself first): gap j <- pieces ending at j; piece (a, b, lab) <-
+    # gap a, pieces ending at a with another label, and gap 0 for a piece from 1 (no space)
+    sources: list[list[int]] = [[q] for q in range(n_states)]
+    sources[1].append(0)  # the leading space skipped: gap 0 -> gap 1
+    ending: list[list[int]] = [[] for _ in range(n_nodes)]  # pieces by the place they end
+    for k, (_, b, _) in enumerate(edges):
+        ending[b].append(k)
+    for k, (a, b, lab) in enumerate(edges):
+        q = n_nodes + k
+        sources[b].append(q)
+        sources[q] += [a, 0] if a == 1 else [a]
+        sources[q] += [n_nodes + k2 for k2 in ending[a] if edges[k2][2] != lab]
+    width = max(map(len, sources))
+    table = np.full((n_states, width), n_states)  # n_states: a state that is never reached
+    for q, src in enumerate(sources):
+        table[q, : len(src)] = src
+    gap = lp[:, blank]
+    if " " in labels:
+        gap = np.maximum(gap, lp[:, labels.index(" ")])
+    emit = np.empty((n_frames, n_states))
+    emit[:, :n_nodes] = gap[:, None]
+    emit[:, n_nodes:] = lp[:, [lab for _, _, lab in edges]]
+    score = np.full(n_states + 1, -np.inf)
+    starts = [0, 1] + [n_nodes + k for k, (a, _, _) in enumerate(edges) if a <= 1]
+    score[starts] = emit[0, starts]
+    back = np.zeros((n_frames, n_states), dtype=np.int64)
+    rows = np.arange(n_states)
+    for t in range(1, n_frames):
+        cand = score[table]  # (n_states, width)
+        best = cand.argmax(axis=1)
+        back[t] = table[rows, best]
+        score[:n_states] = cand[rows, best] + emit[t]
+    ends = [n_nodes - 1] + [n_nodes + k for k, (_, b, _) in enumerate(edges) if b == len(s)]
+    q = ends[int(np.argmax(score[ends]))]
+    if not np.isfinite(score[q]):
+        raise ValueError(f"{text!r} cannot be aligned to {n_frames} frames in these pieces")
+    path = np.empty(n_frames, dtype=np.int64)
+    for t in range(n_frames - 1, -1, -1):
+        path[t] = q
+        q = int(back[t, q])
+    tokens: list[tuple[int, int, int]] = []
+    for t, q in enumerate(path.tolist()):
+        if q < n_nodes:
+            continue
+        if t and path[t - 1] == q:
+            tokens[-1] = (tokens[-1][0], tokens[-1][1], t)
+        else:
+            tokens.append((edges[q - n_nodes][2], t, t))
+    return tokens

@@ -244,9 +244,10 @@ class ASR:
                     "model (lm.json); give one (--lm DIR)"
                 )
             return None, None
-        if " " not in self.labels or any(len(c) != 1 for c in self.labels):
+        if not any(label[:1] == " " for label in self.labels):
             raise SpeechRTError(
-                f"{self.model_dir}: beam search needs single-character labels with a space"
+                f"{self.model_dir}: beam search needs labels that start words (a space label, "
+                "or word pieces that begin with one)"
             )
         model = load_lm(lm_dir)
         options = BeamOptions.from_dict(model.decoding).updated(**overrides)
