@@ -15,7 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("speechrt.cli.convert", "turn a DLE/NGC checkpoint into a model directory"),
     "synthesize": ("speechrt.cli.synthesize", "text to speech"),
     "bench": ("speechrt.cli.bench", "benchmark pipelines: latency percentiles, throughput, RTF"),
-    "transcribe": ("speechrt.cli.transcribe", "speech to text (Jasper, QuartzNet)"),
+    "transcribe": ("speechrt.cli.transcribe", "speech to text (QuartzNet, Jasper, Parakeet)"),
     "eval": ("speechrt.cli.eval", "word/character error rates of a speech recogniser"),
     "serve": ("speechrt.cli.serve", "HTTP server: OpenAI audio API, KServe v2, metrics"),
     "export": (

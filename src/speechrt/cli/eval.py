@@ -41,7 +41,9 @@ class Utterance:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--manifest", required=True, help="LibriSpeech-style directory or JSON lines")
-    p.add_argument("--model", required=True, help="ASR model directory (Jasper, QuartzNet)")
+    p.add_argument(
+        "--model", required=True, help="ASR model directory (QuartzNet, Jasper, Parakeet)"
+    )
     p.add_argument("--csv", help="write per-utterance results to this CSV file")
     add_runtime_options(p)
     p.add_argument("--batch-size", type=int, default=16, help="windows per batch (default: 16)")
