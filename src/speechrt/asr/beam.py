@@ -200,11 +200,9 @@ def beam_search(
     def child_key(key: str, c: int) -> str:
         text = key.partition("\0")[0] if pieces else key
         child = scorer.append(text, chunks[c])
-        if child == text:  # a space where the text has one: the key stays
-            return key
-        if not pieces:
-            return child
-        out = f"{child}\0{c}"
+        if not pieces:  # (the text is unchanged by a space where it ends in one, or is empty)
+            return key if child == text else child
+        out = f"{child}\0{c}"  # (also when the text is unchanged: c becomes the last label)
         state[out] = state[child]
         return out
 
@@ -233,8 +231,9 @@ def beam_search(
                 if ck is None:
                     ck = kids[c] = child_key(key, c)
                 if ck == key:
-                    # the label adds nothing: a blank-like step (only a space label ends a text
-                    # with a space, so here it is the last label)
+                    # the last label again after a blank, adding nothing to the text (a space
+                    # where the text ends in one, a control piece); characters: a leading space
+                    # is a blank
                     if key:
                         e[1] += pb * p
                     else:

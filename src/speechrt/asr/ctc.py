@@ -197,8 +197,8 @@ def align_tokens(
 
 def surfaces(labels: Sequence[str]) -> list[str]:
     """The text each label adds to a beam's prefix: its surface without trailing spaces (the
-    unknown piece reads " ⁇ "), a space label as it is."""
-    return [label.rstrip(" ") or " " for label in labels]
+    unknown piece reads " ⁇ "), a space label as it is, a control piece nothing."""
+    return [label.rstrip(" ") or label[:1] for label in labels]
 
 
 def align_pieces(
