@@ -48,6 +48,18 @@ def peaked(ids: list[int], length: int) -> torch.Tensor:
     return logits.log_softmax(-1)
 
 
+def assert_most_probable(
+    lp: np.ndarray, labels: list[str], texts: dict[str, float], seed: int
+) -> None:
+    """The search without an LM (beam wide enough for every prefix) returns the text of
+    highest total probability, unless the two best are within rounding of each other."""
+    (p1, best), (p2, _) = sorted(((p, t) for t, p in texts.items()), reverse=True)[:2]
+    if p1 - p2 <= 1e-9 * p1:  # a tie that another CPU's exp and log could break either way
+        return
+    wide = NO_LM.updated(beam_size=1000, prune_logp=-1e9)
+    assert beam_search(lp, labels, LM, wide) == best, seed
+
+
 def test_without_lm_it_finds_the_most_probable_text_exactly() -> None:
     """Against brute force: the sum over every CTC path of each text (texts differing only in
     extra spaces are one text), on 3 labels + blank, 5 frames."""
@@ -59,8 +71,7 @@ def test_without_lm_it_finds_the_most_probable_text_exactly() -> None:
         for path in itertools.product(range(4), repeat=5):
             chars = [labels[i] for i, _ in itertools.groupby(path) if i != 3]
             texts[" ".join("".join(chars).split())] += math.exp(sum(lp[range(5), list(path)]))
-        wide = NO_LM.updated(beam_size=1000, prune_logp=-1e9)
-        assert beam_search(lp, labels, LM, wide) == max(texts, key=texts.__getitem__), seed
+        assert_most_probable(lp, labels, texts, seed)
 
 
 def test_alpha_beta_zero_equals_greedy_on_peaked_inputs() -> None:
@@ -178,8 +189,7 @@ def test_pieces_without_lm_find_the_most_probable_text_exactly(labels: list[str]
         for path in itertools.product(range(5), repeat=5):
             pieces = [labels[i] for i, _ in itertools.groupby(path) if i != 4]
             texts[" ".join("".join(pieces).split())] += math.exp(sum(lp[range(5), list(path)]))
-        wide = NO_LM.updated(beam_size=1000, prune_logp=-1e9)
-        assert beam_search(lp, labels, LM, wide) == max(texts, key=texts.__getitem__), seed
+        assert_most_probable(lp, labels, texts, seed)
 
 
 def test_pieces_alpha_beta_zero_equal_greedy_words_and_times() -> None:
