@@ -206,6 +206,94 @@ def _keys(ids: np.ndarray, n_vocab: int) -> np.ndarray:
     return keys
 
 
+def read_arpa(path: str | Path, progress: bool = False) -> NGramLM:
+    """An ARPA back-off model (KenLM's `lmplz` output, SRILM's, `.arpa` or `.arpa.gz`) as an
+    NGramLM: log10 values become natural logarithms, every n-gram and back-off kept. A model
+    without <unk> gets one at its least likely unigram's probability. Malformed files ->
+    SpeechRTError naming the line. `progress`: a tqdm bar of lines read (on stderr)."""
+    import gzip
+
+    from tqdm import tqdm
+
+    path = Path(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    ln10 = float(np.log(10.0))
+    counts: dict[int, int] = {}
+    grams: list[list[tuple[float, list[str], float]]] = []  # per order: (log10 p, words, bo)
+    section = 0  # 0: before \data\, -1: in it, n: in the n-grams, -2: after \end\
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            lines = tqdm(f, unit=" lines", disable=not progress, desc=path.name)
+            for number, line in enumerate(lines, 1):
+                line = line.strip()
+                where = f"{path}:{number}"
+                if not line or section == -2:
+                    continue
+                if line == "\\data\\":
+                    section = -1
+                elif line == "\\end\\":
+                    section = -2
+                elif line.startswith("\\") and line.endswith("-grams:"):
+                    head = line[1:].split("-")[0]
+                    section = int(head) if head.isdigit() else 0
+                    if section != len(grams) + 1 or section not in counts:
+                        raise SpeechRTError(f"{where}: {line} out of order or not in \\data\\")
+                    grams.append([])
+                elif section == -1 and line.startswith("ngram "):
+                    order_, _, count = line[6:].partition("=")
+                    if not (order_.strip().isdigit() and count.strip().isdigit()):
+                        raise SpeechRTError(f"{where}: not an 'ngram N=COUNT' line")
+                    counts[int(order_)] = int(count)
+                elif section > 0:
+                    fields = line.split()
+                    try:
+                        if len(fields) not in (section + 1, section + 2):
+                            raise ValueError
+                        bo = float(fields[-1]) if len(fields) == section + 2 else 0.0
+                        grams[-1].append((float(fields[0]), fields[1 : section + 1], bo))
+                    except ValueError:
+                        raise SpeechRTError(f"{where}: not a {section}-gram line") from None
+                elif section == 0:
+                    continue  # (text before \data\ is a comment)
+                else:
+                    raise SpeechRTError(f"{where}: unexpected line in \\data\\")
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise SpeechRTError(f"{path}: not a readable ARPA file ({e})") from None
+    if not grams or section != -2:
+        raise SpeechRTError(f"{path}: no ARPA model (\\data\\ ... \\end\\)")
+    for n, rows in enumerate(grams, 1):
+        if len(rows) != counts.get(n):
+            raise SpeechRTError(f"{path}: {len(rows)} {n}-grams, \\data\\ says {counts.get(n)}")
+    vocab = [w[0] for _, w, _ in grams[0]]
+    logp1 = [p for p, _, _ in grams[0]]
+    bo1 = [b for _, _, b in grams[0]]
+    for special in (BOS, EOS):
+        if special not in vocab:
+            raise SpeechRTError(f"{path}: the unigrams lack {special}")
+    if UNK not in vocab:
+        vocab.append(UNK)
+        logp1.append(min(logp1))
+        bo1.append(0.0)
+    ids = {w: i for i, w in enumerate(vocab)}
+    if len(ids) != len(vocab):
+        raise SpeechRTError(f"{path}: a unigram is listed twice")
+    logp = [np.asarray(logp1) * ln10]
+    backoff = [np.asarray(bo1) * ln10]
+    table = [np.zeros((len(vocab), 0), np.int32)]
+    for n, rows in enumerate(grams[1:], 2):
+        try:
+            rows_ids = np.array([[ids[w] for w in words] for _, words, _ in rows], np.int32)
+        except KeyError as e:
+            raise SpeechRTError(f"{path}: a {n}-gram has the word {e} the unigrams lack") from None
+        rows_ids = rows_ids.reshape(len(rows), n)
+        order = np.lexsort(rows_ids.T[::-1]) if len(rows) else np.zeros(0, np.int64)
+        table.append(rows_ids[order])
+        logp.append(np.asarray([p for p, _, _ in rows])[order] * ln10)
+        last = n == len(grams)
+        backoff.append(np.zeros(0) if last else np.asarray([b for _, _, b in rows])[order] * ln10)
+    return NGramLM(vocab, logp, backoff, table, source={"arpa": path.name})
+
+
 def has_lm(model_dir: str | Path) -> bool:
     """True when the directory holds an lm.json (load_lm checks the rest)."""
     return (Path(model_dir) / INFO_FILE).is_file()
