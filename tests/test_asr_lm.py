@@ -206,3 +206,26 @@ def test_a_parakeet_ctc_model_searches_its_pieces_with_a_word_lm(
         )
         assert t.text == want.text and tuple(t.words) == want.words
     assert [t.text for t in got] != said  # the LM acts
+
+
+def test_a_hybrids_ctc_head_takes_the_lm_and_its_transducer_leaves_it(
+    tiny_parakeet: dict[str, Path], tmp_path: Path
+) -> None:
+    """A Parakeet TDT-CTC with an LM beside it: its transducer head decodes greedily (the LM
+    unused, and said so by `decoder`), its CTC head (decoder="ctc") by beam search with it."""
+    from parakeet_models import sound
+
+    model = tmp_path / "hybrid"
+    shutil.copytree(tiny_parakeet["tdt_ctc"], model)
+    waves = [sound(2.0, seed=3)]
+    greedy_ctc = ASR(model, backend="eager", vad=False, decoder="ctc").transcribe(waves)
+    words = [lm_word(w) for w in greedy_ctc[0].text.split() if lm_word(w)]
+    build_lm([" ".join("e" + w[1:] for w in words)], decoding={"alpha": 1.0}).save(model)
+    transducer = ASR(model, backend="eager", vad=False)
+    assert transducer.transducer and transducer.decoder == "greedy" and transducer.lm is None
+    ctc = ASR(model, backend="eager", vad=False, decoder="ctc")
+    assert not ctc.transducer and ctc.decoder == "beam" and ctc.lm is not None
+    assert ctc.transcribe(waves)[0].text != greedy_ctc[0].text  # the LM acts
+    for kwargs in ({"decoder": "beam"}, {"lm": model}, {"alpha": 0.5}):
+        with pytest.raises(SpeechRTError, match="transducer decodes greedily"):
+            ASR(model, backend="eager", **kwargs)

@@ -84,8 +84,9 @@ class ASR:
 
         `decoder`: greedy; beam (CTC prefix beam search with a word LM: `lm`, a directory
         holding lm.json + lm.safetensors, else the model directory's own); auto (default): beam
-        when there is an LM, else greedy. `beam_size`, `alpha` (LM weight) and `beta` (word
-        bonus) override the LM's tuned defaults (its lm.json).
+        when there is an LM, else greedy; ctc: a hybrid transducer's CTC head, as auto (a
+        transducer head decodes greedily, whatever LM lies beside it). `beam_size`, `alpha` (LM
+        weight) and `beta` (word bonus) override the LM's tuned defaults (its lm.json).
 
         `vad`: transcribe only the speech that voice activity detection finds (speechrt.asr.vad)
         or all of the audio in fixed windows. None (default): as the model's model.json says
@@ -150,10 +151,14 @@ class ASR:
                 f"{model_dir}: {len(self.labels)} labels + blank for {self.head.n_classes} "
                 "model outputs"
             )
-        if self.transducer and (decoder == "beam" or lm is not None):
+        tuning = (beam_size, alpha, beta) != (None, None, None)
+        if self.transducer and (decoder == "beam" or lm is not None or tuning):
             raise SpeechRTError(f"{model_dir}: a transducer decodes greedily (no beam search/LM)")
-        self.lm, self.beam_options = self._decoder(
-            "greedy" if decoder == "ctc" else decoder, lm, beam_size, alpha, beta
+        # a transducer leaves an LM beside it unused; a hybrid's CTC head ("ctc") is any CTC's
+        self.lm, self.beam_options = (
+            (None, None)
+            if self.transducer
+            else self._decoder("auto" if decoder == "ctc" else decoder, lm, beam_size, alpha, beta)
         )
         self.decoder = "greedy" if self.lm is None else "beam"
         offset = -int(meta.get("pad_leading", 0)) * self.features.frame_shift

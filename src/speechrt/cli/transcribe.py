@@ -62,7 +62,7 @@ def add_decoder_arguments(p: argparse.ArgumentParser) -> None:
         choices=("auto", "greedy", "beam", "ctc"),
         help="greedy, or beam search with a word LM; auto (default): beam when the model "
         "directory holds an LM (lm.json) or --lm is given, else greedy; ctc: a hybrid "
-        "transducer's CTC head (Parakeet TDT-CTC), greedy",
+        "transducer's CTC head (Parakeet TDT-CTC), as auto (its transducer head: greedy)",
     )
     g.add_argument("--lm", help="LM directory (lm.json + lm.safetensors) for the beam search")
     g.add_argument("--beam-size", type=int, help="prefixes kept per frame (default: the LM's)")
