@@ -48,30 +48,27 @@ def peaked(ids: list[int], length: int) -> torch.Tensor:
     return logits.log_softmax(-1)
 
 
-def assert_most_probable(
-    lp: np.ndarray, labels: list[str], texts: dict[str, float], seed: int
-) -> None:
-    """The search without an LM (beam wide enough for every prefix) returns the text of
-    highest total probability, unless the two best are within rounding of each other."""
-    (p1, best), (p2, _) = sorted(((p, t) for t, p in texts.items()), reverse=True)[:2]
-    if p1 - p2 <= 1e-9 * p1:  # a tie that another CPU's exp and log could break either way
-        return
-    wide = NO_LM.updated(beam_size=1000, prune_logp=-1e9)
-    assert beam_search(lp, labels, LM, wide) == best, seed
+def assert_finds_the_most_probable_text(labels: list[str], seeds: int = 40) -> None:
+    """Against brute force on random log-probs of 5 frames: the sum over every CTC path of each
+    text (texts differing only in extra spaces are one text). The search without an LM (a beam
+    wide enough for every prefix) returns the best, unless the two best are within rounding."""
+    classes = len(labels) + 1
+    for seed in range(seeds):
+        g = torch.Generator().manual_seed(seed)
+        lp = (torch.randn(5, classes, generator=g) * 1.5).log_softmax(-1).numpy()
+        texts: defaultdict[str, float] = defaultdict(float)
+        for path in itertools.product(range(classes), repeat=5):
+            read = [labels[i] for i, _ in itertools.groupby(path) if i != classes - 1]
+            texts[" ".join("".join(read).split())] += math.exp(sum(lp[range(5), list(path)]))
+        (p1, best), (p2, _) = sorted(((p, t) for t, p in texts.items()), reverse=True)[:2]
+        if p1 - p2 <= 1e-9 * p1:  # a tie that another CPU's exp and log could break either way
+            continue
+        wide = NO_LM.updated(beam_size=1000, prune_logp=-1e9)
+        assert beam_search(lp, labels, LM, wide) == best, seed
 
 
 def test_without_lm_it_finds_the_most_probable_text_exactly() -> None:
-    """Against brute force: the sum over every CTC path of each text (texts differing only in
-    extra spaces are one text), on 3 labels + blank, 5 frames."""
-    labels = [" ", "a", "b"]
-    for seed in range(40):
-        g = torch.Generator().manual_seed(seed)
-        lp = (torch.randn(5, 4, generator=g) * 1.5).log_softmax(-1).numpy()
-        texts: defaultdict[str, float] = defaultdict(float)
-        for path in itertools.product(range(4), repeat=5):
-            chars = [labels[i] for i, _ in itertools.groupby(path) if i != 3]
-            texts[" ".join("".join(chars).split())] += math.exp(sum(lp[range(5), list(path)]))
-        assert_most_probable(lp, labels, texts, seed)
+    assert_finds_the_most_probable_text([" ", "a", "b"])
 
 
 def test_alpha_beta_zero_equals_greedy_on_peaked_inputs() -> None:
@@ -179,17 +176,9 @@ def said(*pieces: str, p: float = 0.98) -> list[dict[str, float]]:
 
 @pytest.mark.parametrize("labels", [[" a", "a", " ", "b"], [" a", "b", " ", ""]])
 def test_pieces_without_lm_find_the_most_probable_text_exactly(labels: list[str]) -> None:
-    """Brute force as for characters, on pieces whose segmentations overlap (" a" = " " + "a"),
-    a lone space and a control piece that reads as nothing: a text's probability sums over all
-    its segmentations."""
-    for seed in range(40):
-        g = torch.Generator().manual_seed(seed)
-        lp = (torch.randn(5, 5, generator=g) * 1.5).log_softmax(-1).numpy()
-        texts: defaultdict[str, float] = defaultdict(float)
-        for path in itertools.product(range(5), repeat=5):
-            pieces = [labels[i] for i, _ in itertools.groupby(path) if i != 4]
-            texts[" ".join("".join(pieces).split())] += math.exp(sum(lp[range(5), list(path)]))
-        assert_most_probable(lp, labels, texts, seed)
+    """As for characters, on pieces whose segmentations overlap (" a" = " " + "a"), a lone
+    space and a control piece that reads as nothing: a text sums over its segmentations."""
+    assert_finds_the_most_probable_text(labels)
 
 
 def test_pieces_alpha_beta_zero_equal_greedy_words_and_times() -> None:
