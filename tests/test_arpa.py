@@ -71,6 +71,24 @@ def test_back_off_arithmetic_and_an_added_unk(tmp_path: Path) -> None:
     assert lm.source == {"arpa": "tiny.arpa"}
 
 
+def test_words_in_capitals_are_read_in_lower_case(tmp_path: Path) -> None:
+    """LibriSpeech's ARPA LMs are in capitals with <UNK>: read as the beam search asks."""
+    lm = build_lm(SENTENCES, order=2)
+    upper = to_arpa(lm).replace("<unk>", "<UNK>")
+    upper = "\n".join(line.upper() if "\t" in line else line for line in upper.split("\n"))
+    (tmp_path / "caps.arpa").write_text(upper.replace("<S>", "<s>").replace("</S>", "</s>"))
+    got = read_arpa(tmp_path / "caps.arpa")
+    assert got.vocab == lm.vocab
+    assert got.logprob(got.ids["cat"], (got.ids["the"],)) == pytest.approx(
+        lm.logprob(lm.ids["cat"], (lm.ids["the"],)), abs=1e-6
+    )
+    (tmp_path / "twice.arpa").write_text(
+        "\\data\\\nngram 1=3\n\n\\1-grams:\n-1\t<s>\n-1\t</s>\n-1\t<S>\n\n\\end\\\n"
+    )
+    with pytest.raises(SpeechRTError, match="in two cases"):
+        read_arpa(tmp_path / "twice.arpa")
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [

@@ -209,7 +209,9 @@ def _keys(ids: np.ndarray, n_vocab: int) -> np.ndarray:
 def read_arpa(path: str | Path, progress: bool = False) -> NGramLM:
     """An ARPA back-off model (KenLM's `lmplz` output, SRILM's, `.arpa` or `.arpa.gz`) as an
     NGramLM: log10 values become natural logarithms, every n-gram and back-off kept. A model
-    without <unk> gets one at its least likely unigram's probability. Malformed files ->
+    without <unk> gets one at its least likely unigram's probability. Words are lower-cased, as
+    the beam search asks for them (LibriSpeech's LMs are in capitals); two words that differ
+    only in case are refused. Malformed files ->
     SpeechRTError naming the line. `progress`: a tqdm bar of lines read (on stderr)."""
     import gzip
 
@@ -264,7 +266,7 @@ def read_arpa(path: str | Path, progress: bool = False) -> NGramLM:
     for n, rows in enumerate(grams, 1):
         if len(rows) != counts.get(n):
             raise SpeechRTError(f"{path}: {len(rows)} {n}-grams, \\data\\ says {counts.get(n)}")
-    vocab = [w[0] for _, w, _ in grams[0]]
+    vocab = [w[0].lower() for _, w, _ in grams[0]]
     logp1 = [p for p, _, _ in grams[0]]
     bo1 = [b for _, _, b in grams[0]]
     for special in (BOS, EOS):
@@ -276,13 +278,13 @@ def read_arpa(path: str | Path, progress: bool = False) -> NGramLM:
         bo1.append(0.0)
     ids = {w: i for i, w in enumerate(vocab)}
     if len(ids) != len(vocab):
-        raise SpeechRTError(f"{path}: a unigram is listed twice")
+        raise SpeechRTError(f"{path}: a unigram is listed twice (or in two cases)")
     logp = [np.asarray(logp1) * ln10]
     backoff = [np.asarray(bo1) * ln10]
     table = [np.zeros((len(vocab), 0), np.int32)]
     for n, rows in enumerate(grams[1:], 2):
         try:
-            rows_ids = np.array([[ids[w] for w in words] for _, words, _ in rows], np.int32)
+            rows_ids = np.array([[ids[w.lower()] for w in words] for _, words, _ in rows], np.int32)
         except KeyError as e:
             raise SpeechRTError(f"{path}: a {n}-gram has the word {e} the unigrams lack") from None
         rows_ids = rows_ids.reshape(len(rows), n)
