@@ -211,8 +211,8 @@ def read_arpa(path: str | Path, progress: bool = False) -> NGramLM:
     NGramLM: log10 values become natural logarithms, every n-gram and back-off kept. A model
     without <unk> gets one at its least likely unigram's probability. Words are lower-cased, as
     the beam search asks for them (LibriSpeech's LMs are in capitals); two words that differ
-    only in case are refused. Malformed files ->
-    SpeechRTError naming the line. `progress`: a tqdm bar of lines read (on stderr)."""
+    only in case are refused. Malformed files -> SpeechRTError naming the line. `progress`: a
+    tqdm bar of lines read (on stderr)."""
     import gzip
 
     from tqdm import tqdm
@@ -228,7 +228,6 @@ def read_arpa(path: str | Path, progress: bool = False) -> NGramLM:
             lines = tqdm(f, unit=" lines", disable=not progress, desc=path.name)
             for number, line in enumerate(lines, 1):
                 line = line.strip()
-                where = f"{path}:{number}"
                 if not line or section == -2:
                     continue
                 if line == "\\data\\":
@@ -239,12 +238,14 @@ def read_arpa(path: str | Path, progress: bool = False) -> NGramLM:
                     head = line[1:].split("-")[0]
                     section = int(head) if head.isdigit() else 0
                     if section != len(grams) + 1 or section not in counts:
-                        raise SpeechRTError(f"{where}: {line} out of order or not in \\data\\")
+                        raise SpeechRTError(
+                            f"{path}:{number}: {line} out of order or not in \\data\\"
+                        )
                     grams.append([])
                 elif section == -1 and line.startswith("ngram "):
                     order_, _, count = line[6:].partition("=")
                     if not (order_.strip().isdigit() and count.strip().isdigit()):
-                        raise SpeechRTError(f"{where}: not an 'ngram N=COUNT' line")
+                        raise SpeechRTError(f"{path}:{number}: not an 'ngram N=COUNT' line")
                     counts[int(order_)] = int(count)
                 elif section > 0:
                     fields = line.split()
@@ -254,11 +255,11 @@ def read_arpa(path: str | Path, progress: bool = False) -> NGramLM:
                         bo = float(fields[-1]) if len(fields) == section + 2 else 0.0
                         grams[-1].append((float(fields[0]), fields[1 : section + 1], bo))
                     except ValueError:
-                        raise SpeechRTError(f"{where}: not a {section}-gram line") from None
+                        raise SpeechRTError(f"{path}:{number}: not a {section}-gram line") from None
                 elif section == 0:
                     continue  # (text before \data\ is a comment)
                 else:
-                    raise SpeechRTError(f"{where}: unexpected line in \\data\\")
+                    raise SpeechRTError(f"{path}:{number}: unexpected line in \\data\\")
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise SpeechRTError(f"{path}: not a readable ARPA file ({e})") from None
     if not grams or section != -2:
