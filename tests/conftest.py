@@ -1,4 +1,7 @@
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -6,6 +9,10 @@ import pytest
 # MKL reads this once, at its first operation: set before any test runs a model, so tests can
 # turn batch-invariant mode on in-process (speechrt.device.set_batch_invariant).
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+# onnxruntime's optimised graphs (speechrt.runtime.onnx_cache) in a folder of this run's own
+_ONNX_CACHE = tempfile.mkdtemp(prefix="speechrt-onnx-cache-")
+atexit.register(shutil.rmtree, _ONNX_CACHE, True)
+os.environ.setdefault("SPEECHRT_ONNX_CACHE", _ONNX_CACHE)
 
 import torch  # noqa: E402
 

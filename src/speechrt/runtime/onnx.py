@@ -20,6 +20,7 @@ from speechrt.contracts import Contract
 from speechrt.errors import SpeechRTError
 from speechrt.registry import contract, graphs_of
 from speechrt.runtime.bounds import attention_cells, decode_groups, stack_rows
+from speechrt.runtime.onnx_cache import cpu_session
 
 PREFERRED = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
@@ -66,11 +67,17 @@ class OnnxRunner:
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
         self.providers = pick_providers(device)
-        model: Any = str(self.path)
-        if extra_outputs:
-            model = with_extra_outputs(self.path, extra_outputs)
+        self.graph = self.path  # the graph the session was built from (a cached copy on a CPU)
         try:
-            self.session = ort.InferenceSession(model, options, providers=self.providers)
+            if extra_outputs:
+                model = with_extra_outputs(self.path, extra_outputs)
+                self.session = ort.InferenceSession(model, options, providers=self.providers)
+            elif self.providers == ["CPUExecutionProvider"]:
+                self.session, self.graph = cpu_session(self.path, options, ort)
+            else:
+                self.session = ort.InferenceSession(
+                    str(self.path), options, providers=self.providers
+                )
         except Exception as e:  # onnxruntime raises its own exception types
             raise SpeechRTError(
                 f"{self.path}: onnxruntime cannot load it ({e}); if it was exported from other "
