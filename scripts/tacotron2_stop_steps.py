@@ -1,8 +1,10 @@
 """Does a half-precision decoder step keep Tacotron 2's stop step? A trained Tacotron 2 (a
-speechrt_train compact file) reads the TTS voice's sentences free-running twice, with the same
-prenet dropout seeds: with its own float32 decoder step, then with the cuda runner's FusedStep
-whose two LSTM GEMMs take bf16 weights (FusedStep.lstm_in; state, attention and gate float32).
-Per sentence: the stop step of each, and the mel's SNR over the frames both made. Writes --out.
+speechrt_train compact file) reads the TTS voice's sentences free-running three times, with the
+same prenet dropout seeds: with its own float32 decoder step (the reference); with the cuda
+runner's FusedStep in float32 (the same arithmetic, its sums in another order: the control, how
+far any new kernel moves a stop); with FusedStep whose two LSTM GEMMs take bf16 weights
+(FusedStep.lstm_in; state, attention and gate float32). Per sentence: the stop step of each, and
+each mel's SNR against the reference over the frames both made. Writes --out.
 
     python scripts/tacotron2_stop_steps.py --weights runs/tacotron2.pt --corpus corpus \\
         --sentences 300 --device cuda --out OUT/tacotron2-stop-steps.json
@@ -45,10 +47,11 @@ def snr_db(reference: Tensor, other: Tensor) -> float:
 
 
 def compare(model: Tacotron2, sentences: list[Tensor], batch: int) -> list[dict[str, Any]]:
-    """Each sentence's stop steps and mel SNR, float32 step against bf16 LSTM GEMMs."""
+    """Each sentence's stop steps and mel SNRs: reference, fused float32 and bf16 LSTM GEMMs."""
     options = SynthesisOptions()
     rows: list[dict[str, Any]] = []
     full = model.decoder
+    fused = FusedStep(full)
     half = FusedStep(full).lstm_in(torch.bfloat16)
     for start in range(0, len(sentences), batch):
         items = sentences[start : start + batch]
@@ -56,19 +59,21 @@ def compare(model: Tacotron2, sentences: list[Tensor], batch: int) -> list[dict[
         lengths = torch.tensor([len(x) for x in items])
         seeds = torch.arange(start, start + len(items))
         runs = []
-        for step in (full, half):
+        for step in (full, half, fused):
             model.decoder = step
             runs.append(model.generate_mel(ids, lengths, options, seeds))
         model.decoder = full
-        (a, na), (b, nb) = runs
+        (a, na), (b, nb), (c, nc) = runs
         for i in range(len(items)):
-            n = int(min(na[i], nb[i]))
+            n, m = int(min(na[i], nb[i])), int(min(na[i], nc[i]))
             rows.append(
                 dict(
                     symbols=len(items[i]),
                     stop_fp32=int(na[i]),
                     stop_bf16=int(nb[i]),
                     snr_db=snr_db(a[i, :, :n].float(), b[i, :, :n].float()) if n else None,
+                    stop_fused=int(nc[i]),
+                    snr_fused_db=snr_db(a[i, :, :m].float(), c[i, :, :m].float()) if m else None,
                 )
             )
     return rows
@@ -79,15 +84,30 @@ def _correlation(x: list[int], y: list[int]) -> float | None:
     return statistics.correlation(x, y) if len(set(x)) > 1 and len(set(y)) > 1 else None
 
 
+def agreement(rows: list[dict[str, Any]], stop: str, snr: str, prefix: str = "") -> dict[str, Any]:
+    """How often rows[stop] equals the reference's stop step; the SNRs of rows[snr]."""
+    delta = [r[stop] - r["stop_fp32"] for r in rows]
+    snrs = [r[snr] for r in rows if r[snr] is not None]
+    return {
+        f"{prefix}stop_identical": sum(d == 0 for d in delta),
+        f"{prefix}stop_within_1": sum(abs(d) <= 1 for d in delta),
+        f"{prefix}stop_max_abs_delta": max(abs(d) for d in delta),
+        f"{prefix}snr_db_median": statistics.median(snrs) if snrs else None,
+        f"{prefix}snr_db_min": min(snrs) if snrs else None,
+    }
+
+
 def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
-    delta = [r["stop_bf16"] - r["stop_fp32"] for r in rows]
-    snrs = [r["snr_db"] for r in rows if r["snr_db"] is not None]
+    """The bf16 step's agreement with the reference, the float32 control's where the rows have
+    it (files written before it have not), and whether the model reads its text at all."""
     symbols, stops = [r["symbols"] for r in rows], [r["stop_fp32"] for r in rows]
+    control = (
+        agreement(rows, "stop_fused", "snr_fused_db", "fused_") if "stop_fused" in rows[0] else {}
+    )
+    bf16 = agreement(rows, "stop_bf16", "snr_db")
     return dict(
         sentences=len(rows),
-        stop_identical=sum(d == 0 for d in delta),
-        stop_within_1=sum(abs(d) <= 1 for d in delta),
-        stop_max_abs_delta=max(abs(d) for d in delta),
+        **{k: v for k, v in bf16.items() if not k.startswith("snr")},
         never_stopped_fp32=sum(r["stop_fp32"] >= max_steps for r in rows),
         # an untrained gate stops at once: agreement then says nothing (look at the steps)
         stop_fp32_median=statistics.median(r["stop_fp32"] for r in rows),
@@ -95,8 +115,9 @@ def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
         # a model that reads its text stops in proportion to it (FastPitch's ~5.4 frames each)
         frames_per_symbol_median=statistics.median(r["stop_fp32"] / r["symbols"] for r in rows),
         stop_symbols_correlation=_correlation(symbols, stops),
-        snr_db_median=statistics.median(snrs) if snrs else None,
-        snr_db_min=min(snrs) if snrs else None,
+        snr_db_median=bf16["snr_db_median"],
+        snr_db_min=bf16["snr_db_min"],
+        **control,
     )
 
 

@@ -74,7 +74,7 @@ def test_tacotron2_learns_and_resumes_exactly(voice, tmp_path):
 
 def test_tacotron2_trains_through_the_cli_and_is_not_exported(corpus, tmp_path):
     """The CLI trains it and writes its compact file, which scripts/tacotron2_stop_steps.py
-    reads: float32 and bf16 decoder steps over the corpus's sentences, one row each."""
+    reads: reference, fused float32 and bf16 decoder steps over the corpus's sentences."""
     run, compact = tmp_path / "tacotron2", tmp_path / "tacotron2.pt"
     args = ["tacotron2", "--corpus", str(corpus), "--run", str(run), "--preset", "tiny"]
     args += ["--set", "amp=false", "--max-steps", "2", "--quiet", "--device", "cpu"]
@@ -92,8 +92,11 @@ def test_tacotron2_trains_through_the_cli_and_is_not_exported(corpus, tmp_path):
     result = json.loads(out.read_text())
     assert len(result["rows"]) == 5 and result["summary"]["sentences"] == 5
     for row in result["rows"]:
-        assert 0 <= row["stop_fp32"] <= 80 and 0 <= row["stop_bf16"] <= 80  # tiny: at most 80
-    assert 0 <= result["summary"]["stop_identical"] <= result["summary"]["stop_within_1"] <= 5
+        for key in ("stop_fp32", "stop_bf16", "stop_fused"):
+            assert 0 <= row[key] <= 80  # tiny: at most 80
+    for prefix in ("", "fused_"):  # the bf16 step, the float32 control
+        summary = result["summary"]
+        assert 0 <= summary[f"{prefix}stop_identical"] <= summary[f"{prefix}stop_within_1"] <= 5
     steps = sorted(row["stop_fp32"] for row in result["rows"])
     assert result["summary"]["stop_fp32_min"] == steps[0]
     assert result["summary"]["stop_fp32_median"] == steps[2]

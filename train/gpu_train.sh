@@ -120,7 +120,7 @@ RESERVE=45
 if [ -n "$EXPORT" ]; then RESERVE=150; [ -n "${BREAKDOWN:-}" ] && RESERVE=330; fi
 STOP_SENTENCES=${STOP_SENTENCES:-300}
 [[ " $MODELS " == *" tacotron2 "* ]] && [ "$STOP_SENTENCES" != 0 ] &&
-  RESERVE=$(( RESERVE + 75 ))  # its stop-step script
+  RESERVE=$(( RESERVE + 110 ))  # its stop-step script (three decoder steps)
 DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
 echo "== training for $(( DEADLINE - $(date +%s) )) s"
 declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
@@ -175,7 +175,7 @@ done
 # a later call on this warm machine may restart a model with a new config from these:
 # rm -rf runs/<model> && WARM=/tmp/speechrt-resume ... bash train/gpu_train.sh ...
 mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/null
-if [[ " $MODELS " == *" tacotron2 "* ]]; then  # its fp32 and bf16-LSTM decoders' stop steps
+if [[ " $MODELS " == *" tacotron2 "* ]]; then  # its decoders' stop steps (fp32, fused fp32, bf16 LSTM)
   rm -f "$OUT/tacotron2.pt"  # (too large to come back; the copy above stays on this machine)
 fi
 if [[ " $MODELS " == *" tacotron2 "* ]] && [ "$STOP_SENTENCES" != 0 ]; then
