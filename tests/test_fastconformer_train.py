@@ -122,9 +122,14 @@ def test_cli_trains_and_exports_a_parakeet_directory(corpus, speech, tmp_path, c
     capsys.readouterr()
     out = tmp_path / "defaults"
     export_args = ["export", "--runs", str(runs), "--models", "fastconformer", "--out", str(out)]
-    assert main([*export_args, "--fp32", "--corpus", str(corpus), "--device", "cpu"]) == 0
+    metrics = tmp_path / "metrics.json"
+    export_args += ["--fp32", "--corpus", str(corpus), "--device", "cpu", "--metrics", str(metrics)]
+    assert main(export_args) == 0
     summary = json.loads(capsys.readouterr().out)["export"]["fastconformer"]
     assert summary["steps"] == 6 and summary["dtype"] == "fp32"
+    assert main(["cards", "--metrics", str(metrics), "--out", str(tmp_path / "cards")]) == 0
+    card = (tmp_path / "cards" / "fastconformer.md").read_text()
+    assert card.startswith("# FastConformer-CTC recogniser") and "| training steps | 6" in card
 
     model_dir = out / "asr-fastconformer"
     info = json.loads((model_dir / "model.json").read_text())

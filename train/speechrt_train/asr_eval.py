@@ -36,7 +36,6 @@ from speechrt.asr.ctc import greedy_decode
 from speechrt.asr.wer import wer
 from speechrt.audio.io import resample
 from speechrt.audio.telephone import NARROWBAND_RATE as TELEPHONE_RATE
-from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
@@ -61,11 +60,11 @@ def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
 def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]:
     lps = log_probs(asr, audios)
     greedy = [
-        greedy_decode(torch.from_numpy(lp)[None], torch.tensor([len(lp)]), LABELS, 1.0)[0].text
+        greedy_decode(torch.from_numpy(lp)[None], torch.tensor([len(lp)]), asr.labels, 1.0)[0].text
         for lp in lps
     ]
     t0 = time.perf_counter()
-    beam = [beam_search(lp, LABELS, asr.lm, asr.beam_options) for lp in lps]
+    beam = [beam_search(lp, asr.labels, asr.lm, asr.beam_options) for lp in lps]
     seconds = sum(len(a) for a in audios) / asr.sample_rate
     return {
         "sentences": len(refs),

@@ -69,7 +69,20 @@ ABOUT = {
         "one after step 57,170 a game's voice actors reading its script (the voice queen); "
         "BatchNorm folded into the convolutions at export.",
     ),
+    "fastconformer": (
+        "FastConformer-CTC recogniser (`asr`, kind `parakeet_ctc`)",
+        "16 kHz audio -> 80 log-mel features (the QuartzNet's front end at 80 bands) -> "
+        "FastConformer encoder (NeMo's Parakeet architecture, speechrt.models.parakeet: 8x "
+        "subsampling, relative-position attention plus convolution modules) -> CTC over "
+        "SentencePiece unigram pieces trained on the corpus transcripts, decoded by prefix beam "
+        "search over the pieces with the same word trigram LM as the QuartzNet (`lm.json` + "
+        "`lm.safetensors`). Trained with CTC on every teacher voice except the held-out one "
+        "with the QuartzNet's augmentation (`augment` in the configuration below) and "
+        "SpecAugment; each conv module's BatchNorm folded into its depthwise convolution at "
+        "export. Runs on every backend a converted Parakeet CTC runs on.",
+    ),
 }
+ASR_MODELS = ("quartznet", "fastconformer")
 
 
 def _table(rows: list[tuple[str, Any]]) -> str:
@@ -153,7 +166,7 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
         ("final training losses", json.dumps(export.get("last_losses", {}))),
         ("final evaluation", json.dumps(export.get("last_eval", {}))),
     ]
-    if model == "quartznet" and "asr_heldout_voice" in ev:
+    if model in ASR_MODELS and "asr_heldout_voice" in ev:
         a = ev["asr_heldout_voice"]
         rows.append(
             (
@@ -167,7 +180,7 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
                 (f"WER, training voice {t['voice']}, held-out text (greedy)", f"{t['wer']:.3f}")
             )
     decoding = metrics.get("decoding_eval")  # speechrt_train.asr_eval: greedy vs beam + LM
-    if model == "quartznet" and decoding:
+    if model in ASR_MODELS and decoding:
         for key, what in (("our_voice", "our voice"), ("heldout_voice_rms", "held-out voice rms")):
             d = decoding[key]
             rows.append(
