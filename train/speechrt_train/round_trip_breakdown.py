@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,10 +45,14 @@ CI_SENTENCES = Path(__file__).resolve().parents[2] / "tests/data/heldout_sentenc
 def copy_synthesis(voice: TTS, audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """Teacher audio -> our vocoder's log-mel -> our vocoder, at the vocoder's rate."""
     a = resample(audio, sample_rate, voice.mel.sampling_rate).astype(np.float32)
-    mel = mel_spectrogram(torch.from_numpy(a)[None], voice.mel).to(voice.device)
+    mel: Any = mel_spectrogram(torch.from_numpy(a)[None], voice.mel).to(voice.device)
+    lengths: Any = torch.tensor([mel.shape[-1]])
+    if voice.numpy:  # the onnx backend's stages take and give numpy arrays
+        mel, lengths = mel.cpu().numpy(), lengths.numpy()
     with torch.no_grad():
-        y, n = voice.mel_to_audio(mel, torch.tensor([mel.shape[-1]]), SynthesisOptions(), None)
-    return y[0, : int(n[0])].cpu().numpy()
+        y, n = voice.mel_to_audio(mel, lengths, SynthesisOptions(), None)
+    y = y[0, : int(n[0])]  # torch on the eager and cuda backends, numpy on onnx
+    return y.cpu().numpy() if torch.is_tensor(y) else np.asarray(y)
 
 
 def sentence_sets(teachers: str, limit: int | None = None) -> dict[str, list[str]]:
