@@ -90,3 +90,20 @@ def test_off_or_unwritable_leaves_the_session_as_it_was(model, tmp_path, monkeyp
     assert runner.graph == model / "model.onnx"
     np.testing.assert_array_equal(audio(runner), reference)
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_concurrent_entry_is_kept_and_a_dead_scratch_removed(model, cache):
+    """Another process renamed its entry into place while this one built: this one keeps it
+    (its rename fails, its scratch goes); a scratch folder older than an hour is removed."""
+    OnnxRunner.from_dir(model, device="cpu")
+    [entry] = entries(cache)
+    shutil.rmtree(entry)
+    entry.mkdir()
+    (entry / "theirs").write_text("")  # an entry another process put there, not yet a graph
+    dead = entry.parent / ".tmp-dead"
+    dead.mkdir()
+    os.utime(dead, (0, 0))
+    runner = OnnxRunner.from_dir(model, device="cpu")
+    assert runner.graph == model / "model.onnx"
+    assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]
+    assert [p.name for p in entry.iterdir()] == ["theirs"]

@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,10 @@ def cpu_session(model: Path, options: Any, ort: Any) -> tuple[Any, Path]:
         options.graph_optimization_level = default_level
         return ort.InferenceSession(str(model), options, providers=providers), model
     for stale in entry.parent.iterdir():  # other fingerprints: the model or onnxruntime changed
-        if stale != scratch and not stale.name.startswith(".tmp-"):
+        if stale.name.startswith(".tmp-"):  # another process's, or one that died an hour ago
+            if stale != scratch and time.time() - stale.stat().st_mtime > 3600:
+                shutil.rmtree(stale, ignore_errors=True)
+        elif stale != entry:  # (entry: a concurrent process's, complete)
             shutil.rmtree(stale, ignore_errors=True)
     try:
         scratch.rename(entry)
