@@ -258,6 +258,17 @@ def test_average_of_compact_files(tmp_path, capsys):
     torch.save({"model": {"w": torch.zeros(4).half()}, "step": 30}, tmp_path / "wider.pt")
     assert main(["average", a, str(tmp_path / "wider.pt"), "--out", out]) == 2
     assert "differ" in capsys.readouterr().err
+    pieces = []  # a FastConformer's: its SentencePiece model rides along, and must be the same
+    for step, proto in ((40, b"pieces-a"), (50, b"pieces-b")):
+        state = torch.load(a, weights_only=True) | {"step": step}
+        state["tokenizer"] = {"proto": torch.frombuffer(bytearray(proto), dtype=torch.uint8)}
+        torch.save(state, tmp_path / f"{step}.pt")
+        pieces.append(str(tmp_path / f"{step}.pt"))
+    assert main(["average", pieces[0], pieces[0], "--out", str(tmp_path / "m" / "avg.pt")]) == 0
+    assert bytes(torch.load(tmp_path / "m" / "avg.pt")["tokenizer"]["proto"]) == b"pieces-a"
+    capsys.readouterr()
+    assert main(["average", *pieces, "--out", out]) == 2
+    assert "tokenizers differ" in capsys.readouterr().err
 
 
 def test_average_of_exported_directories(tiny_asr, tmp_path, capsys):

@@ -350,8 +350,9 @@ def check_weights(weights: list[float], count: int) -> None:
 def average_compact(paths: list[str | Path], weights: list[float]) -> dict[str, Any]:
     """Compact files of one model -> their weighted average (weights summing to 1): each float
     tensor averaged in fp32, stored in its own dtype; the rest (counters, config) from the last
-    file; step and elapsed the largest; "averaged" lists each file's step and weight. Averaging
-    two checkpoints of one run often keeps what each learnt (model soups)."""
+    file, a FastConformer's tokenizer only where every file has the same; step and elapsed the
+    largest; "averaged" lists each file's step and weight. Averaging two checkpoints of one run
+    often keeps what each learnt (model soups)."""
     check_weights(weights, len(paths))
     states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
     out = dict(states[-1])
@@ -363,6 +364,8 @@ def average_compact(paths: list[str | Path], weights: list[float]) -> dict[str, 
             raise ValueError(f"average: the files' {key!r} tensors differ")
         out[key] = {}
         for name, tensor in last.items():
+            if key == "tokenizer" and any(not s[key][name].equal(tensor) for s in states):
+                raise ValueError("average: the files' tokenizers differ (other pieces)")
             if tensor.is_floating_point():
                 mean = sum(w * s[key][name].float() for w, s in zip(weights, states, strict=True))
                 tensor = mean.to(tensor.dtype)
