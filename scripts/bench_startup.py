@@ -1,12 +1,14 @@
 """Start-up of the CLI on this machine: wall time of whole commands, median of N after a warm run.
 
     python scripts/bench_startup.py [--runs 5] [--steady-runs 15] [--startup-only]
-                                    [--out docs/bench/startup.json]
+                                    [--asr DIR ...] [--out docs/bench/startup.json]
 
 Times, as a user sees them (a fresh process each run, in a scratch directory):
     speechrt --help
     speechrt synthesize "Hello world." -o hello.wav
     speechrt transcribe speech.wav          (3 s of the bundled voice, written first)
+    speechrt transcribe --model DIR speech.wav   (each --asr DIR; also with
+                                            SPEECHRT_ONNX_CACHE=off: no graph cache)
     speechrt serve [--backend eager]        (start to /v2/health/ready answering 200; the
                                             two take turns, so a busy machine slows them alike)
 and (unless --startup-only), in one process, the bundled voice's steady-state synthesis of a
@@ -46,11 +48,15 @@ COMMANDS = {
 }
 
 
-def wall(argv: list[str], cwd: str) -> float:
-    """Seconds from start to exit of `speechrt ARGV` (failing loudly)."""
+def wall(argv: list[str], cwd: str, env: dict[str, str] | None = None) -> float:
+    """Seconds from start to exit of `speechrt ARGV` (failing loudly); `env`: variables added."""
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "speechrt.cli", *argv], cwd=cwd, capture_output=True, text=True
+        [sys.executable, "-m", "speechrt.cli", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     seconds = time.perf_counter() - start
     if done.returncode != 0:
@@ -174,6 +180,13 @@ def main() -> None:
         "--steady-runs", type=int, default=15, help="rounds of the steady-state comparisons"
     )
     p.add_argument("--startup-only", action="store_true", help="only the commands' start-up times")
+    p.add_argument(
+        "--asr",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also `transcribe --model DIR`, with onnxruntime's graph cache and without",
+    )
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -185,10 +198,20 @@ def main() -> None:
             text=True,
         )
         speech_seconds = float(info.stdout)
+        commands: dict[str, tuple[list[str], dict[str, str]]] = {
+            name: (argv, {}) for name, argv in COMMANDS.items()
+        }
+        for asr in args.asr:
+            argv = ["transcribe", "--model", str(Path(asr).resolve()), "speech.wav"]
+            commands[f"transcribe --model {asr}"] = (argv, {})
+            commands[f"transcribe --model {asr}, no graph cache"] = (
+                argv,
+                {"SPEECHRT_ONNX_CACHE": "off"},
+            )
         results = {}
-        for name, argv in COMMANDS.items():
-            wall(argv, scratch)  # warm: page cache, bytecode
-            times = [wall(argv, scratch) for _ in range(args.runs)]
+        for name, (argv, env) in commands.items():
+            wall(argv, scratch, env)  # warm: page cache, bytecode, onnxruntime's graph cache
+            times = [wall(argv, scratch, env) for _ in range(args.runs)]
             results[name] = {"median_s": statistics.median(times), "runs_s": times}
         served: dict[str, list[float]] = {name: [] for name in SERVE}
         for extra in SERVE.values():
@@ -212,7 +235,8 @@ def main() -> None:
     print(f"speech.wav: {speech_seconds:.2f} s")
     print(f"{'command':<40} {'median':>8}  runs")
     for name, r in results.items():
-        label = "speechrt " + (" ".join(COMMANDS[name]) if name in COMMANDS else name + " (ready)")
+        ready = " (ready)" if name in SERVE else ""
+        label = "speechrt " + (" ".join(COMMANDS[name]) if name in COMMANDS else name + ready)
         runs = " ".join(f"{t:.2f}" for t in r["runs_s"])
         print(f"{label:<40} {r['median_s']:>7.2f}s  {runs}")
     for backend, r in steady.items():
