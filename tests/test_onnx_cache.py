@@ -107,3 +107,20 @@ def test_a_concurrent_entry_is_kept_and_a_dead_scratch_removed(model, cache):
     assert runner.graph == model / "model.onnx"
     assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]
     assert [p.name for p in entry.iterdir()] == ["theirs"]
+
+
+def test_the_cache_folder(tmp_path, monkeypatch):
+    from speechrt.runtime.onnx_cache import cache_root
+
+    monkeypatch.setenv(ENV_VAR, "OFF")
+    assert cache_root() is None
+    monkeypatch.delenv(ENV_VAR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root() == tmp_path / "speechrt" / "onnx"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory")
+
+    monkeypatch.setattr(Path, "home", no_home)
+    assert cache_root() is None

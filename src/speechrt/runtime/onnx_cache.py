@@ -36,13 +36,16 @@ GRAPH, WEIGHTS = "model.onnx", "model.data"  # an entry's files
 
 
 def cache_root() -> Path | None:
-    """The cache folder, or None where $SPEECHRT_ONNX_CACHE is "off"."""
+    """The cache folder, or None where $SPEECHRT_ONNX_CACHE is "off" (or no home is known)."""
     value = os.environ.get(ENV_VAR, "")
     if value.lower() == "off":
         return None
     if value:
         return Path(value)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    except RuntimeError:  # no home directory to be found: no cache
+        return None
     return Path(base) / "speechrt" / "onnx"
 
 
