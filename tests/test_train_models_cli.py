@@ -160,7 +160,13 @@ def test_cli_trains_exports_and_evaluates(corpus, tmp_path, capsys):
     card = (tmp_path / "c3" / "quartznet.md").read_text()
     assert "| WER, our voice, 2 held-out sentences | **0.250** with the LM (greedy 0.500) |" in card
     assert "| WER, our voice, the same at 8 kHz | **0.300** as heard (telephone band; " in card
+    assert "speed, one utterance" not in card  # files from before asr_eval timed the model
     assert "Plan wide" not in card  # the wide plan's extra text is named only when it was read
+    timed = scored | {"acoustic_ms_per_audio_second": 31.5, "beam_ms_per_audio_second": 4.0}
+    decoding.write_text(json.dumps(json.loads(decoding.read_text()) | {"our_voice": timed}))
+    assert main(["cards", "--metrics", str(metrics), *args]) == 0
+    card = (tmp_path / "c3" / "quartznet.md").read_text()
+    assert "features + acoustic model 31.5 ms, beam search 4.0 ms per second of audio" in card
     result["corpus"] = {"sentences": {"fortunes": 17955, "extra text": 45514}}
     metrics.write_text(json.dumps(result))
     assert main(["cards", "--metrics", str(metrics), *args]) == 0

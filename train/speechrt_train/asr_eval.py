@@ -58,7 +58,9 @@ def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]:
-    lps = log_probs(asr, audios)
+    t0 = time.perf_counter()
+    lps = log_probs(asr, audios)  # features and the acoustic model, one utterance at a time
+    acoustic = time.perf_counter() - t0
     greedy = [
         greedy_decode(torch.from_numpy(lp)[None], torch.tensor([len(lp)]), asr.labels, 1.0)[0].text
         for lp in lps
@@ -72,6 +74,7 @@ def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]
         "greedy": round(wer(refs, greedy), 4),
         "beam": round(wer(refs, beam), 4),
         "beam_ms_per_audio_second": round(1000 * (time.perf_counter() - t0) / seconds, 1),
+        "acoustic_ms_per_audio_second": round(1000 * acoustic / seconds, 1),
         "examples": [
             {"ref": r, "greedy": g, "beam": b}
             for r, g, b in zip(refs[:8], greedy[:8], beam[:8], strict=True)

@@ -197,6 +197,15 @@ def card(model: str, metrics: dict[str, Any], hardware: str = "GPU") -> str:
                         f"resampled: {d['8khz_resampled_only']['beam']:.3f})",
                     )
                 )
+        if "acoustic_ms_per_audio_second" in decoding["our_voice"]:
+            d = decoding["our_voice"]
+            rows.append(
+                (
+                    "speed, one utterance at a time (asr_eval's machine)",
+                    f"features + acoustic model {d['acoustic_ms_per_audio_second']} ms, beam "
+                    f"search {d['beam_ms_per_audio_second']} ms per second of audio",
+                )
+            )
         rows.append(("beam search", json.dumps(decoding["decoding"])))
         rows.append(('"Hello world." (our voice) heard as', repr(decoding["hello_world"])))
     if model in ("fastpitch", "hifigan") and "tts_intelligibility" in ev:
