@@ -20,6 +20,7 @@ is removed (with a warning) and made again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -69,6 +70,7 @@ def cpu_session(model: Path, options: Any, ort: Any) -> tuple[Any, Path]:
     """An InferenceSession of `model` on the CPU provider, through the cache; returns it and the
     graph it was built from (the cached copy, or `model` itself)."""
     providers = ["CPUExecutionProvider"]
+    default_level = options.graph_optimization_level  # the caller's, for a session not cached
     root = cache_root()
     if root is None:
         return ort.InferenceSession(str(model), options, providers=providers), model
@@ -81,13 +83,13 @@ def cpu_session(model: Path, options: Any, ort: Any) -> tuple[Any, Path]:
         except Exception as e:  # onnxruntime raises its own exception types
             log.warning("%s: unreadable cached graph, made again (%s)", entry, e)
             shutil.rmtree(entry, ignore_errors=True)
+            options.graph_optimization_level = default_level
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
     except OSError as e:
         log.debug("%s: no ONNX cache here (%s)", root, e)
         return ort.InferenceSession(str(model), options, providers=providers), model
-    default_level = options.graph_optimization_level
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     options.optimized_model_filepath = str(scratch / GRAPH)
     options.add_session_config_entry(
@@ -102,8 +104,9 @@ def cpu_session(model: Path, options: Any, ort: Any) -> tuple[Any, Path]:
         return ort.InferenceSession(str(model), options, providers=providers), model
     for stale in entry.parent.iterdir():  # other fingerprints: the model or onnxruntime changed
         if stale.name.startswith(".tmp-"):  # another process's, or one that died an hour ago
-            if stale != scratch and time.time() - stale.stat().st_mtime > 3600:
-                shutil.rmtree(stale, ignore_errors=True)
+            with contextlib.suppress(OSError):  # (gone meanwhile)
+                if stale != scratch and time.time() - stale.stat().st_mtime > 3600:
+                    shutil.rmtree(stale, ignore_errors=True)
         elif stale != entry:  # (entry: a concurrent process's, complete)
             shutil.rmtree(stale, ignore_errors=True)
     try:
