@@ -104,10 +104,9 @@ def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
     control = (
         agreement(rows, "stop_fused", "snr_fused_db", "fused_") if "stop_fused" in rows[0] else {}
     )
-    bf16 = agreement(rows, "stop_bf16", "snr_db")
     return dict(
         sentences=len(rows),
-        **{k: v for k, v in bf16.items() if not k.startswith("snr")},
+        **agreement(rows, "stop_bf16", "snr_db"),
         never_stopped_fp32=sum(r["stop_fp32"] >= max_steps for r in rows),
         # an untrained gate stops at once: agreement then says nothing (look at the steps)
         stop_fp32_median=statistics.median(r["stop_fp32"] for r in rows),
@@ -115,8 +114,6 @@ def summary(rows: list[dict[str, Any]], max_steps: int) -> dict[str, Any]:
         # a model that reads its text stops in proportion to it (FastPitch's ~5.4 frames each)
         frames_per_symbol_median=statistics.median(r["stop_fp32"] / r["symbols"] for r in rows),
         stop_symbols_correlation=_correlation(symbols, stops),
-        snr_db_median=bf16["snr_db_median"],
-        snr_db_min=bf16["snr_db_min"],
         **control,
     )
 

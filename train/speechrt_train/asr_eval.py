@@ -58,9 +58,9 @@ def log_probs(asr: ASR, audios: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def score(asr: ASR, refs: list[str], audios: list[np.ndarray]) -> dict[str, Any]:
-    t0 = time.perf_counter()
+    start = time.perf_counter()
     lps = log_probs(asr, audios)  # features and the acoustic model, one utterance at a time
-    acoustic = time.perf_counter() - t0
+    acoustic = time.perf_counter() - start
     greedy = [
         greedy_decode(torch.from_numpy(lp)[None], torch.tensor([len(lp)]), asr.labels, 1.0)[0].text
         for lp in lps

@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from speechrt.asr import ASR
+from speechrt.asr.ctc import host
 from speechrt.audio.io import resample
 from speechrt.audio.mel import mel_spectrogram
 from speechrt.options import SynthesisOptions
@@ -51,8 +52,7 @@ def copy_synthesis(voice: TTS, audio: np.ndarray, sample_rate: int) -> np.ndarra
         mel, lengths = mel.cpu().numpy(), lengths.numpy()
     with torch.no_grad():
         y, n = voice.mel_to_audio(mel, lengths, SynthesisOptions(), None)
-    y = y[0, : int(n[0])]  # torch on the eager and cuda backends, numpy on onnx
-    return y.cpu().numpy() if torch.is_tensor(y) else np.asarray(y)
+    return host(y[0, : int(n[0])])  # torch on the eager and cuda backends, numpy on onnx
 
 
 def sentence_sets(teachers: str, limit: int | None = None) -> dict[str, list[str]]:
