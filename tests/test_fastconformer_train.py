@@ -79,7 +79,8 @@ def test_fastconformer_resumes_exactly(speech, tmp_path):
     train, val = speech
 
     def make() -> FastConformerTrainer:
-        return FastConformerTrainer(train, val, FC)
+        # Conformers' AdamW second-moment decay (NeMo's 0.98), from the config
+        return FastConformerTrainer(train, val, dataclasses.replace(FC, beta2=0.98))
 
     whole = make()
     run(whole, tmp_path / "whole", minutes=10, max_steps=4, progress=False)
@@ -87,6 +88,7 @@ def test_fastconformer_resumes_exactly(speech, tmp_path):
     resumed = make()
     run(resumed, tmp_path / "split", minutes=10, max_steps=4, progress=False)
     assert resumed.step_count == 4 and resumed.tokenizer.proto == whole.tokenizer.proto
+    assert resumed.optimizer.param_groups[0]["betas"] == (0.9, 0.98)
     want, got = whole.model.state_dict(), resumed.model.state_dict()
     assert want.keys() == got.keys()
     for k in want:  # parameters and BatchNorm statistics, bit for bit (same machine, same steps)

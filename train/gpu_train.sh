@@ -20,8 +20,8 @@
 # SPEED=S (seconds) first times the trainers' variants (speechrt_train.train_speed), in parallel
 # on the GPUs, into $OUT/speed-<model>.json for each of SPEED_MODELS (default "quartznet
 # hifigan"; also fastconformer); training then gets what is left.
-# MODELS="hifigan quartznet" trains only those; with --export the others are evaluated as
-# src/speechrt/defaults has them.
+# MODELS="hifigan quartznet" trains only those (MODELS= : none, the corpus alone); with --export
+# the others are evaluated as src/speechrt/defaults has them.
 # QUARTZNET_GPUS=N trains QuartzNet data-parallel on GPUs 0..N-1 (`--gpus N`: one process per
 # GPU; --batch-size is the global batch, split across them); the other models then take the
 # GPU after those, or share GPU 0 where there is none (with no GPU: N CPU processes, a smoke run).
@@ -65,7 +65,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
 MINUTES=${1:-9.3}
-MODELS=${MODELS:-fastpitch hifigan quartznet}  # the ones to train (and export)
+MODELS=${MODELS-fastpitch hifigan quartznet}  # the ones to train (and export); empty: none
 EXPORT=${2:-}
 OUT=${OUT:-out}
 PLAN=${PLAN:-full}

@@ -235,6 +235,7 @@ class QuartzNetConfig:
     lr: float = 1e-3
     warmup: int = 1000
     weight_decay: float = 1e-3
+    beta2: float = 0.999  # AdamW's second-moment decay (Conformers train with 0.98)
     dropout: float = 0.1
     dither: float = 1e-5  # DLE's; kept in the exported features (speechrt seeds it per window)
     seed: int = 0
@@ -281,6 +282,7 @@ class QuartzNetTrainer(Checkpointed):
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             config.lr,
+            betas=(0.9, config.beta2),
             weight_decay=config.weight_decay,
             **optimizer_options(self.device),
         )
