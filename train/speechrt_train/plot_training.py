@@ -2,6 +2,8 @@
 
     python -m speechrt_train.plot_training [--csv docs/models/quartznet-progress.csv]
         [--out docs/models/quartznet-progress.png]
+    python -m speechrt_train.plot_training --sweep docs/bench/fastconformer-sweep-h200.json
+        --out docs/models/fastconformer-sweep.png   (train/sweep.sh's losses, one line a variant)
 
 The CSV holds one row per training chunk (from each chunk's train.log: the step and the held-out
 voice's greedy WER that ends it; `stage` as in the recipe's schedule) and, where one was
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 
 import matplotlib
 
@@ -24,7 +27,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--csv", default="docs/models/quartznet-progress.csv")
     p.add_argument("--out", default="docs/models/quartznet-progress.png")
+    p.add_argument("--sweep", help="a sweep.json of train/sweep.sh: its training losses instead")
     args = p.parse_args()
+    if args.sweep:
+        return plot_sweep(args.sweep, args.out)
     with open(args.csv, newline="") as f:
         rows = list(csv.DictReader(f))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
@@ -55,6 +61,28 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print(args.out)
+
+
+def plot_sweep(path: str, out: str) -> None:
+    """Each variant's logged training loss against its step."""
+    with open(path) as f:
+        runs = json.load(f)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, r in enumerate(runs):
+        points = [
+            (x["step"], x[k]) for x in r["log"] for k in x if k not in ("step", "seconds", "eval")
+        ]
+        steps, losses = zip(*points, strict=True)
+        ax.plot(steps, losses, "o-", markersize=3, label=f"[{i}] {r['args']}")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("training loss (CTC per target piece)")
+    ax.set_ylim(top=7)
+    ax.legend(fontsize=6)
+    ax.grid(alpha=0.3)
+    fig.suptitle(f"train/sweep.sh: {path}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(out)
 
 
 if __name__ == "__main__":
