@@ -50,7 +50,7 @@
 # wheels a .carry of 27 MB, beside the tree less src/speechrt/defaults, which it does not read.
 # MODELS=fastconformer trains the FastConformer-CTC (speechrt_train.fastconformer_train, 26 M
 # parameters) alone on the GPU(s) with FASTCONFORMER_ARGS (default: fastconformer-small, batch 128,
-# bf16 autocast (the trainer's amp), the recordings augmentation) on the last GPU, or data-
+# bf16 autocast (the trainer's amp), the synthetic augmentation) on the last GPU, or data-
 # parallel with FASTCONFORMER_GPU=0,1 FASTCONFORMER_ARGS="--gpus 2 ..."; chain chunks as for the others
 # (runs/fastconformer/last.pt on a warm machine, else .carry/resume/fastconformer.pt). With
 # --export it is exported here into /tmp/fc-export (its summary: $OUT/metrics-fastconformer.json)
