@@ -98,6 +98,9 @@ def test_prefixes() -> None:
 def test_save_load_round_trip(tmp_path: Path) -> None:
     lm = build_lm(TEXT, ["zebra"], prune=2, decoding={"alpha": 0.5}, source={"sentences": 7})
     lm.save(tmp_path)
+    # readable by another user as lm.json is: not safetensors' 0600
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes["lm.safetensors"] == modes["lm.json"], modes
     back = load_lm(tmp_path)
     assert back.vocab == lm.vocab and back.order == 3
     assert back.decoding == {"alpha": 0.5} and back.source == {"sentences": 7}

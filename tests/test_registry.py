@@ -200,6 +200,9 @@ def test_an_added_architecture_needs_no_other_table(toy: Architecture, tmp_path:
         model.gain.copy_(torch.tensor([2.0, -1.0]))
     info = ComponentInfo("toy", model.dims)
     save_component(tmp_path / "toy", info, model.state_dict())
+    # the weights get the json's permissions (0666 less the umask), not safetensors' 0600
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "toy").iterdir()}
+    assert modes["model.safetensors"] == modes["model.json"], modes
 
     model, info = load_component(tmp_path / "toy")
     wrapper = build_graph("toy", model, info)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,9 @@ def save_component(
     dims = asdict(info.dims) if is_dataclass(info.dims) else info.dims
     info = ComponentInfo(info.kind, dims, info.mel, info.meta, info.source)
     (out / INFO_FILE).write_text(json.dumps(info.to_json(), indent=1) + "\n")
+    # safetensors writes its file 0600: give it model.json's mode (0666 less the umask), or a
+    # directory converted by one user would not load for another (a server's own account)
+    shutil.copymode(out / INFO_FILE, out / WEIGHTS_FILE)
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,7 @@ class NGramLM:
         head = json.dumps(info, indent=1, ensure_ascii=False)[:-2]
         vocab = json.dumps(self.vocab, ensure_ascii=False)
         (out / INFO_FILE).write_text(f'{head},\n "vocab": {vocab}\n}}\n', encoding="utf-8")
+        shutil.copymode(out / INFO_FILE, out / WEIGHTS_FILE)  # (safetensors writes 0600)
         return out
 
 
