@@ -51,12 +51,12 @@
 # MODELS=fastconformer trains the FastConformer-CTC (speechrt_train.fastconformer_train, 26 M
 # parameters) alone on the GPU(s) with FASTCONFORMER_ARGS (default: fastconformer-small, batch 128,
 # bf16 autocast (the trainer's amp), the synthetic augmentation) on the last GPU, or data-
-# parallel with FASTCONFORMER_GPU=0,1 FASTCONFORMER_ARGS="--gpus 2 ..."; chain chunks as for the others
-# (runs/fastconformer/last.pt on a warm machine, else .carry/resume/fastconformer.pt). With
-# --export it is exported here into /tmp/fc-export (its summary: $OUT/metrics-fastconformer.json)
-# but only its compact file comes back in the tar (the model directory would not fit $OUT too);
-# docs/models/README.md exports that locally. The shipped defaults are exported only where MODELS
-# names them too.
+# parallel with FASTCONFORMER_GPU=0,1 FASTCONFORMER_ARGS="--gpus 2 ..."; chain chunks as for
+# the others (runs/fastconformer/last.pt on a warm machine, else .carry/resume/fastconformer.pt).
+# With --export it is exported here into /tmp/fc-export (its summary:
+# $OUT/metrics-fastconformer.json) but only its compact file comes back in the tar (the model
+# directory would not fit $OUT too); docs/models/fastconformer.md exports that locally. The
+# shipped defaults are exported only where MODELS names them too.
 # Local smoke run: PLAN=tiny WARM=none FASTPITCH_ARGS="--preset fastpitch-tiny" ... OUT=/tmp/o
 # bash ... (WARM: the folder of compact files to warm-start from, default .carry/resume;
 # WARM_QUARTZNET=src/speechrt/defaults/asr warm-starts QuartzNet from the exported recogniser,
@@ -176,7 +176,8 @@ done
 # a later call on this warm machine may restart a model with a new config from these:
 # rm -rf runs/<model> && WARM=/tmp/speechrt-resume ... bash train/gpu_train.sh ...
 mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/null
-if [[ " $MODELS " == *" tacotron2 "* ]]; then  # its decoders' stop steps (fp32, fused fp32, bf16 LSTM)
+# its decoders' stop steps (fp32, fused fp32, bf16 LSTM)
+if [[ " $MODELS " == *" tacotron2 "* ]]; then
   rm -f "$OUT/tacotron2.pt"  # (too large to come back; the copy above stays on this machine)
 fi
 if [[ " $MODELS " == *" tacotron2 "* ]] && [ "$STOP_SENTENCES" != 0 ]; then

@@ -24,7 +24,8 @@ exec > >(tee -a "$OUT/train.log") 2>&1
 export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
 # the host's cores shared out: each trainer makes its batches' features on the CPU
-export OMP_NUM_THREADS=$(( $(nproc --all) / ${#VARIANTS[@]} > 0 ? $(nproc --all) / ${#VARIANTS[@]} : 1 ))
+threads=$(( $(nproc --all) / ${#VARIANTS[@]} ))
+export OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 ))
 DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - 40))")
 echo "== sweep of ${#VARIANTS[@]} $MODEL runs for $(( DEADLINE - $(date +%s) )) s"
 PIDS=()
