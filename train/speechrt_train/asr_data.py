@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -373,9 +374,11 @@ def speech_batch_host(
     features: FeatureConfig,
     aug: Augment | None = None,
     gens: tuple[torch.Generator, torch.Generator] | None = None,
+    tap: Callable[[Tensor, list[int]], object] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, list[int], list[int]]:
     """`speech_batch` + the valid frame and target counts as host ints (for the CTC loss,
-    which would otherwise copy them back from the device: a synchronisation per step)."""
+    which would otherwise copy them back from the device: a synchronisation per step).
+    `tap(audio (B, N) padded, sizes)` sees the audio the features are made of."""
     if aug is not None:
         assert gens is not None
         audio, sizes = augment_batch(data, index, aug, *gens)
@@ -389,6 +392,8 @@ def speech_batch_host(
     else:
         audio, sizes = padded_audio(data, index)
         feats, lengths = batched_features(audio, sizes, features, None)
+    if tap is not None:
+        tap(audio, sizes)
     valid = [features.valid_frames(n) for n in sizes]  # = lengths, on the host
     if aug is not None:
         feats = spec_augment(feats, valid, aug, gens[0])

@@ -37,6 +37,7 @@ from speechrt.audio.features import FeatureConfig
 from speechrt.convert.nemo import sentencepiece_pieces, surface
 from speechrt.models.parakeet import ConvModule, ParakeetCTC
 from speechrt_train.asr_data import AUGMENTS, SpeechData, narrowband
+from speechrt_train.ctc_guide import Guide, guide_loss
 from speechrt_train.masked_bn import (
     Frames,
     MaskedBatchNorm1d,
@@ -208,6 +209,11 @@ class FastConformerConfig(QuartzNetConfig):
     dropout: float = 0.0
     vocab_size: int = 256  # SentencePiece pieces at most (the blank is one more class)
     tokenizer: str = "unigram"  # SentencePiece model_type: unigram or bpe
+    # a character CTC recogniser's model directory (e.g. the bundled src/speechrt/defaults/asr)
+    # whose alignments guide the first guide_steps steps (ctc_guide): "" none
+    guide: str = ""
+    guide_steps: int = 2000  # its weight falls linearly from guide_weight to 0 over these
+    guide_weight: float = 1.0
 
 
 class FastConformerTrainer(QuartzNetTrainer):
@@ -228,6 +234,7 @@ class FastConformerTrainer(QuartzNetTrainer):
             raise ValueError(f"preset {config.preset!r}: one of {', '.join(PRESETS)}")
         self.tokenizer = Tokenizer.train(train.texts, config.vocab_size, config.tokenizer)
         self.blank = len(self.tokenizer)
+        self.guide: Guide | None = None  # built at its first use (ctc_guide)
         super().__init__(self._encoded(train), val, config, device, augment, rank, world)
         if self.augment is not None:  # SpecAugment's mel masks: as wide a share of 80 as of 64
             width = round(self.augment.freq_width * N_MELS / FeatureConfig().n_mels)
@@ -258,6 +265,34 @@ class FastConformerTrainer(QuartzNetTrainer):
             raise ValueError(f"the checkpoint has {len(tokenizer)} pieces, this run {self.blank}")
         self.tokenizer = tokenizer
         self.train = self._encoded(self.train)
+        self.guide = None  # its targets follow the pieces
+
+    def extra_loss(
+        self,
+        log_probs: Tensor,
+        out_frames: list[int],
+        index: list[int],
+        audio: Tensor,
+        sizes: list[int],
+    ) -> Tensor | None:
+        """The guide's frame NLL (ctc_guide), weighted, while step < guide_steps."""
+        c = self.config
+        assert isinstance(c, FastConformerConfig)
+        if not c.guide or self.step_count >= c.guide_steps:
+            return None
+        if self.guide is None:
+            sp = self.tokenizer.sp
+            self.guide = Guide(
+                c.guide,
+                self.train.texts,
+                lambda t: (sp.encode(t, out_type=str), sp.encode(t, out_type=int)),
+                self.device,
+                2**self.model.net.dims.subsampling_layers,
+                self.blank,
+            )
+        targets = self.guide.targets(audio, sizes, index, out_frames, log_probs.shape[1])
+        weight = c.guide_weight * (1.0 - self.step_count / c.guide_steps)
+        return weight * guide_loss(log_probs.float(), targets)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._take_tokenizer(state["tokenizer"])  # first: the targets follow it

@@ -327,8 +327,14 @@ class QuartzNetTrainer(Checkpointed):
             index = batch[self.rank :: self.world]  # this rank's share (all of it: one process)
             if index:
                 gens = (self.g, self.g_noise)
+                seen: list[tuple[Tensor, list[int]]] = []  # the augmented audio (extra_loss)
                 feats, lengths, targets, _, frames, n_targets = speech_batch_host(
-                    self.train, index, self.features, self.augment, gens
+                    self.train,
+                    index,
+                    self.features,
+                    self.augment,
+                    gens,
+                    lambda audio, sizes: seen.append((audio, sizes)),
                 )
                 # CTC's lengths from the host: passed from the device, it would copy them back
                 out_lengths = torch.tensor(self.model.output_frames(frames))
@@ -337,6 +343,7 @@ class QuartzNetTrainer(Checkpointed):
                 self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
             ) * self.lr_scale
         self.optimizer.zero_grad(set_to_none=True)
+        extra: Tensor | None = None
         if index:
             with record_function("forward"):
                 with self._autocast():
@@ -350,10 +357,13 @@ class QuartzNetTrainer(Checkpointed):
                     reduction="mean",
                     zero_infinity=True,
                 )
+                extra = self.extra_loss(log_probs, out_lengths.tolist(), index, *seen[0])
+                total = loss if extra is None else loss + extra
                 if len(index) < len(batch):  # the share's part of the global batch's mean
+                    total = total * (len(index) / len(batch))
                     loss = loss * (len(index) / len(batch))
             with record_function("backward"):
-                loss.backward()
+                total.backward()
             loss = loss.detach()
         else:  # a global batch of fewer items than ranks: this one adds nothing
             for p in self.model.parameters():
@@ -365,7 +375,22 @@ class QuartzNetTrainer(Checkpointed):
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 100.0, foreach=True)
             self.optimizer.step()
         self.step_count += 1
-        return {"ctc": loss}  # a float only when logged: no device sync per step
+        losses = {"ctc": loss}  # floats only when logged: no device sync per step
+        if index and extra is not None:
+            losses["extra"] = extra.detach()
+        return losses
+
+    def extra_loss(
+        self,
+        log_probs: Tensor,
+        out_frames: list[int],
+        index: list[int],
+        audio: Tensor,
+        sizes: list[int],
+    ) -> Tensor | None:
+        """A loss added to CTC's (none here): log_probs (B, T', C) of the items `index`,
+        their valid output frames, and the augmented audio (B, N) they came from."""
+        return None
 
     @torch.no_grad()
     def transcribe(self, data: SpeechData, batch_size: int = 32) -> list[str]:
