@@ -49,8 +49,9 @@
 # fortunes* and every lib*.deb (the GPU image lacks libpulse and its dependencies): with the
 # wheels a .carry of 27 MB, beside the tree less src/speechrt/defaults, which it does not read.
 # MODELS=fastconformer trains the FastConformer-CTC (speechrt_train.fastconformer_train, 26 M
-# parameters) alone on the GPU(s) with FASTCONFORMER_ARGS (default: fastconformer-small, batch 128,
-# bf16 autocast (the trainer's amp), the synthetic augmentation) on the last GPU, or data-
+# parameters) alone on the GPU(s) with FASTCONFORMER_ARGS (default: the config's defaults, the
+# first 1,500 steps guided by the bundled QuartzNet's alignments from .carry/guide, which holds
+# src/speechrt/defaults/asr's model.json and model.safetensors) on the last GPU, or data-
 # parallel with FASTCONFORMER_GPU=0,1 FASTCONFORMER_ARGS="--gpus 2 ..."; chain chunks as for
 # the others (runs/fastconformer/last.pt on a warm machine, else .carry/resume/fastconformer.pt).
 # With --export it is exported here into /tmp/fc-export (its summary:
@@ -126,7 +127,7 @@ DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - $RESERVE))")
 echo "== training for $(( DEADLINE - $(date +%s) )) s"
 declare -A EXTRA=([fastpitch]="${FASTPITCH_ARGS:-}" [hifigan]="${HIFIGAN_ARGS:-}"
                   [quartznet]="${QUARTZNET_ARGS:-}"
-                  [fastconformer]="${FASTCONFORMER_ARGS:---batch-size 128 --eval-every 2000}"
+                  [fastconformer]="${FASTCONFORMER_ARGS:---eval-every 500 --set guide=.carry/guide}"
                   [tacotron2]="${TACOTRON2_ARGS:---eval-every 1000}")
 # One GPU: the three share it. Two: HiFi-GAN (the slowest to converge) gets one to itself.
 # Three or more: one each.

@@ -200,19 +200,20 @@ def fastconformer_parameters(preset: str, vocab_size: int) -> int:
 @dataclass
 class FastConformerConfig(QuartzNetConfig):
     preset: str = "fastconformer-small"
-    # the sweep's fastest start (docs/models/fastconformer.md): a lower peak rate with beta2
-    # 0.98, speed, gain, white noise and SpecAugment only, no dropout
-    lr: float = 5e-4  # peak of warmup_rsqrt (AdamW)
+    # the guided H200 run's (docs/models/fastconformer.md): a batch of 512, peak lr 1e-3 with
+    # beta2 0.98 (NeMo's), the recordings' augmentation, no dropout
+    batch_size: int = 512
+    lr: float = 1e-3  # peak of warmup_rsqrt (AdamW)
     warmup: int = 500
     beta2: float = 0.98
-    augment: str = "synthetic"
+    augment: str = "recordings"
     dropout: float = 0.0
     vocab_size: int = 256  # SentencePiece pieces at most (the blank is one more class)
     tokenizer: str = "unigram"  # SentencePiece model_type: unigram or bpe
     # a character CTC recogniser's model directory (e.g. the bundled src/speechrt/defaults/asr)
     # whose alignments guide the first guide_steps steps (ctc_guide): "" none
     guide: str = ""
-    guide_steps: int = 2000  # its weight falls linearly from guide_weight to 0 over these
+    guide_steps: int = 1500  # its weight falls linearly from guide_weight to 0 over these
     guide_weight: float = 1.0
 
 
