@@ -1,22 +1,13 @@
-"""The FastConformer's alignment guide: the batched CTC Viterbi against a per-item reference,
-pieces mapped onto characters and frames, and a guided training step on the corpus with the
-bundled QuartzNet as the guide."""
+"""The FastConformer's alignment guide (ctc_guide): the batched CTC Viterbi against a per-item
+reference, and pieces mapped onto characters and frames. A guided training step:
+test_fastconformer_train."""
 
 from __future__ import annotations
 
-import itertools
-from pathlib import Path
-
 import numpy as np
-import pytest
 import torch
 
-from speechrt_train.asr_data import SpeechData, load_speech
-from speechrt_train.corpus import HELDOUT_VOICE, load_shard
-from speechrt_train.ctc_guide import IGNORE, piece_anchors, place, viterbi_first_frames
-from speechrt_train.fastconformer_train import FastConformerConfig, FastConformerTrainer
-
-BUNDLED_ASR = Path(__file__).parents[1] / "src/speechrt/defaults/asr"
+from speechrt_train.ctc_guide import piece_anchors, place, viterbi_first_frames
 
 
 def reference_first_frames(lp: np.ndarray, target: list[int], blank: int) -> list[int]:
@@ -81,37 +72,3 @@ def test_pieces_anchor_on_their_first_character():
     assert piece_anchors(["▁hello", "▁word"], text) is None  # they spell something else
     assert place([0, 0, 1, 5], [7, 8, 8, 9], 8, blank=10) == [7, 8, 10, 8, 10, 9, 10, 10]
     assert place([0, 3], [7, 8], 3, blank=10) is None  # runs past the frames
-
-
-@pytest.fixture(scope="module")
-def speech(corpus: Path) -> tuple[SpeechData, SpeechData]:
-    shards = [load_shard(p) for p in sorted(corpus.glob("*.pt")) if p.stem != HELDOUT_VOICE]
-    val = load_speech([load_shard(corpus / f"{HELDOUT_VOICE}.pt")], heldout=True)
-    return load_speech(shards, heldout=False), val
-
-
-def test_guided_steps_target_every_piece_in_order(speech):
-    train, val = speech
-    config = FastConformerConfig(
-        preset="tiny", batch_size=4, lr=3e-3, warmup=5, amp=False, augment="synthetic",
-        guide=str(BUNDLED_ASR), guide_steps=2,
-    )  # fmt: skip
-    trainer = FastConformerTrainer(train, val, config)
-    trainer.batches = itertools.repeat([0, 1, 2, 3])
-    losses = [trainer.step() for _ in range(3)]
-    assert 0 < float(losses[0]["extra"]) < 20 and float(losses[1]["extra"]) > 0
-    assert "extra" not in losses[2]  # past guide_steps: CTC alone
-
-    assert trainer.guide is not None
-    index = [0, 9, 10, 11]  # 0: 31 pieces for 24 frames (cannot be placed); the rest fit
-    audio = torch.nn.utils.rnn.pad_sequence([trainer.train.audio[i] for i in index], True)
-    sizes = [len(trainer.train.audio[i]) for i in index]
-    out_frames = trainer.model.output_frames([trainer.features.valid_frames(n) for n in sizes])
-    targets = trainer.guide.targets(audio, sizes, index, out_frames, max(out_frames) + 1)
-    assert targets.shape == (4, max(out_frames) + 1)
-    pieces = [trainer.train.targets[i].tolist() for i in index]
-    assert len(pieces[0]) > out_frames[0] and (targets[0] == IGNORE).all()
-    for b in range(1, 4):
-        row = targets[b, : out_frames[b]].tolist()
-        assert IGNORE not in row and (targets[b, out_frames[b] :] == IGNORE).all()
-        assert [i for i in row if i != trainer.blank] == pieces[b]  # each piece once, in order

@@ -1,6 +1,7 @@
 """speechrt_train's FastConformer-CTC on the synthetic corpus: it learns, its folded BatchNorms
 compute what training computed, it resumes exactly, and its export is a Parakeet CTC model
-directory that speechrt transcribes alike on eager and onnx."""
+directory that speechrt transcribes alike on eager and onnx; guided by the bundled QuartzNet's
+alignments, its first steps target every piece (ctc_guide)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from speechrt.runtime.featurizer import batch_features
 from speechrt_train.__main__ import main
 from speechrt_train.asr_data import SpeechData, load_speech, transcript
 from speechrt_train.corpus import HELDOUT_VOICE, load_shard
+from speechrt_train.ctc_guide import IGNORE
 from speechrt_train.fastconformer_train import (
     FastConformerConfig,
     FastConformerTrainer,
@@ -27,6 +29,7 @@ from speechrt_train.fastconformer_train import (
 )
 from speechrt_train.loop import run
 
+BUNDLED_ASR = Path(__file__).parents[1] / "src/speechrt/defaults/asr"
 FC = FastConformerConfig(
     preset="tiny", batch_size=4, lr=3e-3, warmup=5, amp=False, augment="synthetic"
 )
@@ -147,3 +150,30 @@ def test_cli_trains_and_exports_a_parakeet_directory(corpus, speech, tmp_path, c
         assert asr.features.n_mels == 80
         texts[backend] = asr.transcribe([str(wav)])[0].text
     assert texts["eager"] == texts["onnx"]
+
+
+def test_guided_steps_target_every_piece_in_order(speech):
+    train, val = speech
+    config = FastConformerConfig(
+        preset="tiny", batch_size=4, lr=3e-3, warmup=5, amp=False, augment="synthetic",
+        guide=str(BUNDLED_ASR), guide_steps=2,
+    )  # fmt: skip
+    trainer = FastConformerTrainer(train, val, config)
+    trainer.batches = itertools.repeat([0, 1, 2, 3])
+    losses = [trainer.step() for _ in range(3)]
+    assert 0 < float(losses[0]["extra"]) < 20 and float(losses[1]["extra"]) > 0
+    assert "extra" not in losses[2]  # past guide_steps: CTC alone
+
+    assert trainer.guide is not None
+    index = [0, 9, 10, 11]  # 0: 31 pieces for 24 frames (cannot be placed); the rest fit
+    audio = torch.nn.utils.rnn.pad_sequence([trainer.train.audio[i] for i in index], True)
+    sizes = [len(trainer.train.audio[i]) for i in index]
+    out_frames = trainer.model.output_frames([trainer.features.valid_frames(n) for n in sizes])
+    targets = trainer.guide.targets(audio, sizes, index, out_frames, max(out_frames) + 1)
+    assert targets.shape == (4, max(out_frames) + 1)
+    pieces = [trainer.train.targets[i].tolist() for i in index]
+    assert len(pieces[0]) > out_frames[0] and (targets[0] == IGNORE).all()
+    for b in range(1, 4):
+        row = targets[b, : out_frames[b]].tolist()
+        assert IGNORE not in row and (targets[b, out_frames[b] :] == IGNORE).all()
+        assert [i for i in row if i != trainer.blank] == pieces[b]  # each piece once, in order
