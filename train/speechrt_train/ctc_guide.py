@@ -17,11 +17,11 @@ guide is the bundled recogniser, trained on this corpus.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -136,13 +136,13 @@ class Guide:
         from speechrt.repo import load_component
 
         self.out_blank = out_blank
-
         self.net, info = load_component(model_dir, device)
+        if info.kind not in ("jasper", "quartznet"):
+            raise ValueError(f"{model_dir}: a {info.kind}, not a character CTC model (QuartzNet)")
         labels = info.meta["labels"]
         self.blank = len(labels)
         self.features = FeatureConfig(**info.meta["features"])
-        strides = getattr(self.net.dims, "strides", [2])
-        self.ratio = int(np.prod(strides)) / out_stride  # guide frame -> output frame
+        self.ratio = math.prod(self.net.dims.strides) / out_stride  # guide frame -> output frame
         self.g = torch.Generator(device=device).manual_seed(0)  # the guide's dither
         index = {c: i for i, c in enumerate(labels)}
         self.items: list[GuideItem | None] = []
@@ -179,8 +179,8 @@ class Guide:
         for b, it in enumerate(items):
             if it is None or n_chars[b] == 0 or bool((first[b, : n_chars[b]] < 0).any()):
                 continue
-            frames = [int(first[b, a]) * self.ratio for a in it.anchors]
-            row = place([int(f) for f in frames], it.ids, out_frames[b], self.out_blank)
+            frames = [int(f * self.ratio) for f in first[b, it.anchors].tolist()]
+            row = place(frames, it.ids, out_frames[b], self.out_blank)
             if row is not None:
                 out[b, : out_frames[b]] = torch.tensor(row)
         return out.to(dev)

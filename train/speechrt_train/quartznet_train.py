@@ -337,7 +337,8 @@ class QuartzNetTrainer(Checkpointed):
                     lambda audio, sizes: seen.append((audio, sizes)),
                 )
                 # CTC's lengths from the host: passed from the device, it would copy them back
-                out_lengths = torch.tensor(self.model.output_frames(frames))
+                out_frames = self.model.output_frames(frames)
+                out_lengths = torch.tensor(out_frames)
         for group in self.optimizer.param_groups:
             group["lr"] = (
                 self.config.lr * warmup_rsqrt(self.step_count + 1, self.config.warmup)
@@ -357,7 +358,7 @@ class QuartzNetTrainer(Checkpointed):
                     reduction="mean",
                     zero_infinity=True,
                 )
-                extra = self.extra_loss(log_probs, out_lengths.tolist(), index, *seen[0])
+                extra = self.extra_loss(log_probs, out_frames, index, *seen[0])
                 total = loss if extra is None else loss + extra
                 if len(index) < len(batch):  # the share's part of the global batch's mean
                     total = total * (len(index) / len(batch))
@@ -376,7 +377,7 @@ class QuartzNetTrainer(Checkpointed):
             self.optimizer.step()
         self.step_count += 1
         losses = {"ctc": loss}  # floats only when logged: no device sync per step
-        if index and extra is not None:
+        if extra is not None:
             losses["extra"] = extra.detach()
         return losses
 
