@@ -9,7 +9,8 @@
 # FastPitch, HiFi-GAN and QuartzNet side by side on the one GPU until MINUTES minus a reserve,
 # each resuming runs/<model>/last.pt (same warm machine) or else warm-starting from
 # .carry/resume/<model>.pt (an earlier chunk's $OUT/<model>.pt, carried). Into $OUT (<= 8 files):
-#   without --export: train.log, corpus-manifest.json, <model>.pt x 3 (fp16 weights, to carry)
+#   without --export: train.log, corpus-manifest.json, <model>.pt x 3 (fp16 weights, to carry;
+#                     one over 15 MiB as <model>.pt.part-??: cat them here)
 #   with --export:    train.log, metrics.json, bundle.tar.part-?? (<= 6 parts of 15 MiB) holding
 #                     defaults/{voice-acoustic,voice-vocoder,asr}/model.{json,safetensors} and
 #                     resume/<model>.pt; here: cat bundle.tar.part-* | tar -x -C DIR
@@ -181,6 +182,10 @@ mkdir -p /tmp/speechrt-resume && cp "$RESUME"/*.pt /tmp/speechrt-resume/ 2>/dev/
 if [[ " $MODELS " == *" tacotron2 "* ]]; then
   rm -f "$OUT/tacotron2.pt"  # (too large to come back; the copy above stays on this machine)
 fi
+for f in "$OUT"/*.pt; do  # over $OUT's 16 MiB a file (fastconformer's 52 MB): split in parts;
+  [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 15728640 ] || continue  # here: cat F.part-* > F
+  split -b 15M "$f" "$f.part-" && rm "$f"
+done
 if [[ " $MODELS " == *" tacotron2 "* ]] && [ "$STOP_SENTENCES" != 0 ]; then
   echo "== tacotron2 stop steps"
   python3 scripts/tacotron2_stop_steps.py --weights /tmp/speechrt-resume/tacotron2.pt \
