@@ -116,7 +116,7 @@ def _write_wav(path: Path, audio: np.ndarray, sr: int = 16000) -> None:
         w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
 
 
-def test_cli_trains_and_exports_a_parakeet_directory(corpus, speech, tmp_path, capsys):
+def test_cli_trains_and_exports_a_parakeet_directory(corpus, speech, tmp_path, capsys, monkeypatch):
     from speechrt.asr import ASR
 
     runs = tmp_path / "runs"
@@ -150,6 +150,39 @@ def test_cli_trains_and_exports_a_parakeet_directory(corpus, speech, tmp_path, c
         assert asr.features.n_mels == 80
         texts[backend] = asr.transcribe([str(wav)])[0].text
     assert texts["eager"] == texts["onnx"]
+    _tunes_decoding_over_pieces(model_dir, speech[1], monkeypatch, tmp_path)
+
+
+def _tunes_decoding_over_pieces(model_dir, val, monkeypatch, tmp_path):
+    """`tune_decoding --asr DIR` on a piece model: beam search over its pieces with the bundled
+    LM at each grid point (a stand-in reader: CI has no flite)."""
+    import shutil
+    import sys
+
+    from speechrt_train import tune_decoding
+    from speechrt_train.teachers import Utterance
+
+    for lm in BUNDLED_ASR.glob("lm.*"):
+        shutil.copy(lm, model_dir)
+
+    class Reader:
+        def __init__(self, prefix):
+            pass
+
+        def synthesize(self, voice, spoken):
+            return [Utterance(a.numpy(), 16000) for a in val.audio[: len(spoken)]]
+
+    texts = val.texts[:3]
+    monkeypatch.setattr(tune_decoding, "sentence_sets", lambda root, limit: {"dev": texts})
+    monkeypatch.setattr(tune_decoding, "Teachers", Reader)
+    out = tmp_path / "tune.json"
+    grid = '{"alpha": [0.5, 0.9], "beta": [0.0]}'
+    argv = ["--asr", str(model_dir), "--reader", "rms", "--grid", grid, "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["tune_decoding", *argv])
+    tune_decoding.main()
+    result = json.loads(out.read_text())
+    assert result["sentences"] == 3 and len(result["points"]) == 2
+    assert all(p["wer"] >= 0.0 for p in result["points"]) and result["best"] in result["points"]
 
 
 def test_guided_steps_target_every_piece_in_order(speech):

@@ -29,7 +29,6 @@ from speechrt.asr import ASR
 from speechrt.asr.beam import beam_search
 from speechrt.asr.wer import wer
 from speechrt.audio.io import resample
-from speechrt.models.jasper import LABELS
 from speechrt.tts import TTS
 from speechrt_train.align import make_processor, tp_plain
 from speechrt_train.asr_data import transcript
@@ -81,7 +80,7 @@ def main() -> None:
     for values in tqdm(list(itertools.product(*grid.values())), desc="grid"):
         fields = dict(zip(grid, values, strict=True))
         options = asr.beam_options.updated(**fields)
-        hyps = [beam_search(lp, LABELS, asr.lm, options) for lp in lps]
+        hyps = [beam_search(lp, asr.labels, asr.lm, options) for lp in lps]
         points.append({**fields, "wer": round(wer(refs, hyps), 4)})
         tqdm.write(json.dumps(points[-1]))
     best = min(points, key=lambda r: r["wer"])
