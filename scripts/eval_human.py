@@ -108,7 +108,8 @@ def report(results: dict[str, dict[str, hs.Tally]]) -> None:
         table.add_column(f"WER {names[0]} / {names[1]}", justify="right")
     first = results[names[0]]
     totals = [k for k in (hs.OVERALL, hs.WIDEBAND) if k in first]
-    for source in [s for s in first if s not in totals] + totals:
+    lengths = [k for k in hs.LENGTH_GROUPS if k in first]
+    for source in [s for s in first if s not in totals + lengths] + totals + lengths:
         t = first[source]
         row = [source, str(t.utterances), str(len(t.speakers)), f"{t.seconds / 60:.1f}"]
         for name in names:

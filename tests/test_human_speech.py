@@ -12,7 +12,13 @@ import pytest
 import soundfile as sf
 
 from speechrt.asr.wer import ErrorCounts
-from speechrt_train.human_speech import build_manifest, reference, score
+from speechrt_train.human_speech import (
+    LENGTH_GROUPS,
+    build_manifest,
+    length_group,
+    reference,
+    score,
+)
 
 
 def _wav(path: Path, seconds: float, sr: int) -> None:
@@ -108,7 +114,14 @@ def test_score_is_corpus_level_per_source_and_overall(packages) -> None:
         "pocketsphinx/cards/001": "ten of clubs and",  # 1 insertion / 3
     }
     tallies = score(entries, [hyps.get(e.id, e.text) for e in entries])
-    assert set(tallies) == {"asterisk", "alsa", "pocketsphinx", "overall", "overall, wideband"}
+    lengths = {k for k in tallies if k.startswith("overall, wideband, ")}
+    assert set(tallies) - lengths == {
+        "asterisk",
+        "alsa",
+        "pocketsphinx",
+        "overall",
+        "overall, wideband",
+    }
     assert tallies["alsa"].words == ErrorCounts(0, 1, 0, 4)
     assert tallies["alsa"].words.rate == pytest.approx(0.25)
     assert tallies["asterisk"].words.errors == 0
@@ -124,6 +137,16 @@ def test_score_is_corpus_level_per_source_and_overall(packages) -> None:
     wide = tallies["overall, wideband"]  # without the 8 kHz asterisk prompts
     assert wide.utterances == len(entries) - tallies["asterisk"].utterances
     assert wide.words.errors == 2
+    # the wideband utterances again, each in the row of its reference's length in words
+    assert lengths <= set(LENGTH_GROUPS) and len(lengths) >= 2
+    for field in ("utterances", "word_errors", "ref_words"):
+        assert sum(tallies[k].to_dict()[field] for k in lengths) == wide.to_dict()[field]
+    assert tallies["overall, wideband, 2-3 words"].words == ErrorCounts(0, 1, 1, 2 + 2 + 3)
+    for e in entries:
+        if e.source != "asterisk":
+            n = len(e.text.split())
+            row = "1 word" if n == 1 else "2-3 words" if n <= 3 else "4-8 words" if n <= 8 else "9+"
+            assert length_group(n).startswith(f"overall, wideband, {row}")
     with pytest.raises(ValueError):
         score(entries, ["too few"])
 

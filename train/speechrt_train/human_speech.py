@@ -298,6 +298,18 @@ VARIANTS = frozenset({"asterisk-g722"})
 # (every recording once, each at 16 kHz or more: pocketsphinx's 16 kHz model is at home there).
 NARROWBAND = frozenset({"asterisk"})
 OVERALL, WIDEBAND = "overall", "overall, wideband"
+# WIDEBAND again, split by each reference's length in words (up to 1, 3, 8, more): where the
+# errors are
+LENGTHS = ((1, "1 word"), (3, "2-3 words"), (8, "4-8 words"), (None, "9+ words"))
+
+
+def length_group(words: int) -> str:
+    """The WIDEBAND row of a reference `words` words long, e.g. "overall, wideband, 2-3 words"."""
+    label = next(name for most, name in LENGTHS if most is None or words <= most)
+    return f"{WIDEBAND}, {label}"
+
+
+LENGTH_GROUPS = [f"{WIDEBAND}, {name}" for _, name in LENGTHS]  # in order
 
 
 # --- scoring ---------------------------------------------------------------------------------
@@ -325,13 +337,14 @@ class Tally:
 
 def score(entries: Iterable[Entry], hyps: Iterable[str]) -> dict[str, Tally]:
     """Corpus WER/CER (total edits / total reference units) per source, OVERALL (every
-    recording as shipped: no VARIANTS) and WIDEBAND (no NARROWBAND source)."""
+    recording as shipped: no VARIANTS), WIDEBAND (no NARROWBAND source) and WIDEBAND's
+    utterances by their reference's length (length_group)."""
     out: dict[str, Tally] = {}
     for e, hyp in zip(entries, hyps, strict=True):
         w, c = word_errors(e.text, hyp), char_errors(e.text, hyp)
         keys = [e.source]
         keys += [] if e.source in VARIANTS else [OVERALL]
-        keys += [] if e.source in NARROWBAND else [WIDEBAND]
+        keys += [] if e.source in NARROWBAND else [WIDEBAND, length_group(w.ref_len)]
         for key in keys:
             t = out.setdefault(key, Tally(ErrorCounts(), ErrorCounts(), 0, 0.0, frozenset()))
             t.words, t.chars = t.words + w, t.chars + c
