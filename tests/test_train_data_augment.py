@@ -94,6 +94,25 @@ def test_spec_augment_on_the_device_equals_the_per_item_loop():
     assert 0.05 < masked < 0.6  # masks exist but leave most of the features
 
 
+def test_time_masks_as_a_share_of_the_item_match_the_loop_and_scale_with_length():
+    from speechrt_train.asr_data import AUGMENTS, spec_augment, spec_augment_reference
+
+    aug = AUGMENTS["recordings-masked"]  # 10 time masks of up to 5 % of the item each
+    feats = torch.randn(4, 64, 2000) + 3
+    lengths = [2000, 1000, 100, 19]
+    for seed in range(5):
+        a = spec_augment(feats, lengths, aug, torch.Generator().manual_seed(seed))
+        b = spec_augment_reference(feats, lengths, aug, torch.Generator().manual_seed(seed))
+        assert torch.equal(a, b)
+    time_only = type(aug)(freq_masks=0, time_masks=10, time_share=0.05, time_width=10**6)
+    masked = spec_augment(feats, lengths, time_only, torch.Generator().manual_seed(0))
+    for b, n in enumerate(lengths):
+        cols = int((masked[b, 0, :n] == 0).sum())  # masked frames of the item
+        assert cols <= 10 * int(n * 0.05)  # each mask at most 5 % of the item
+    assert (masked[3, 0, :19] != 0).all()  # under 20 frames: widths of 0, nothing masked
+    assert (masked[0, 0] == 0).sum() > 0
+
+
 def _channel(aug, data, seed: int = 0):
     from speechrt_train.asr_data import padded_audio
     from speechrt_train.channels import channel_batch

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Training configs side by side from scratch, on one GPU, in one call:
+# Training configs side by side, in one call:
 #
 #   SWEEP="--lr 2e-3; --lr 1e-3 --set warmup=3000" bash train/sweep.sh [MINUTES] [MODEL]
 #
 # MINUTES (default 9.3) is the wall time of the whole command, MODEL (default fastconformer)
 # the trainer. It makes the corpus as train/gpu_train.sh does (PLAN, CORPUS_MINUTES), then
-# runs one trainer per ';'-separated argument list of SWEEP, all at once on GPU 0, each in
+# runs one trainer per ;-separated argument list of SWEEP, all at once, each in
 # runs/sweep-N from nothing, until the deadline. Into $OUT: train.log, sweep.json (per variant:
 # its arguments, every logged step's loss and every evaluation), and the compact file of the
 # variant with the lowest last loss as sweep-best.pt.part-?? (<= 4 parts of 15 MiB; rejoin with
 # cat), to warm-start a longer run (WARM_<MODEL> in gpu_train.sh).
+#
+# Variant i runs on GPU i mod the GPUs there are. SWEEP_WARM=FILE warm-starts every variant from
+# that compact file; SWEEP_RESUME=1 keeps runs/sweep-N, so that a later call on the same warm
+# machine goes on from each one's last.pt; SWEEP_RETURN=N sends variant N's compact file back
+# (as sweep-N.pt.part-??) in place of the best's. PEOPLE_VOICES and CORPUS_ROUND act as in
+# gpu_train.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -22,7 +28,11 @@ IFS=';' read -ra VARIANTS <<< "${SWEEP:?SWEEP: ';'-separated argument lists}"
 MODELS="" bash train/gpu_train.sh 0 || exit 1
 exec > >(tee -a "$OUT/train.log") 2>&1
 export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
+export PYTHONUNBUFFERED=1
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+NGPU=$(( NGPU > 0 ? NGPU : 1 ))
+WARM_ARGS=()
+[ -n "${SWEEP_WARM:-}" ] && WARM_ARGS=(--warm-start "$SWEEP_WARM")
 # the host's cores shared out: each trainer makes its batches' features on the CPU
 threads=$(( $(nproc --all) / ${#VARIANTS[@]} ))
 export OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 ))
@@ -30,10 +40,11 @@ DEADLINE=$(python3 -c "print(int($START + float('$MINUTES') * 60 - 40))")
 echo "== sweep of ${#VARIANTS[@]} $MODEL runs for $(( DEADLINE - $(date +%s) )) s"
 PIDS=()
 for i in "${!VARIANTS[@]}"; do
-  rm -rf "runs/sweep-$i"
+  [ -n "${SWEEP_RESUME:-}" ] || rm -rf "runs/sweep-$i"
   # shellcheck disable=SC2086
-  python3 -m speechrt_train "$MODEL" --corpus corpus --run "runs/sweep-$i" --minutes 600 \
-    --deadline "$DEADLINE" --quiet --compact-out "runs/sweep-$i.pt" ${VARIANTS[$i]} \
+  CUDA_VISIBLE_DEVICES=$(( i % NGPU )) python3 -m speechrt_train "$MODEL" --corpus corpus \
+    --run "runs/sweep-$i" --minutes 600 --deadline "$DEADLINE" --quiet \
+    --compact-out "runs/sweep-$i.pt" "${WARM_ARGS[@]}" ${VARIANTS[$i]} \
     > >(sed -u "s/^/[$i] /") 2>&1 &
   PIDS+=($!)
 done
@@ -60,7 +71,11 @@ if done:
     Path("runs/sweep-best.pt").unlink(missing_ok=True)
     Path("runs/sweep-best.pt").symlink_to(f"sweep-{best}.pt")
 EOF
-[ -e runs/sweep-best.pt ] && split -b 15M runs/sweep-best.pt "$OUT/sweep-best.pt.part-"
+if [ -n "${SWEEP_RETURN:-}" ]; then
+  split -b 15M "runs/sweep-$SWEEP_RETURN.pt" "$OUT/sweep-$SWEEP_RETURN.pt.part-"
+elif [ -e runs/sweep-best.pt ]; then
+  split -b 15M runs/sweep-best.pt "$OUT/sweep-best.pt.part-"
+fi
 rm -f "$OUT"/corpus-manifest.json
 echo "== done in $(( $(date +%s) - START )) s"
 sleep 1

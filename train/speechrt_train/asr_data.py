@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -120,6 +120,7 @@ class Augment:
     freq_width: int = 12  # of 64 mel bins
     time_masks: int = 2
     time_width: int = 30  # frames (10 ms)
+    time_share: float = 0.0  # > 0: a time mask's width at most this share of the item (NeMo's)
     # recording conditions (channel_batch) and the speaker's vocal tract length (the features'
     # frequency warp); the defaults leave them off
     pad_prob: float = 0.0  # silence before and after the speech, each up to pad_s
@@ -149,7 +150,16 @@ RECORDINGS = Augment(
     colour_noise_prob=0.3,
     vtlp=(0.88, 1.12),
 )
-AUGMENTS = {"synthetic": Augment(), "recordings": RECORDINGS}
+# RECORDINGS with NeMo's FastConformer SpecAugment: 10 time masks of up to 5 % of the item
+# each, 2 mel bands of up to 27 of 80 (the trainer scales freq_width by n_mels / 64)
+RECORDINGS_MASKED = replace(
+    RECORDINGS, time_masks=10, time_share=0.05, freq_width=round(27 * 64 / 80)
+)
+AUGMENTS = {
+    "synthetic": Augment(),
+    "recordings": RECORDINGS,
+    "recordings-masked": RECORDINGS_MASKED,
+}
 
 
 def narrowband(aug: Augment | None) -> str | None:
@@ -246,8 +256,12 @@ def spec_augment(feats: Tensor, lengths: list[int], aug: Augment, g: torch.Gener
     k = aug.freq_masks + aug.time_masks
     u = torch.rand(B, k, 2, generator=g, dtype=torch.float64)
     is_freq = torch.arange(k) < aug.freq_masks  # (k,)
-    size = torch.where(is_freq, n_freq, torch.tensor(lengths, dtype=torch.long)[:, None])
-    width = torch.where(is_freq, aug.freq_width, aug.time_width)  # (k,)
+    t_len = torch.tensor(lengths, dtype=torch.long)[:, None]  # (B, 1)
+    size = torch.where(is_freq, n_freq, t_len)  # (B, k)
+    t_width = torch.full_like(t_len, aug.time_width)
+    if aug.time_share > 0:
+        t_width = (t_len * aug.time_share).long().clamp(max=aug.time_width)
+    width = torch.where(is_freq, aug.freq_width, t_width)  # (B, k)
     w = (u[:, :, 0] * (width + 1)).long()  # (B, k): floor, as int() of a positive float
     start = (u[:, :, 1] * (size - w).clamp(min=1)).long()
     spans = torch.stack([start, start + w], dim=2).to(feats.device)  # (B, k, 2), one copy
@@ -270,7 +284,10 @@ def spec_augment_reference(
     for b, t_len in enumerate(lengths):
         for k in range(aug.freq_masks + aug.time_masks):
             is_freq = k < aug.freq_masks
-            size, width = (n_freq, aug.freq_width) if is_freq else (t_len, aug.time_width)
+            t_width = aug.time_width
+            if aug.time_share > 0:
+                t_width = min(int(t_len * aug.time_share), aug.time_width)
+            size, width = (n_freq, aug.freq_width) if is_freq else (t_len, t_width)
             w = int(u[b, k, 0] * (width + 1))
             start = int(u[b, k, 1] * max(size - w, 1))
             if is_freq:
