@@ -322,3 +322,14 @@ def test_average_of_exported_directories(tiny_asr, tmp_path, capsys):
     (other / "model.json").write_text(json.dumps(info))
     assert main(["average", str(a), str(other), "--out", str(tmp_path / "bad")]) == 2
     assert "differs" in capsys.readouterr().err
+
+
+def test_save_atomic_makes_the_folder(tmp_path):
+    """Every CLI that writes a shard or a compact file (people, pack, average) goes through it."""
+    from speechrt_train.loop import save_atomic
+
+    out = tmp_path / "new" / "folder" / "people.pt"
+    save_atomic({"voice": "people", "audio": torch.arange(3)}, out)
+    got = torch.load(out, weights_only=True)
+    assert got["voice"] == "people" and torch.equal(got["audio"], torch.arange(3))
+    assert [p.name for p in out.parent.iterdir()] == ["people.pt"]  # no temporary file left

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 pytest.importorskip("speechrt_train")
 from speechrt_train import people  # noqa: E402
@@ -204,3 +205,44 @@ def test_drascula_lines_take_their_speakers_text(tmp_path: Path) -> None:
     assert len(audio) == 11025 and np.abs(audio).max() <= 1.0
     with pytest.raises(ValueError, match="version-6"):
         drascula.texts(b"DRASCULA\x04")
+
+
+def test_people_eval_scores_the_held_out_lines_alone(tmp_path):
+    """speechrt_train.people_eval: the bundled recogniser on a shard of two held-out lines read
+    by the bundled voice (16 kHz) and one training line that must not be scored."""
+    from speechrt.audio.io import resample
+    from speechrt.tts import TTS
+    from speechrt_train.corpus import make_shard
+    from speechrt_train.loop import save_atomic
+    from speechrt_train.people_eval import evaluate
+
+    tts = TTS()
+    lines = [
+        ("queen/a", "Speech recognition works on this machine.", True),
+        ("queen/b", "The cat sat on the mat.", True),
+        ("queen/c", "Nobody should score this line.", False),
+    ]
+    items = []
+    for key, text, held in lines:
+        (audio,) = tts.synthesize([text])
+        pcm = resample(audio, tts.sampling_rate, 16000)
+        items.append(
+            {
+                "key": key,
+                "text": text,
+                "spoken": text,
+                "heldout": held,
+                "audio": torch.from_numpy((pcm.clip(-1, 1) * 32767).astype("int16")),
+            }
+        )
+    save_atomic(make_shard("queen", items), tmp_path / "queen.pt")
+    bundled = Path(__file__).resolve().parents[1] / "src/speechrt/defaults/asr"
+    result = evaluate(bundled, tmp_path, ("queen",))
+    queen = result["voices"]["queen"]
+    assert queen["lines"] == 2 and queen["words"] == 6 + 6
+    assert [row[1] for row in queen["hypotheses"]] == [
+        "speech recognition works on this machine",
+        "the cat sat on the mat",
+    ]
+    assert queen["wer"] <= 2 / 12  # the bundled pair's round trip: at most two words wrong
+    assert result["overall"]["wer"] == queen["wer"]

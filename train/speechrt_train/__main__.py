@@ -429,7 +429,6 @@ def main(argv: list[str] | None = None) -> int:
                 result = average_exported(args.files, weights, args.out)
             else:
                 state = average_compact(args.files, weights)
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # e.g. mean/runs/<model>/
                 save_atomic(state, Path(args.out))
                 result = {"out": args.out, "step": state["step"], "averaged": state["averaged"]}
         except (FileNotFoundError, ValueError, SpeechRTError) as e:

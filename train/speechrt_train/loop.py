@@ -68,6 +68,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_atomic(obj: Any, path: Path) -> None:
+    """torch.save to `path` (its folder made if missing) through a temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
