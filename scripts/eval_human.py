@@ -161,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         "audio_minutes": round(seconds / 60, 2),
         "timing": timing,
         "results": {n: {s: t.to_dict() for s, t in r.items()} for n, r in results.items()},
+        # each file by its package and path in it (`package`, `path`), not this machine's cache
         "utterances": [
-            asdict(e) | {f"hyp_{n}": hyps[n][i] for n in hyps} for i, e in enumerate(entries)
+            {k: v for k, v in asdict(e).items() if k != "audio_filepath"}
+            | {f"hyp_{n}": hyps[n][i] for n in hyps}
+            for i, e in enumerate(entries)
         ],
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
