@@ -28,7 +28,6 @@ import importlib.util
 import json
 import sys
 import time
-import zlib
 from dataclasses import asdict
 from pathlib import Path
 
@@ -61,14 +60,8 @@ def run_bundled(
 
     asr = ASR(folder)
     waves = [asr.from_rate(audio, sr) for audio, sr in recordings]
-    # the model dithers its features: seed each utterance by its id, so that its transcript
-    # does not depend on which other sources run beside it
-    seeds = [zlib.crc32(i.encode()) for i in ids]
     t0 = time.perf_counter()
-    hyps = []
-    for first in tqdm(range(0, len(waves), 32), desc="bundled", unit="x32 utt", file=sys.stderr):
-        chunk = slice(first, first + 32)
-        hyps += [t.text for t in asr.transcribe(waves[chunk], batch_size=16, seeds=seeds[chunk])]
+    hyps = hs.transcribe_seeded(asr, waves, ids, "bundled")
     return hyps, time.perf_counter() - t0
 
 

@@ -33,8 +33,8 @@
 # unpacked into corpus/ beside the voices made here, and trains with them.
 # PEOPLE_VOICES="queen drascula steelsky" makes those voices of speechrt_train.people into corpus/
 # from the .debs in $PEOPLE_CACHE/downloads (default /tmp/people: carried there in a call before
-# this one; one over a call's 64 MiB, steelsky's 66 MB, as parts from `split -b 33M F F.part-`,
-# a call each, joined here).
+# this one; one over a call's 64 MiB, steelsky's 66 MB, as parts F.part-aa, -ab, ... of any
+# sizes (split, or head -c / tail -c), one or more a call, joined here).
 # CORPUS_MINUTES (default 3) caps the corpus's wall time (a cut corpus keeps each voice's share).
 # PLAN=wide (default full) makes the corpus with the extra text of .carry/text/*.deb (fortune-
 # anarchism, dict-jargon, dict-devil, wordnet-base): ~54 h, every sentence read about once.
@@ -98,7 +98,7 @@ for packed in .carry/packed/*.pt; do  # voices made elsewhere (corpus --plan pip
     exit 1
 done
 for first in "${PEOPLE_CACHE:-/tmp/people}"/downloads/*.deb.part-aa; do  # a .deb in parts
-  [ -e "$first" ] && [ -n "${PEOPLE_VOICES:-}" ] || continue  # (split -b 33M: two calls)
+  [ -e "$first" ] && [ -n "${PEOPLE_VOICES:-}" ] || continue
   [ -f "${first%.part-aa}" ] || cat "${first%-aa}"-* > "${first%.part-aa}" || exit 1
 done
 for voice in ${PEOPLE_VOICES:-}; do  # real people's voices from .debs already on this machine

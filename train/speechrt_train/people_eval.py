@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import zlib
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from speechrt.asr.wer import wer
 from speechrt_train.asr_data import transcript
 from speechrt_train.corpus import load_shard, utterance_audio
+from speechrt_train.human_speech import transcribe_seeded
 
 VOICES = ("queen", "drascula", "steelsky")
 
@@ -51,14 +49,10 @@ def evaluate(asr_dir: str | Path, corpus: str | Path, voices: tuple[str, ...] = 
         shard = load_shard(Path(corpus) / f"{voice}.pt")
         lines = heldout_lines(shard)
         rate = int(shard["sample_rate"])
-        refs, hyps = [], []
-        for first in tqdm(range(0, len(lines), 32), desc=voice, unit="x32 lines"):
-            chunk = lines[first : first + 32]
-            waves = [asr.from_rate(utterance_audio(shard, i).numpy(), rate) for _, _, i in chunk]
-            seeds = [zlib.crc32(key.encode()) for key, _, _ in chunk]
-            got = asr.transcribe(waves, batch_size=16, seeds=seeds)
-            refs += [ref for _, ref, _ in chunk]
-            hyps += [transcript(t.text) for t in got]
+        waves = [asr.from_rate(utterance_audio(shard, i).numpy(), rate) for _, _, i in lines]
+        texts = transcribe_seeded(asr, waves, [key for key, _, _ in lines], voice)
+        refs = [ref for _, ref, _ in lines]
+        hyps = [transcript(t) for t in texts]
         out["voices"][voice] = {
             "lines": len(refs),
             "words": sum(len(r.split()) for r in refs),
