@@ -192,3 +192,14 @@ def test_packed_shard_carries_the_same_utterances(tmp_path):
         "utterances": 3, "heldout": 1, "hours": round(40345 / ASR_RATE / 3600, 3),
         "made": "unpacked from packed.pt",
     }  # fmt: skip
+    beside = tmp_path / "corpus-people"  # made beside the corpus, then joined to it
+    beside.mkdir()
+    torch.save(make_shard("ann", items[:2]), beside / "ann.pt")
+    assert main(["join", str(beside / "ann.pt"), "--corpus", str(corpus)]) == 0
+    assert not (beside / "ann.pt").exists() and (corpus / "ann.pt").exists()
+    voices = json.loads((corpus / "manifest.json").read_text())["voices"]
+    assert set(voices) == {"slt", "joe", "ann"}
+    assert voices["ann"] == {
+        "utterances": 2, "heldout": 0, "hours": round(20345 / ASR_RATE / 3600, 3),
+        "made": "made beside the corpus, in corpus-people/",
+    }  # fmt: skip

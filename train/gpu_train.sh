@@ -31,7 +31,8 @@
 # .carry/packed/VOICE.pt (a voice this image cannot make: `python -m speechrt_train corpus
 # --plan piper` where piper-tts runs, then `pack corpus/joe.pt --out .carry/packed/joe.pt`) is
 # unpacked into corpus/ beside the voices made here, and trains with them.
-# PEOPLE_VOICES="queen drascula steelsky" makes those voices of speechrt_train.people into corpus/
+# PEOPLE_VOICES="queen drascula steelsky" makes those voices of speechrt_train.people into corpus/,
+# one process each while the corpus is made (then `speechrt_train join` moves each in),
 # from the .debs in $PEOPLE_CACHE/downloads (default /tmp/people: carried there in a call before
 # this one; one over a call's 64 MiB, steelsky's 66 MB, as parts F.part-aa, -ab, ... of any
 # sizes (split, or head -c / tail -c), one or more a call, joined here).
@@ -83,6 +84,21 @@ NGPU_SPEED=$(( NGPU > 0 ? NGPU : 1 ))
 bash train/corpus/unpack.sh /tmp/teachers /tmp/site || exit 1
 export PYTHONPATH=$PWD/src:$PWD/train:/tmp/site${PYTHONPATH:+:$PYTHONPATH}  # (+ the caller's)
 
+for first in "${PEOPLE_CACHE:-/tmp/people}"/downloads/*.deb.part-aa; do  # a .deb in parts
+  [ -e "$first" ] && [ -n "${PEOPLE_VOICES:-}" ] || continue
+  [ -f "${first%.part-aa}" ] || cat "${first%-aa}"-* > "${first%.part-aa}" || exit 1
+done
+# real people's voices from .debs already on this machine, one process each, made while the
+# corpus is (single-threaded MP3 decoding beside its one process per core): into corpus-people/,
+# then each joins corpus/ and its manifest
+PPIDS=()
+mkdir -p corpus-people
+for voice in ${PEOPLE_VOICES:-}; do
+  [ -f "corpus/$voice.pt" ] && continue
+  python3 -m speechrt_train people --out-dir corpus-people --cache "${PEOPLE_CACHE:-/tmp/people}" \
+    --voices "$voice" > /dev/null &
+  PPIDS+=($!)
+done
 if [ ! -f corpus/manifest.json ]; then
   echo "== corpus ($PLAN)"
   TEXT_ARGS=()  # PLAN=wide reads the extra text too (.carry/text/*.deb, unpacked to /tmp/text)
@@ -91,19 +107,16 @@ if [ ! -f corpus/manifest.json ]; then
     --minutes "${CORPUS_MINUTES:-3}" --round "${CORPUS_ROUND:-0}" --quiet "${TEXT_ARGS[@]}" ||
     exit 1
 fi
+for pid in "${PPIDS[@]}"; do wait "$pid" || exit 1; done
+for made in corpus-people/*.pt; do
+  [ -e "$made" ] || continue
+  python3 -m speechrt_train join "$made" --corpus corpus || exit 1
+done
 for packed in .carry/packed/*.pt; do  # voices made elsewhere (corpus --plan piper, then pack)
   [ -e "$packed" ] || continue
   voice=$(basename "$packed")
   [ -f "corpus/$voice" ] || python3 -m speechrt_train unpack "$packed" --out "corpus/$voice" ||
     exit 1
-done
-for first in "${PEOPLE_CACHE:-/tmp/people}"/downloads/*.deb.part-aa; do  # a .deb in parts
-  [ -e "$first" ] && [ -n "${PEOPLE_VOICES:-}" ] || continue
-  [ -f "${first%.part-aa}" ] || cat "${first%-aa}"-* > "${first%.part-aa}" || exit 1
-done
-for voice in ${PEOPLE_VOICES:-}; do  # real people's voices from .debs already on this machine
-  [ -f "corpus/$voice.pt" ] || python3 -m speechrt_train people --out-dir corpus \
-    --cache "${PEOPLE_CACHE:-/tmp/people}" --voices "$voice" > /dev/null || exit 1
 done
 [ -n "$EXPORT" ] || cp corpus/manifest.json "$OUT/corpus-manifest.json"
 

@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("unpack", help="a packed shard back to a corpus shard (int16 audio)")
     p.add_argument("packed", help="pack's output")
     p.add_argument("--out", required=True, help="corpus/VOICE.pt")
+    p = sub.add_parser(
+        "join", help="a voice's shard made beside a corpus into it (moved, and listed)"
+    )
+    p.add_argument("shard", help="a corpus shard (VOICE.pt) made elsewhere, e.g. by `people`")
+    p.add_argument("--corpus", default="corpus", help="corpus folder (default: corpus)")
     p = sub.add_parser("lm", help="the recogniser's word trigram model (train split only)")
     p.add_argument("--out", required=True, help="folder for lm.json + lm.safetensors")
     p.add_argument("--words", help="extra vocabulary, one word a line (e.g. wamerican's)")
@@ -394,6 +399,17 @@ def main(argv: list[str] | None = None) -> int:
         result = {"utterances": len(shard["keys"]), "bytes": Path(args.out).stat().st_size}
         if args.command == "unpack":  # into a corpus: its manifest lists this voice too
             list_voice(Path(args.out), shard, f"unpacked from {Path(source).name}")
+    elif args.command == "join":
+        import torch
+
+        from speechrt_train.corpus import list_voice
+
+        source = Path(args.shard)
+        shard = torch.load(source, weights_only=True)
+        dest = Path(args.corpus) / source.name
+        source.replace(dest)
+        list_voice(dest, shard, f"made beside the corpus, in {source.parent.name}/")
+        result = {"voice": shard["voice"], "utterances": len(shard["keys"])}
     elif args.command in TRAINERS:
         summary = train(args)
         if summary is None:  # a data-parallel rank other than 0: rank 0 reports
