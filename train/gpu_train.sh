@@ -92,9 +92,9 @@ done
 # corpus is (single-threaded MP3 decoding beside its one process per core): into corpus-people/,
 # then each joins corpus/ and its manifest
 PPIDS=()
-mkdir -p corpus-people
 for voice in ${PEOPLE_VOICES:-}; do
   [ -f "corpus/$voice.pt" ] && continue
+  mkdir -p corpus-people
   python3 -m speechrt_train people --out-dir corpus-people --cache "${PEOPLE_CACHE:-/tmp/people}" \
     --voices "$voice" > /dev/null &
   PPIDS+=($!)
