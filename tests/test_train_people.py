@@ -246,3 +246,14 @@ def test_people_eval_scores_the_held_out_lines_alone(tmp_path):
     ]
     assert queen["wer"] <= 2 / 12  # the bundled pair's round trip: at most two words wrong
     assert result["overall"]["wer"] == queen["wer"]
+    # tune_decoding --people hears the same lines once; at the shipped options it decodes them
+    # as people_eval did, and it can decode them again (the heard frames are kept)
+    from speechrt.asr import ASR
+    from speechrt_train.tune_decoding import people_set
+
+    asr = ASR(bundled, device="cpu", decoder="beam")
+    decode = people_set(asr, tmp_path, ("queen",))
+    for _ in range(2):
+        refs, hyps = decode(asr.beam_options)
+        assert refs == [row[1] for row in queen["hypotheses"]]
+        assert hyps == [row[2] for row in queen["hypotheses"]]

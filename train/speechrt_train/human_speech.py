@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tarfile
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -317,18 +317,22 @@ LENGTH_GROUPS = [f"{WIDEBAND}, {name}" for _, name in LENGTHS]  # in order
 # --- scoring ---------------------------------------------------------------------------------
 
 
-def transcribe_seeded(asr: Any, waves: list[np.ndarray], ids: list[str], desc: str) -> list[str]:
-    """Texts of `waves` (each already as `asr` hears a file: ASR.from_rate) by `asr`'s own
-    decoding, 32 at a time. The model dithers its features: each utterance is seeded by its id,
-    so that its text does not depend on which others run beside it."""
+def hear_seeded(asr: Any, waves: list[np.ndarray], ids: list[str], desc: str) -> Iterator[Any]:
+    """`waves` (each already as `asr` hears a file: ASR.from_rate) through `asr`'s acoustic
+    model, 32 at a time: one speechrt.asr.decoding.Heard each, in order, for asr.finish (or
+    another decoder) to decode. The model dithers its features: each utterance is seeded by its
+    id, so that what it hears does not depend on which others run beside it."""
     from tqdm import tqdm
 
     seeds = [zlib.crc32(i.encode()) for i in ids]
-    texts: list[str] = []
     for first in tqdm(range(0, len(waves), 32), desc=desc, unit="x32 utt", file=sys.stderr):
         chunk = slice(first, first + 32)
-        texts += [t.text for t in asr.transcribe(waves[chunk], batch_size=16, seeds=seeds[chunk])]
-    return texts
+        yield from asr.hear(waves[chunk], batch_size=16, seeds=seeds[chunk])
+
+
+def transcribe_seeded(asr: Any, waves: list[np.ndarray], ids: list[str], desc: str) -> list[str]:
+    """Texts of `waves` by `asr`'s own decoding (hear_seeded, then asr.finish)."""
+    return [asr.finish(h).text for h in hear_seeded(asr, waves, ids, desc)]
 
 
 @dataclass

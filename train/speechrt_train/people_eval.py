@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from speechrt.asr.wer import wer
 from speechrt_train.asr_data import transcript
 from speechrt_train.corpus import load_shard, utterance_audio
-from speechrt_train.human_speech import transcribe_seeded
+from speechrt_train.human_speech import hear_seeded
 
 VOICES = ("queen", "drascula", "steelsky")
 
@@ -36,6 +37,19 @@ def heldout_lines(shard: dict[str, Any]) -> list[tuple[str, str, int]]:
     return lines
 
 
+def heard_lines(
+    asr: Any, corpus: str | Path, voice: str
+) -> tuple[list[str], list[str], Iterator[Any]]:
+    """One voice's held-out lines as `asr` hears a file (ASR.from_rate at the shard's rate,
+    seeded by key): (keys, references, a speechrt.asr.decoding.Heard per line, lazily)."""
+    shard = load_shard(Path(corpus) / f"{voice}.pt")
+    lines = heldout_lines(shard)
+    rate = int(shard["sample_rate"])
+    waves = [asr.from_rate(utterance_audio(shard, i).numpy(), rate) for _, _, i in lines]
+    keys = [key for key, _, _ in lines]
+    return keys, [ref for _, ref, _ in lines], hear_seeded(asr, waves, keys, voice)
+
+
 def evaluate(asr_dir: str | Path, corpus: str | Path, voices: tuple[str, ...] = VOICES) -> dict:
     """Per voice and overall: lines, words, WER and the hypotheses."""
     from speechrt.asr import ASR
@@ -46,20 +60,13 @@ def evaluate(asr_dir: str | Path, corpus: str | Path, voices: tuple[str, ...] = 
     hyps_all: list[str] = []
     t0 = time.perf_counter()
     for voice in voices:
-        shard = load_shard(Path(corpus) / f"{voice}.pt")
-        lines = heldout_lines(shard)
-        rate = int(shard["sample_rate"])
-        waves = [asr.from_rate(utterance_audio(shard, i).numpy(), rate) for _, _, i in lines]
-        texts = transcribe_seeded(asr, waves, [key for key, _, _ in lines], voice)
-        refs = [ref for _, ref, _ in lines]
-        hyps = [transcript(t) for t in texts]
+        keys, refs, heard = heard_lines(asr, corpus, voice)
+        hyps = [transcript(asr.finish(h).text) for h in heard]
         out["voices"][voice] = {
             "lines": len(refs),
             "words": sum(len(r.split()) for r in refs),
             "wer": wer(refs, hyps),
-            "hypotheses": [
-                [key, r, h] for (key, _, _), r, h in zip(lines, refs, hyps, strict=True)
-            ],
+            "hypotheses": [[k, r, h] for k, r, h in zip(keys, refs, hyps, strict=True)],
         }
         refs_all += refs
         hyps_all += hyps
