@@ -116,8 +116,25 @@ BUNDLED_CHANGES = [
     ("voice-acoustic", {"n_symbols": 10**6}, "n_symbols is 1000000, but encoder.word_emb.weight"),
     ("voice-acoustic", {"pitch_conditioning_formants": 2}, "'pitch' is ['batch', 1, 'symbols']"),
     ("voice-vocoder", {"n_mels": 10**9}, "n_mels is 1000000000, but conv_pre.weight"),
-    ("asr", {"n_feats": 10**9}, "n_feats is 1000000000, but blocks.0.subs.0.depthwise.weight"),
 ]
+# the recogniser's row: a dim its kind checks against a weight
+ASR_CHANGES = {
+    "quartznet": (
+        {"n_feats": 10**9},
+        "n_feats is 1000000000, but blocks.0.subs.0.depthwise.weight",
+    ),
+    "parakeet_ctc": ({"d_model": 10**9}, "d_model is 1000000000, but encoder.layers.0.norm_out"),
+}
+
+
+def _bundled_asr_kind() -> str:
+    from speechrt.defaults import ASR_MODEL, default_model
+
+    d = default_model(ASR_MODEL)
+    return "quartznet" if d is None else read_info(d).kind
+
+
+BUNDLED_CHANGES.append(("asr", *ASR_CHANGES[_bundled_asr_kind()]))
 
 
 @pytest.mark.parametrize(("component", "changes", "message"), BUNDLED_CHANGES)
