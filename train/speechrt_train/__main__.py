@@ -400,12 +400,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "unpack":  # into a corpus: its manifest lists this voice too
             list_voice(Path(args.out), shard, f"unpacked from {Path(source).name}")
     elif args.command == "join":
-        import torch
-
-        from speechrt_train.corpus import list_voice
+        from speechrt_train.corpus import list_voice, load_shard
 
         source = Path(args.shard)
-        shard = torch.load(source, weights_only=True)
+        shard = load_shard(source)  # mapped: listing it reads its keys, not its audio
         dest = Path(args.corpus) / source.name
         source.replace(dest)
         list_voice(dest, shard, f"made beside the corpus, in {source.parent.name}/")
