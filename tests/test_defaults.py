@@ -160,6 +160,8 @@ def test_round_trip_sentences_are_held_out():
 # 0.3 x step 42,774: 0.0945 (0.0903 without); step 46,854: 0.0903 (0.0862 without); the
 # equal mean of steps 46,854, 49,751 and 51,902: 0.0924 (0.0801 without); with 54,880 and
 # 57,170 too: 0.0924 (0.0883 without); with 60,560 as well (shipped): 0.0883, with or without.
+# The FastConformer that replaced QuartzNet (the soup of G, H and the soup of C, D and A+B,
+# docs/models/fastconformer.md): 0.0719 on these 40, 0.078 on 223 other held-out ones.
 ROUND_TRIP_WER = 0.10
 
 
@@ -187,10 +189,12 @@ def test_round_trip_default_voice_through_default_asr(voice):
 
 
 def test_bundled_models_fit_the_package_budget():
-    """Every bundled file (weights, LM, configs) together: <= 40 MB, as #8 allows."""
+    """Every bundled file (weights, LM, configs) together: <= 90 MB. #8 allowed 40 MB beside a
+    QuartzNet 5x5; #51 bundles a FastConformer of 10-30 M parameters in fp16 (up to 60 MB),
+    beside the voice (18 MB) and the word LM (8 MB)."""
     root = Path(default_model(VOICE_ACOUSTIC)).parent
     total = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
-    assert total <= 40e6, total
+    assert total <= 90e6, total
 
 
 @pytest.mark.skipif(default_model(ASR_MODEL) is None, reason="no default recogniser bundled yet")

@@ -185,6 +185,10 @@ def _tunes_decoding_over_pieces(model_dir, val, monkeypatch, tmp_path):
     assert all(p["wer"] >= 0.0 for p in result["points"]) and result["best"] in result["points"]
 
 
+@pytest.mark.skipif(
+    json.loads((BUNDLED_ASR / "model.json").read_text())["kind"] != "quartznet",
+    reason="the guide is a character CTC model: the QuartzNet bundled before the FastConformer",
+)
 def test_guided_steps_target_every_piece_in_order(speech):
     train, val = speech
     config = FastConformerConfig(

@@ -150,8 +150,8 @@ def test_the_page_speaks_and_transcribes_a_file_and_the_microphone(server, brows
     page.click("#record")
     page.wait_for_function("/recorded$/.test(document.getElementById('listen-info').textContent)")
     final = page.text_content("#transcript")
-    assert final.strip() and partial.split()[0] in final
-    assert SAID in final
+    # a partial is tentative: the bundled FastConformer hears in windows and may revise its words
+    assert partial.strip() and SAID in final
     assert page.is_hidden("#error")
     assert page.errors == []
 
