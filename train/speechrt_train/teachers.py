@@ -501,10 +501,10 @@ class Kokoro:
     def __init__(self) -> None:
         import json
 
+        parts, sha_file, vocab_file, voices = kokoro_files()  # (first: a clear TeacherError)
         import onnxruntime
         from piper.phonemize_espeak import EspeakPhonemizer
 
-        parts, sha_file, vocab_file, voices = kokoro_files()
         graph = b"".join(p.read_bytes() for p in parts)
         if hashlib.sha256(graph).hexdigest() != sha_file.read_text().split()[0]:
             raise TeacherError("kokoro: the graph's parts do not match its SHA-256")
